@@ -1,0 +1,42 @@
+# spannerme: the project's commands. See README.md.
+GO ?= go
+# staticcheck is run through `go run` at a pinned version, so nothing needs installing by hand.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Integration and demo waits are bounded by their own contexts; this is the outer guard.
+TEST_TIMEOUT ?= 20m
+ARGS ?=
+
+.PHONY: all demo test race lint fmt vet staticcheck bench ci
+
+all: ci
+
+## demo: the main job on an embedded default (in-memory Spanner + fake PSC endpoints). ARGS=-h for flags.
+demo:
+	$(GO) run ./cmd/spannerme-demo $(ARGS)
+
+## test: every test, including the integration suite against the Cloud Spanner emulator.
+test:
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## race: every test under the race detector.
+race:
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## lint: formatting, go vet and staticcheck.
+lint: fmt vet staticcheck
+
+fmt:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+
+## bench: benchmarks, ours against upstream grpcgcp and a plain client in the same run.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## ci: what CI runs (.ci/run): lint, then every test under -race.
+ci: lint race
