@@ -1,0 +1,481 @@
+// Package multiendpoint is the state machine behind one MultiEndpoint: a list of endpoints
+// ordered by priority, each endpoint's availability, and the one current endpoint that calls
+// use.
+//
+// The rules (DESIGN.md § "The state machine"):
+//
+//  1. A new endpoint starts Recovering when RecoveryTimeout > 0, else Unavailable; an endpoint
+//     reported ready when it is added (Options.Ready) starts Available. The first endpoint is
+//     current at creation.
+//  2. When an Available endpoint stops being available it becomes Recovering and, if it is
+//     still not available exactly RecoveryTimeout after it left Available, Unavailable. With
+//     RecoveryTimeout 0 it becomes Unavailable at once. Repeated not-available reports never
+//     restart that clock.
+//  3. Current is the highest-priority Available endpoint, except that: a Recovering current
+//     endpoint is kept while nothing of higher priority is Available; a switch away from an
+//     Available current endpoint waits SwitchingDelay, during which the target must stay
+//     Available (one pending switch at most, retargeted or cancelled as states change); an
+//     Unavailable or removed current endpoint is left at once; when nothing is Available the
+//     current endpoint is kept, or, if it was removed, the top-priority endpoint is taken.
+//  4. SetEndpoints keeps the states of kept endpoints, adds new ones as in rule 1, reorders,
+//     and applies rule 3. SetTimeouts changes both durations at runtime; running clocks keep
+//     their start and take the new length.
+//  5. Every timer is owned, stopped on transition and on Close; a superseded timer's callback
+//     is a no-op (generation counters). Nothing runs after Close.
+//  6. Current is lock-free. Each change of current emits an Event.
+package multiendpoint
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+// Options configures a MultiEndpoint.
+type Options struct {
+	// Name names the MultiEndpoint in errors, events and status. Optional.
+	Name string
+	// Endpoints lists the endpoints by priority, index 0 first. Required: at least one, none
+	// empty, no duplicates.
+	Endpoints []string
+	// RecoveryTimeout is how long an endpoint may be not available before it counts as
+	// Unavailable. Zero means at once. Negative is an error.
+	RecoveryTimeout time.Duration
+	// SwitchingDelay is how long a higher-priority endpoint must stay Available before traffic
+	// moves to it from an Available current endpoint. Zero means at once. Negative is an error.
+	SwitchingDelay time.Duration
+	// Ready, if not nil, reports whether an endpoint is ready at the moment it is added (by New
+	// or SetEndpoints); such an endpoint starts Available. It is called without any lock held,
+	// before the change is applied.
+	Ready func(endpoint string) bool
+	// OnSwitch, if not nil, receives every change of the current endpoint, in order, one at a
+	// time, on the goroutine that caused it, with no lock of the MultiEndpoint held (it may call
+	// the MultiEndpoint). It must not block for long.
+	OnSwitch func(Event)
+	// Clock is the time source. Nil means the real clock.
+	Clock clock.Clock
+}
+
+// MultiEndpoint tracks a prioritized endpoint list and picks the current endpoint. Create it
+// with New. All methods are safe for concurrent use; Current never blocks.
+type MultiEndpoint struct {
+	name     string
+	clock    clock.Clock
+	onSwitch func(Event)
+	ready    func(string) bool
+
+	current atomic.Pointer[string] // written under mu, read without it
+
+	mu              sync.Mutex // guards every field below
+	endpoints       map[string]*endpoint
+	order           []*endpoint // by priority
+	recoveryTimeout time.Duration
+	switchingDelay  time.Duration
+	pending         *pendingSwitch
+	switchGen       uint64
+	closed          bool
+	events          []Event // emitted, not yet delivered
+	delivering      bool    // a goroutine is delivering events
+}
+
+type endpoint struct {
+	id       string
+	priority int
+	state    State
+	since    time.Time
+	// leftAvailable is when the recovery clock started: when the endpoint left Available, or
+	// when it was added not available.
+	leftAvailable time.Time
+	gen           uint64 // bumped on every transition; a recovery timer of an older gen is stale
+	timer         clock.Timer
+}
+
+type pendingSwitch struct {
+	target string
+	since  time.Time
+	reason Reason
+	timer  clock.Timer
+	gen    uint64
+}
+
+// New validates opts and returns a MultiEndpoint whose current endpoint is opts.Endpoints[0].
+// It returns a *ConfigError wrapping ErrInvalidConfig for an empty list, an empty or duplicate
+// endpoint, or a negative duration.
+func New(opts Options) (*MultiEndpoint, error) {
+	if err := ValidateEndpoints(opts.Name, opts.Endpoints); err != nil {
+		return nil, err
+	}
+	if err := ValidateDurations(opts.Name, opts.RecoveryTimeout, opts.SwitchingDelay); err != nil {
+		return nil, err
+	}
+	m := &MultiEndpoint{
+		name:            opts.Name,
+		clock:           opts.Clock,
+		onSwitch:        opts.OnSwitch,
+		ready:           opts.Ready,
+		endpoints:       make(map[string]*endpoint, len(opts.Endpoints)),
+		recoveryTimeout: opts.RecoveryTimeout,
+		switchingDelay:  opts.SwitchingDelay,
+	}
+	if m.clock == nil {
+		m.clock = clock.Real
+	}
+	ready := m.readySet(opts.Endpoints)
+	first := opts.Endpoints[0]
+	m.current.Store(&first)
+	m.mu.Lock()
+	now := m.clock.Now()
+	for i, id := range opts.Endpoints {
+		m.addLocked(id, i, ready[id], now)
+	}
+	m.reorderLocked(opts.Endpoints)
+	m.updateCurrentLocked(0)
+	m.mu.Unlock()
+	m.deliver()
+	return m, nil
+}
+
+// Name returns Options.Name.
+func (m *MultiEndpoint) Name() string { return m.name }
+
+// Current returns the endpoint that calls should use now. It takes no lock and does not
+// allocate.
+func (m *MultiEndpoint) Current() string { return *m.current.Load() }
+
+// SetEndpointAvailability reports whether endpoint has at least one ready connection. Unknown
+// endpoints are ignored, and so is any call after Close. Reporting the state an endpoint is
+// already in changes nothing (in particular it never restarts the recovery clock or a pending
+// switch).
+func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool) {
+	m.mu.Lock()
+	e, ok := m.endpoints[endpoint]
+	if !ok || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	now := m.clock.Now()
+	switch {
+	case available && e.state != Available:
+		m.setStateLocked(e, Available, now)
+	case !available && e.state == Available:
+		e.leftAvailable = now
+		if m.recoveryTimeout > 0 {
+			m.setStateLocked(e, Recovering, now)
+			m.scheduleUnavailableLocked(e, m.recoveryTimeout)
+		} else {
+			m.setStateLocked(e, Unavailable, now)
+		}
+	default:
+		m.mu.Unlock()
+		return
+	}
+	m.updateCurrentLocked(0)
+	m.mu.Unlock()
+	m.deliver()
+}
+
+// SetEndpoints replaces the endpoint list (rule 4). Kept endpoints keep their state; new ones
+// start as in rule 1; the current endpoint is chosen again by rule 3. It returns a
+// *ConfigError (and changes nothing) for an empty list or an empty or duplicate endpoint, and
+// ErrClosed after Close.
+func (m *MultiEndpoint) SetEndpoints(endpoints []string) error {
+	if err := ValidateEndpoints(m.name, endpoints); err != nil {
+		return err
+	}
+	ready := m.readySet(endpoints)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	now := m.clock.Now()
+	keep := make(map[string]bool, len(endpoints))
+	for _, id := range endpoints {
+		keep[id] = true
+	}
+	for id, e := range m.endpoints {
+		if !keep[id] {
+			m.stopTimerLocked(e)
+			delete(m.endpoints, id)
+		}
+	}
+	for i, id := range endpoints {
+		if _, ok := m.endpoints[id]; !ok {
+			m.addLocked(id, i, ready[id], now)
+		}
+	}
+	m.reorderLocked(endpoints)
+	m.updateCurrentLocked(Reconfiguration)
+	m.mu.Unlock()
+	m.deliver()
+	return nil
+}
+
+// SetTimeouts changes RecoveryTimeout and SwitchingDelay at runtime. Clocks already running
+// keep their start: a Recovering endpoint becomes Unavailable at (left Available +
+// recoveryTimeout), at once if that is past; a pending switch lands at (scheduled +
+// switchingDelay), at once if that is past. It returns a *ConfigError for a negative duration
+// and ErrClosed after Close; on error nothing changes.
+func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duration) error {
+	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	now := m.clock.Now()
+	m.recoveryTimeout, m.switchingDelay = recoveryTimeout, switchingDelay
+	for _, e := range m.order {
+		if e.state != Recovering {
+			continue
+		}
+		left := e.leftAvailable.Add(recoveryTimeout).Sub(now)
+		if left <= 0 {
+			m.setStateLocked(e, Unavailable, now)
+		} else {
+			m.scheduleUnavailableLocked(e, left)
+		}
+	}
+	if p := m.pending; p != nil {
+		p.timer.Stop()
+		m.switchGen++
+		p.gen = m.switchGen
+		if left := p.since.Add(switchingDelay).Sub(now); left <= 0 {
+			m.pending = nil
+			m.switchLocked(p.target, p.reason, now)
+		} else {
+			m.armSwitchLocked(p, left)
+		}
+	}
+	m.updateCurrentLocked(Reconfiguration)
+	m.mu.Unlock()
+	m.deliver()
+	return nil
+}
+
+// Status returns a snapshot of the MultiEndpoint.
+func (m *MultiEndpoint) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := Status{
+		Name:            m.name,
+		Current:         m.Current(),
+		RecoveryTimeout: m.recoveryTimeout,
+		SwitchingDelay:  m.switchingDelay,
+		Endpoints:       make([]EndpointStatus, len(m.order)),
+		Closed:          m.closed,
+	}
+	if p := m.pending; p != nil {
+		s.PendingSwitch, s.PendingSwitchAt = p.target, p.since.Add(m.switchingDelay)
+	}
+	for i, e := range m.order {
+		s.Endpoints[i] = EndpointStatus{Endpoint: e.id, Priority: e.priority, State: e.state, Since: e.since}
+	}
+	return s
+}
+
+// Close stops every timer. Afterwards no timer callback changes anything, no Event is emitted
+// (one being delivered on another goroutine at that moment completes), Current keeps returning
+// the last current endpoint, and SetEndpoints and SetTimeouts return ErrClosed. Close is
+// idempotent.
+func (m *MultiEndpoint) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.closed = true
+	for _, e := range m.order {
+		m.stopTimerLocked(e)
+	}
+	m.cancelSwitchLocked()
+	m.events = nil
+}
+
+// readySet asks Options.Ready about each endpoint, with no lock held.
+func (m *MultiEndpoint) readySet(endpoints []string) map[string]bool {
+	if m.ready == nil {
+		return nil
+	}
+	ready := make(map[string]bool, len(endpoints))
+	for _, id := range endpoints {
+		ready[id] = m.ready(id)
+	}
+	return ready
+}
+
+// addLocked adds a new endpoint by rule 1. m.mu must be held.
+func (m *MultiEndpoint) addLocked(id string, priority int, ready bool, now time.Time) {
+	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now}
+	m.endpoints[id] = e
+	switch {
+	case ready:
+		e.state = Available
+	case m.recoveryTimeout > 0:
+		e.state = Recovering
+		m.scheduleUnavailableLocked(e, m.recoveryTimeout)
+	default:
+		e.state = Unavailable
+	}
+}
+
+// reorderLocked sets priorities and m.order from the list. m.mu must be held.
+func (m *MultiEndpoint) reorderLocked(endpoints []string) {
+	m.order = m.order[:0]
+	for i, id := range endpoints {
+		e := m.endpoints[id]
+		e.priority = i
+		m.order = append(m.order, e)
+	}
+}
+
+// setStateLocked moves e to state s, stopping its recovery timer. m.mu must be held.
+func (m *MultiEndpoint) setStateLocked(e *endpoint, s State, now time.Time) {
+	m.stopTimerLocked(e)
+	e.state = s
+	e.since = now
+}
+
+func (m *MultiEndpoint) stopTimerLocked(e *endpoint) {
+	e.gen++
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+}
+
+// scheduleUnavailableLocked makes Recovering e Unavailable after d unless it changes state
+// first. m.mu must be held.
+func (m *MultiEndpoint) scheduleUnavailableLocked(e *endpoint, d time.Duration) {
+	m.stopTimerLocked(e)
+	gen := e.gen
+	e.timer = m.clock.AfterFunc(d, func() {
+		m.mu.Lock()
+		if m.closed || e.gen != gen || m.endpoints[e.id] != e {
+			m.mu.Unlock()
+			return
+		}
+		e.timer = nil
+		m.setStateLocked(e, Unavailable, m.clock.Now())
+		m.updateCurrentLocked(0)
+		m.mu.Unlock()
+		m.deliver()
+	})
+}
+
+// updateCurrentLocked applies rule 3. cause is Reconfiguration when called for SetEndpoints
+// or SetTimeouts, else 0 (the reason then follows from priorities). m.mu must be held.
+func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
+	now := m.clock.Now()
+	cur, exists := m.endpoints[m.Current()]
+	var topAvailable *endpoint
+	for _, e := range m.order {
+		if e.state == Available {
+			topAvailable = e
+			break
+		}
+	}
+	switch {
+	case topAvailable == nil:
+		m.cancelSwitchLocked()
+		if !exists {
+			m.switchLocked(m.order[0].id, Reconfiguration, now)
+		}
+	case exists && cur == topAvailable:
+		m.cancelSwitchLocked()
+	case exists && cur.state == Recovering && topAvailable.priority > cur.priority:
+		// Let the current endpoint recover while nothing better is available.
+		m.cancelSwitchLocked()
+	case exists && cur.state == Available && m.switchingDelay > 0:
+		reason := cause
+		if reason == 0 {
+			reason = Recovery
+		}
+		if p := m.pending; p != nil && p.target == topAvailable.id {
+			return // already waiting for this target; never restart the wait
+		}
+		m.cancelSwitchLocked()
+		p := &pendingSwitch{target: topAvailable.id, since: now, reason: reason}
+		m.pending = p
+		m.armSwitchLocked(p, m.switchingDelay)
+	default:
+		m.cancelSwitchLocked()
+		reason := cause
+		if reason == 0 {
+			reason = Fallback
+			if exists && topAvailable.priority < cur.priority {
+				reason = Recovery
+			}
+		}
+		m.switchLocked(topAvailable.id, reason, now)
+	}
+}
+
+// armSwitchLocked (re)starts p's timer for d. m.mu must be held.
+func (m *MultiEndpoint) armSwitchLocked(p *pendingSwitch, d time.Duration) {
+	m.switchGen++
+	gen := m.switchGen
+	p.gen = gen
+	p.timer = m.clock.AfterFunc(d, func() {
+		m.mu.Lock()
+		if m.closed || m.pending != p || p.gen != gen {
+			m.mu.Unlock()
+			return
+		}
+		m.pending = nil
+		if e, ok := m.endpoints[p.target]; ok && e.state == Available {
+			m.switchLocked(p.target, p.reason, m.clock.Now())
+		}
+		m.updateCurrentLocked(0)
+		m.mu.Unlock()
+		m.deliver()
+	})
+}
+
+func (m *MultiEndpoint) cancelSwitchLocked() {
+	if p := m.pending; p != nil {
+		m.switchGen++
+		p.timer.Stop()
+		m.pending = nil
+	}
+}
+
+// switchLocked makes id current and queues the Event. m.mu must be held.
+func (m *MultiEndpoint) switchLocked(id string, reason Reason, now time.Time) {
+	from := m.Current()
+	if from == id {
+		return
+	}
+	m.current.Store(&id)
+	if m.onSwitch != nil {
+		m.events = append(m.events, Event{Name: m.name, From: from, To: id, Reason: reason, At: now})
+	}
+}
+
+// deliver hands queued events to OnSwitch, in order, with no lock held. Only one goroutine
+// delivers at a time; others leave their events to it, so order is kept without holding a
+// lock across the callback.
+func (m *MultiEndpoint) deliver() {
+	if m.onSwitch == nil {
+		return
+	}
+	m.mu.Lock()
+	if m.delivering {
+		m.mu.Unlock()
+		return
+	}
+	m.delivering = true
+	for len(m.events) > 0 && !m.closed {
+		ev := m.events[0]
+		m.events = m.events[1:]
+		m.mu.Unlock()
+		m.onSwitch(ev)
+		m.mu.Lock()
+	}
+	m.delivering = false
+	m.mu.Unlock()
+}
