@@ -1,0 +1,36 @@
+// Package spannermetest provides fake Private Service Connect (PSC) endpoints
+// for tests of multi-endpoint Spanner clients, in the spirit of
+// net/http/httptest.
+//
+// A fake PSC endpoint ([Endpoint]) is a TCP proxy that listens on its own
+// loopback address (127.0.0.1 and a port chosen by the OS) and forwards every
+// connection to one backend address, for example an in-process gRPC server,
+// spannertest's in-memory server or the Cloud Spanner emulator. A test puts
+// several endpoints in front of ONE shared backend and points each endpoint
+// of a MultiEndpoint configuration at a different [Endpoint.Addr]. It can then
+// make one endpoint fail the way networks fail ([Endpoint.Down],
+// [Endpoint.Reset], [Endpoint.Blackhole], [Endpoint.Slow]) and tell from
+// [Endpoint.Stats] which endpoint served a call.
+//
+// Why one shared backend: Spanner sessions (and transactions) live in the
+// backend. Real PSC endpoints of one Spanner instance all reach the same
+// service, so a session created through one endpoint is valid through every
+// other. Two independent fake servers behind two endpoints would instead make
+// every failover look like "session not found".
+//
+// Fault modes at a glance:
+//
+//	Pass       bytes flow normally (the default).
+//	Down       the listener is closed: new dials fail with ECONNREFUSED and
+//	           live connections are reset. Up re-listens on the same port.
+//	Reset      (an action, not a mode) live connections are reset; new ones
+//	           are accepted and forwarded.
+//	Blackhole  connections are accepted (the TCP handshake completes) but no
+//	           byte is forwarded either way, so a gRPC/HTTP2 handshake never
+//	           completes; the backend is not even dialed.
+//	Slow       added one-way latency and a bandwidth limit per direction.
+//
+// Everything listens on 127.0.0.1 only. Endpoint.Close stops every goroutine
+// the endpoint started before it returns, so tests can check for leaks (for
+// example with go.uber.org/goleak).
+package spannermetest
