@@ -296,6 +296,23 @@ func (e *Endpoint) Reset() {
 	}
 }
 
+// Drop drops every live connection as Reset does, but keeps the mode. After Blackhole, Drop
+// sends the clients back to reconnect into the black hole: an endpoint whose connections died
+// and whose address now accepts TCP but never answers. Drop does nothing while the endpoint
+// is Down or closed.
+func (e *Endpoint) Drop() {
+	e.mu.Lock()
+	if e.closed || e.ln == nil {
+		e.mu.Unlock()
+		return
+	}
+	drop := e.linksLocked()
+	e.mu.Unlock()
+	for _, l := range drop {
+		l.drop(true)
+	}
+}
+
 // Down closes the listener, so that new dials to [Endpoint.Addr] fail at
 // once with ECONNREFUSED, and drops every live connection with a TCP reset
 // on both sides. Down is idempotent and does nothing after Close.

@@ -1,0 +1,71 @@
+package spannerme
+
+import (
+	"net"
+	"strconv"
+	"strings"
+)
+
+// gRPC name-resolver schemes accepted as endpoint targets
+// (https://github.com/grpc/grpc/blob/master/doc/naming.md).
+var targetSchemes = []string{"dns:", "passthrough:", "unix:", "unix-abstract:"}
+
+// normalizeEndpoint checks one configured endpoint and returns the form used as its identity:
+//
+//   - "host:port" and "[v6]:port" are kept as they are;
+//   - gRPC target URIs ("dns:///host:port", "passthrough:///addr", "unix:path",
+//     "unix-abstract:name") are kept as they are;
+//   - "https://host[:port]" becomes "host:port" (port 443 when absent).
+//
+// Anything else returns a non-empty problem.
+func normalizeEndpoint(e string) (normalized, problem string) {
+	if e == "" {
+		return "", "empty endpoint"
+	}
+	if strings.TrimSpace(e) != e || strings.ContainsAny(e, " \t\r\n") {
+		return "", "endpoint contains white space"
+	}
+	for _, s := range targetSchemes {
+		if strings.HasPrefix(e, s) {
+			if len(strings.Trim(e[len(s):], "/")) == 0 {
+				return "", "gRPC target has no address"
+			}
+			return e, ""
+		}
+	}
+	if rest, ok := strings.CutPrefix(e, "https://"); ok {
+		rest = strings.TrimSuffix(rest, "/")
+		if strings.Contains(rest, "/") {
+			return "", "an https:// endpoint may not have a path"
+		}
+		if _, _, err := net.SplitHostPort(rest); err != nil {
+			rest = net.JoinHostPort(strings.Trim(rest, "[]"), "443")
+		}
+		if p := checkHostPort(rest); p != "" {
+			return "", p
+		}
+		return rest, ""
+	}
+	if strings.Contains(e, "://") {
+		return "", "unsupported scheme (use host:port, https://host[:port], or a dns:, passthrough: or unix: gRPC target)"
+	}
+	if p := checkHostPort(e); p != "" {
+		return "", p
+	}
+	return e, ""
+}
+
+func checkHostPort(hp string) string {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "not host:port (" + err.Error() + ")"
+	}
+	if host == "" {
+		return "missing host"
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return "port " + strconv.Quote(port) + " is not a number from 1 to 65535"
+	}
+	return ""
+}

@@ -1,0 +1,495 @@
+package spannerme
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+)
+
+// DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
+type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
+
+// GCPMultiEndpoint is a gRPC client connection over several named MultiEndpoints (groups of
+// endpoints in priority order), with one grpcgcp channel pool per unique endpoint shared by
+// every group that lists it. Each call goes to the current endpoint of the group named in its
+// context (NewMEContext), else of the default group. It implements grpc.ClientConnInterface.
+//
+// All methods are safe for concurrent use. Invoke and NewStream take no lock and do not
+// allocate beyond what gRPC does; UpdateMultiEndpoints and Close are serialized with each
+// other.
+type GCPMultiEndpoint struct {
+	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
+
+	dial      DialFunc
+	dialOpts  []grpc.DialOption
+	gcpConfig *pb.ApiConfig
+	settings  Settings
+	log       *slog.Logger
+
+	unknown sync.Map // group name (string) -> *atomic.Int64: calls that named an unknown group
+
+	mu      sync.Mutex // serializes UpdateMultiEndpoints and Close; guards the fields below
+	closed  bool
+	groups  map[string]*multiendpoint.MultiEndpoint
+	pools   map[string]*pool // the pools of the configured endpoints
+	retired map[*pool]bool   // draining pools, until closed
+	stop    chan struct{}    // closed by Close: stops monitors and drains
+	wg      sync.WaitGroup   // monitor and drain goroutines
+}
+
+// snapshot is an immutable routing table. The call path loads it with one atomic read.
+type snapshot struct {
+	defaultName string
+	def         *multiendpoint.MultiEndpoint
+	groups      map[string]*multiendpoint.MultiEndpoint
+	pools       map[string]*pool
+}
+
+var _ grpc.ClientConnInterface = (*GCPMultiEndpoint)(nil)
+
+// NewGCPMultiEndpoint validates gmeCfg, dials one channel pool per unique endpoint with opts,
+// and returns the GCPMultiEndpoint. It is NewGCPMultiEndpointWithSettings with zero Settings.
+func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.DialOption) (*GCPMultiEndpoint, error) {
+	return NewGCPMultiEndpointWithSettings(gmeCfg, Settings{}, opts...)
+}
+
+// NewGCPMultiEndpointWithSettings is NewGCPMultiEndpoint with Settings beyond upstream's.
+//
+// gmeCfg is not modified and not retained. GRPCgcpConfig may be nil; its channel pool MaxSize
+// defaults to DefaultPoolSize and MinSize to MaxSize. DialFunc, if set, dials each pool (it
+// receives the endpoint and the dial options); otherwise grpc.NewClient does. opts come after
+// this package's dial options (grpc_gcp balancer, reconnect backoff, keepalive, no channel
+// idleness), so they can override them.
+//
+// Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group and endpoint, for any
+// invalid configuration; the dial error, naming the endpoint, if a pool cannot be dialed. On
+// error every pool dialed so far is closed.
+func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...grpc.DialOption) (*GCPMultiEndpoint, error) {
+	cfg, err := parseConfig(gmeCfg)
+	if err != nil {
+		return nil, err
+	}
+	settings = settings.withDefaults()
+	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, DefaultPoolSize)
+	sc, err := serviceConfigJSON(apiCfg)
+	if err != nil {
+		return nil, err
+	}
+	dopts := []grpc.DialOption{
+		grpc.WithDisableServiceConfig(),
+		grpc.WithDefaultServiceConfig(sc),
+		grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
+		grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: backoff.DefaultConfig.BaseDelay, Multiplier: backoff.DefaultConfig.Multiplier, Jitter: backoff.DefaultConfig.Jitter, MaxDelay: settings.ReconnectMaxDelay},
+			MinConnectTimeout: settings.MinConnectTimeout,
+		}),
+		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
+	}
+	if settings.KeepaliveTime > 0 {
+		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: settings.KeepaliveTime}))
+	}
+	gme := &GCPMultiEndpoint{
+		dial:      gmeCfg.DialFunc,
+		dialOpts:  append(dopts, opts...),
+		gcpConfig: apiCfg,
+		settings:  settings,
+		log:       settings.Logger,
+		groups:    make(map[string]*multiendpoint.MultiEndpoint),
+		pools:     make(map[string]*pool),
+		retired:   make(map[*pool]bool),
+		stop:      make(chan struct{}),
+	}
+	if gme.dial == nil {
+		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+			return grpc.NewClient(target, opts...)
+		}
+	}
+	gme.mu.Lock()
+	defer gme.mu.Unlock()
+	if err := gme.applyLocked(cfg); err != nil {
+		return nil, err
+	}
+	return gme, nil
+}
+
+// Invoke performs a unary call on the current endpoint of the call's group.
+func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	p, err := gme.pick(ctx)
+	if err != nil {
+		return err
+	}
+	defer p.release()
+	return p.conn.Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream starts a streaming call on the current endpoint of the call's group. The call
+// counts as in flight on that endpoint until the stream ends (an error or io.EOF from RecvMsg,
+// or ctx done), so removing the endpoint does not cut it.
+func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	p, err := gme.pick(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := p.conn.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		p.release()
+		return nil, err
+	}
+	return newTrackedStream(ctx, cs, p).forDesc(desc), nil
+}
+
+// errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a
+// closed ClientConn.
+var errClosedCall = status.Error(codes.Canceled, "spannerme: GCPMultiEndpoint is closed")
+
+// pick returns the acquired pool of the current endpoint of ctx's group. A pool retired
+// between the snapshot load and the acquire makes it retry on the newer snapshot.
+func (gme *GCPMultiEndpoint) pick(ctx context.Context) (*pool, error) {
+	name, named := FromMEContext(ctx)
+	for range 4 {
+		s := gme.snap.Load()
+		if s == nil {
+			return nil, errClosedCall
+		}
+		me := s.def
+		if named && name != s.defaultName {
+			if g, ok := s.groups[name]; ok {
+				me = g
+			} else {
+				gme.noteUnknown(name)
+			}
+		}
+		if p := s.pools[me.Current()]; p != nil && p.acquire() {
+			return p, nil
+		}
+	}
+	// Only a reconfiguration racing this call on every attempt gets here.
+	return nil, status.Error(codes.Unavailable, "spannerme: endpoint reconfigured during the call; retry")
+}
+
+// noteUnknown counts a call that named a group that is not configured, logging the name once.
+func (gme *GCPMultiEndpoint) noteUnknown(name string) {
+	if c, ok := gme.unknown.Load(name); ok {
+		c.(*atomic.Int64).Add(1)
+		return
+	}
+	c, loaded := gme.unknown.LoadOrStore(name, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+	if !loaded {
+		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
+			"multiendpoint", name, "default", gme.snap.Load().defaultNameOrEmpty())
+	}
+}
+
+func (s *snapshot) defaultNameOrEmpty() string {
+	if s == nil {
+		return ""
+	}
+	return s.defaultName
+}
+
+// UpdateMultiEndpoints applies a new configuration while calls flow. Groups are matched by
+// name: new ones are created, missing ones removed, kept ones get the new endpoint list,
+// RecoveryTimeout and SwitchingDelay (their endpoints' states are kept). Endpoints are
+// matched by address: a new one gets a new pool; one no group lists any more is retired: it
+// takes no new calls, its in-flight calls (unary and streaming) finish, and it is closed when
+// they are done or after Settings.DrainTimeout. GRPCgcpConfig and DialFunc of meOpts are
+// ignored: pools keep the configuration they were dialed with.
+//
+// The whole configuration is validated and every new pool dialed before anything changes: on
+// error nothing changes and the new pools are closed. Errors: a *ConfigError wrapping
+// ErrInvalidConfig; a dial error naming the endpoint; an error wrapping ErrClosed after Close.
+func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpointOptions) error {
+	cfg, err := parseConfig(meOpts)
+	if err != nil {
+		return err
+	}
+	gme.mu.Lock()
+	defer gme.mu.Unlock()
+	if gme.closed {
+		return fmt.Errorf("spannerme: UpdateMultiEndpoints: %w", ErrClosed)
+	}
+	return gme.applyLocked(cfg)
+}
+
+// applyLocked moves to cfg: dial, create groups, publish, update groups, publish, retire.
+// gme.mu must be held. It dials without holding any other lock; calls keep flowing on the
+// published snapshot meanwhile.
+func (gme *GCPMultiEndpoint) applyLocked(cfg *config) error {
+	// 1. Dial new pools. Nothing is visible yet.
+	want := cfg.endpoints()
+	fresh := make(map[string]*pool)
+	for _, g := range cfg.groups {
+		for i, e := range g.endpoints {
+			if gme.pools[e] != nil || fresh[e] != nil {
+				continue
+			}
+			conn, err := gme.dial(context.Background(), e, gme.dialOpts...)
+			if err != nil {
+				for _, p := range fresh {
+					p.conn.Close()
+				}
+				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
+			}
+			fresh[e] = newPool(e, conn)
+		}
+	}
+	// 2. Create new groups (validated already, so New cannot fail on the list).
+	ready := func(e string) bool {
+		if p := gme.pools[e]; p != nil {
+			return p.ready.Load()
+		}
+		return false // a fresh pool has not connected yet
+	}
+	created := make(map[string]*multiendpoint.MultiEndpoint)
+	for _, g := range cfg.groups {
+		if gme.groups[g.name] != nil {
+			continue
+		}
+		me, err := multiendpoint.New(multiendpoint.Options{
+			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
+			Ready: ready, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
+		})
+		if err != nil { // unreachable after parseConfig; never leave a half-applied update
+			for _, me := range created {
+				me.Close()
+			}
+			for _, p := range fresh {
+				p.conn.Close()
+			}
+			return err
+		}
+		created[g.name] = me
+	}
+	// 3. Publish the new groups over the union of old and new pools, then update kept groups:
+	// a call that read the old snapshot and sees a new current endpoint retries on this one.
+	union := make(map[string]*pool, len(gme.pools)+len(fresh))
+	for e, p := range gme.pools {
+		union[e] = p
+	}
+	for e, p := range fresh {
+		union[e] = p
+	}
+	groups := make(map[string]*multiendpoint.MultiEndpoint, len(cfg.groups))
+	for _, g := range cfg.groups {
+		if me := gme.groups[g.name]; me != nil {
+			groups[g.name] = me
+		} else {
+			groups[g.name] = created[g.name]
+		}
+	}
+	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: union})
+	for _, g := range cfg.groups {
+		if me := gme.groups[g.name]; me != nil {
+			// Both calls were validated by parseConfig; they fail only after Close, which
+			// cannot run while gme.mu is held.
+			_ = me.SetTimeouts(g.recoveryTimeout, g.switchingDelay)
+			_ = me.SetEndpoints(g.endpoints)
+		}
+	}
+	// 4. Publish the final snapshot: only configured endpoints.
+	pools := make(map[string]*pool, len(want))
+	for e := range want {
+		pools[e] = union[e]
+	}
+	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: pools})
+	// 5. Start monitoring the new pools; sync every group with every pool's availability
+	// (an endpoint already READY that a group starts listing is Available at once).
+	for _, p := range fresh {
+		ctx, cancel := context.WithCancel(context.Background())
+		p.stopMonitor = cancel
+		gme.wg.Add(1)
+		go func() {
+			defer gme.wg.Done()
+			p.monitor(ctx, gme.publish)
+		}()
+	}
+	for _, p := range pools {
+		gme.publish(p)
+	}
+	// 6. Retire what is gone.
+	for name, me := range gme.groups {
+		if groups[name] == nil {
+			me.Close()
+		}
+	}
+	gme.groups = groups
+	for e, p := range gme.pools {
+		if !want[e] {
+			gme.retireLocked(p)
+		}
+	}
+	gme.pools = pools
+	return nil
+}
+
+// publish tells every group of the current snapshot the pool's availability, if the pool is
+// still the one serving its endpoint. It re-reads the availability after telling, so that a
+// change racing this call is never overwritten by an older value.
+func (gme *GCPMultiEndpoint) publish(p *pool) {
+	for {
+		v := p.version.Load()
+		ready := p.ready.Load()
+		s := gme.snap.Load()
+		if s == nil || s.pools[p.endpoint] != p {
+			return // closed, or a retired pool: its news concern nobody
+		}
+		for _, me := range s.groups {
+			me.SetEndpointAvailability(p.endpoint, ready)
+		}
+		if p.version.Load() == v {
+			return
+		}
+	}
+}
+
+// retireLocked stops new calls on p and closes it once drained. gme.mu must be held.
+func (gme *GCPMultiEndpoint) retireLocked(p *pool) {
+	p.retire()
+	gme.retired[p] = true
+	gme.wg.Add(1)
+	go func() {
+		defer gme.wg.Done()
+		if p.drainThenClose(gme.settings.DrainTimeout, gme.stop) {
+			gme.log.Warn("spannerme: retired endpoint's pool closed with calls still in flight after the drain timeout",
+				"endpoint", p.endpoint, "in_flight", p.inFlight(), "drain_timeout", gme.settings.DrainTimeout)
+		}
+		gme.mu.Lock()
+		delete(gme.retired, p)
+		gme.mu.Unlock()
+	}()
+}
+
+func (gme *GCPMultiEndpoint) onSwitch(ev SwitchEvent) {
+	gme.log.Info("spannerme: current endpoint changed",
+		"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
+	if gme.settings.OnSwitch != nil {
+		gme.settings.OnSwitch(ev)
+	}
+}
+
+// GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size
+// included.
+func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
+	return proto.Clone(gme.gcpConfig).(*pb.ApiConfig)
+}
+
+// Close stops every group's timers and every pool's monitor, closes every pool (calls in
+// flight end with codes.Canceled, as on a closed grpc.ClientConn), and waits for its
+// goroutines. Later calls fail with codes.Canceled. Close is idempotent; it returns the
+// first error from closing a pool.
+func (gme *GCPMultiEndpoint) Close() error {
+	gme.mu.Lock()
+	if gme.closed {
+		gme.mu.Unlock()
+		return nil
+	}
+	gme.closed = true
+	gme.snap.Store(nil)
+	close(gme.stop)
+	for _, me := range gme.groups {
+		me.Close()
+	}
+	pools := gme.pools
+	gme.mu.Unlock()
+	var errs []error
+	for _, p := range pools {
+		if err := p.close(); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint %q: %w", p.endpoint, err))
+		}
+	}
+	gme.wg.Wait() // drains see stop and close their pools
+	return errors.Join(errs...)
+}
+
+// Status is a point-in-time view of a GCPMultiEndpoint.
+type Status struct {
+	// Default is the default group's name.
+	Default string
+	// Groups lists every group (MultiEndpoint), by name.
+	Groups []GroupStatus
+	// Pools lists every endpoint's channel pool, by endpoint, retired ones that are still
+	// draining included.
+	Pools []PoolStatus
+	// UnknownGroups counts, per name, the calls that named a group that is not configured
+	// (they used the default group).
+	UnknownGroups map[string]int64
+	// Closed reports whether Close has been called.
+	Closed bool
+}
+
+// GroupStatus is one group in a Status.
+type GroupStatus = multiendpoint.Status
+
+// EndpointStatus is one endpoint of a group in a GroupStatus.
+type EndpointStatus = multiendpoint.EndpointStatus
+
+// PoolStatus is one endpoint's channel pool in a Status.
+type PoolStatus struct {
+	// Endpoint is the pool's endpoint.
+	Endpoint string
+	// Connectivity is the pool's gRPC connectivity state ("READY", "CONNECTING", ...): READY
+	// when at least one of its channels is.
+	Connectivity string
+	// InFlight counts the unary calls and open streams on the pool.
+	InFlight int64
+	// Retired reports that no group lists the endpoint any more: the pool takes no new calls
+	// and closes once InFlight reaches zero (or after Settings.DrainTimeout).
+	Retired bool
+}
+
+// Status returns a snapshot of the groups, pools and unknown group names.
+func (gme *GCPMultiEndpoint) Status() Status {
+	gme.mu.Lock()
+	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}}
+	if s := gme.snap.Load(); s != nil {
+		st.Default = s.defaultName
+	}
+	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
+	for _, me := range gme.groups {
+		groups = append(groups, me)
+	}
+	pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
+	for _, p := range gme.pools {
+		pools = append(pools, p)
+	}
+	for p := range gme.retired {
+		pools = append(pools, p)
+	}
+	gme.mu.Unlock()
+	for _, me := range groups {
+		st.Groups = append(st.Groups, me.Status())
+	}
+	sort.Slice(st.Groups, func(i, j int) bool { return st.Groups[i].Name < st.Groups[j].Name })
+	for _, p := range pools {
+		st.Pools = append(st.Pools, PoolStatus{Endpoint: p.endpoint, Connectivity: connectivityString(p.state.Load()),
+			InFlight: p.inFlight(), Retired: p.retired()})
+	}
+	sort.Slice(st.Pools, func(i, j int) bool {
+		if st.Pools[i].Endpoint != st.Pools[j].Endpoint {
+			return st.Pools[i].Endpoint < st.Pools[j].Endpoint
+		}
+		return !st.Pools[i].Retired
+	})
+	gme.unknown.Range(func(k, v any) bool {
+		st.UnknownGroups[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return st
+}

@@ -1,0 +1,126 @@
+package spannerme
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+)
+
+// retiringBit marks a pool's ref count once the pool is retired: no new call may acquire it.
+const retiringBit = int64(1) << 62
+
+// pool is one endpoint's grpcgcp channel pool, its connectivity monitor and its in-flight
+// call count. A pool belongs to one GCPMultiEndpoint; groups find it through the routing
+// snapshot, and the pool's identity (its pointer) tells its notifications apart from those of
+// an older pool of the same endpoint.
+type pool struct {
+	endpoint string
+	conn     *grpc.ClientConn
+
+	// ref counts in-flight calls; retiringBit is added once, when the pool is retired.
+	ref   atomic.Int64
+	state atomic.Int32 // last connectivity.State seen by the monitor
+	// ready is the availability last published to the groups; version counts its changes.
+	ready   atomic.Bool
+	version atomic.Uint64
+
+	drained     chan struct{} // closed when retired and no call is in flight
+	drainedOnce sync.Once
+	closeOnce   sync.Once
+
+	stopMonitor context.CancelFunc
+	monitorDone chan struct{}
+}
+
+func newPool(endpoint string, conn *grpc.ClientConn) *pool {
+	p := &pool{endpoint: endpoint, conn: conn, drained: make(chan struct{}), monitorDone: make(chan struct{})}
+	p.state.Store(int32(conn.GetState()))
+	return p
+}
+
+// acquire registers a call. It fails once the pool is retired; the caller then picks again
+// from a newer snapshot.
+func (p *pool) acquire() bool {
+	if p.ref.Add(1)&retiringBit != 0 {
+		p.release()
+		return false
+	}
+	return true
+}
+
+// release ends a call registered by acquire.
+func (p *pool) release() {
+	if p.ref.Add(-1) == retiringBit {
+		p.drainedOnce.Do(func() { close(p.drained) })
+	}
+}
+
+// retire stops new calls; drained is closed when the in-flight ones have finished.
+func (p *pool) retire() {
+	if p.ref.Add(retiringBit) == retiringBit {
+		p.drainedOnce.Do(func() { close(p.drained) })
+	}
+}
+
+// inFlight returns the number of calls in flight.
+func (p *pool) inFlight() int64 { return p.ref.Load() &^ retiringBit }
+
+func (p *pool) retired() bool { return p.ref.Load()&retiringBit != 0 }
+
+// close stops the monitor, waits for it, and closes the connection. Idempotent.
+func (p *pool) close() error {
+	var err error
+	p.closeOnce.Do(func() {
+		if p.stopMonitor != nil {
+			p.stopMonitor()
+			<-p.monitorDone
+		}
+		err = p.conn.Close()
+	})
+	return err
+}
+
+// monitor follows the pool's connectivity state until ctx is done, calling publish with the
+// pool's availability whenever it changes. READY is available. IDLE is not a failure: the
+// channel went idle (no calls for its idle timeout, or not connected yet), so the monitor asks
+// it to connect again and keeps the last availability; a warm standby thus stays connected
+// without any call. CONNECTING, TRANSIENT_FAILURE and SHUTDOWN are not available.
+func (p *pool) monitor(ctx context.Context, publish func(*pool)) {
+	defer close(p.monitorDone)
+	for {
+		s := p.conn.GetState()
+		p.state.Store(int32(s))
+		switch s {
+		case connectivity.Idle:
+			p.conn.Connect()
+		default:
+			if ready := s == connectivity.Ready; p.ready.Load() != ready {
+				p.ready.Store(ready)
+				p.version.Add(1)
+				publish(p)
+			}
+		}
+		if !p.conn.WaitForStateChange(ctx, s) {
+			return
+		}
+	}
+}
+
+// drainThenClose closes a retired pool once its calls are done, after timeout at the latest,
+// or at once when stop is closed. It reports whether the drain timed out.
+func (p *pool) drainThenClose(timeout time.Duration, stop <-chan struct{}) (timedOut bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.drained:
+	case <-t.C:
+		timedOut = true
+	case <-stop:
+	}
+	p.close()
+	return timedOut
+}

@@ -1,0 +1,89 @@
+package spannerme
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+)
+
+// Settings tunes what upstream's GCPMultiEndpointOptions cannot express. The zero value is
+// ready to use: every zero field takes the documented default.
+type Settings struct {
+	// ReconnectMaxDelay bounds gRPC's reconnect backoff for each endpoint's channels, so that
+	// a recovered endpoint is noticed within about this long. Zero means 5s (gRPC's own
+	// default is 120s: https://github.com/grpc/grpc/blob/master/doc/connection-backoff.md).
+	ReconnectMaxDelay time.Duration
+	// MinConnectTimeout is how long one connection attempt (TCP, TLS and HTTP/2 handshakes)
+	// may take before it is abandoned and retried. Zero means 10s (gRPC's default is 20s).
+	// Failover does not wait for it: an endpoint counts as not available as soon as it has no
+	// ready connection.
+	MinConnectTimeout time.Duration
+	// KeepaliveTime is the interval of HTTP/2 keepalive pings on idle connections, which is how
+	// a connection that silently stopped carrying bytes is found dead. Zero means 120s, the
+	// value the Cloud Spanner Go client uses (cloud.google.com/go/spanner, client.go); negative
+	// turns keepalive off. Servers reject pings more frequent than they allow (grpc-go's
+	// default minimum is 5 minutes without an active stream), so lower it only with care.
+	KeepaliveTime time.Duration
+	// DrainTimeout is how long an endpoint's pool that is no longer configured keeps serving
+	// its in-flight calls before it is closed anyway. Zero means 5 minutes.
+	DrainTimeout time.Duration
+	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// OnSwitch, if not nil, is called for every change of a group's current endpoint, in order
+	// per group, with no lock held. It must not block for long.
+	OnSwitch func(SwitchEvent)
+
+	// clock is the time source of the state machines; nil means the real clock. Tests in this
+	// package set it.
+	clock clock.Clock
+}
+
+func (s Settings) withDefaults() Settings {
+	if s.ReconnectMaxDelay <= 0 {
+		s.ReconnectMaxDelay = 5 * time.Second
+	}
+	if s.MinConnectTimeout <= 0 {
+		s.MinConnectTimeout = 10 * time.Second
+	}
+	if s.KeepaliveTime == 0 {
+		s.KeepaliveTime = 120 * time.Second
+	}
+	if s.DrainTimeout <= 0 {
+		s.DrainTimeout = 5 * time.Minute
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.clock == nil {
+		s.clock = clock.Real
+	}
+	return s
+}
+
+// SwitchEvent reports one change of a group's current endpoint: Name is the group, From and
+// To the endpoints, Reason why (fallback, recovery, reconfiguration), At when.
+type SwitchEvent = multiendpoint.Event
+
+// EndpointState is an endpoint's availability within a group: Available, Recovering (not
+// available for less than RecoveryTimeout) or Unavailable.
+type EndpointState = multiendpoint.State
+
+// The endpoint states.
+const (
+	Unavailable = multiendpoint.Unavailable
+	Available   = multiendpoint.Available
+	Recovering  = multiendpoint.Recovering
+)
+
+// SwitchReason says why a group's current endpoint changed.
+type SwitchReason = multiendpoint.Reason
+
+// The switch reasons.
+const (
+	Fallback        = multiendpoint.Fallback
+	Recovery        = multiendpoint.Recovery
+	Reconfiguration = multiendpoint.Reconfiguration
+)
