@@ -1,0 +1,392 @@
+package multiendpoint
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+// The property test drives random event sequences against the MultiEndpoint on a fake clock
+// and against refModel, a reference written from DESIGN.md § "The state machine" and the
+// package doc. The model keeps no timers: it keeps, per endpoint, the state, when it entered
+// it and when its recovery clock started, plus the pending switch's target and start, and
+// computes every deadline explicitly when time moves.
+
+// refEndpoint is one endpoint in the model.
+type refEndpoint struct {
+	state State
+	since time.Time // when it entered state (or was added)
+	left  time.Time // when its recovery clock started (left Available, or was added not ready)
+}
+
+// refPending is a switch waiting for the switching delay.
+type refPending struct {
+	target string
+	since  time.Time // when the switch to target became desired
+	reason Reason
+}
+
+type refModel struct {
+	name    string
+	now     time.Time
+	rt, sd  time.Duration
+	order   []string // by priority
+	eps     map[string]*refEndpoint
+	current string
+	pending *refPending
+	closed  bool
+	events  []string // emitted, not yet checked
+}
+
+func newRefModel(name string, now time.Time, endpoints []string, rt, sd time.Duration, ready map[string]bool) *refModel {
+	m := &refModel{name: name, now: now, rt: rt, sd: sd, eps: map[string]*refEndpoint{}, current: endpoints[0]}
+	for _, id := range endpoints {
+		m.add(id, ready[id])
+	}
+	m.order = slices.Clone(endpoints)
+	m.choose(0)
+	return m
+}
+
+// add is rule 1.
+func (m *refModel) add(id string, ready bool) {
+	e := &refEndpoint{since: m.now, left: m.now}
+	switch {
+	case ready:
+		e.state = Available
+	case m.rt > 0:
+		e.state = Recovering
+	default:
+		e.state = Unavailable
+	}
+	m.eps[id] = e
+}
+
+func (m *refModel) priority(id string) int { return slices.Index(m.order, id) }
+
+func (m *refModel) emit(to string, reason Reason) {
+	if to == m.current {
+		return
+	}
+	m.events = append(m.events, fmt.Sprintf("%s>%s %s@%s", m.current, to, reason, m.now.Format("15:04:05.000000000")))
+	m.current = to
+}
+
+// choose is rule 3. cause is Reconfiguration for SetEndpoints/SetTimeouts, else 0.
+func (m *refModel) choose(cause Reason) {
+	best := ""
+	for _, id := range m.order {
+		if m.eps[id].state == Available {
+			best = id
+			break
+		}
+	}
+	cur, kept := m.eps[m.current]
+	if best == "" { // nothing Available: keep the current endpoint, or take the top one
+		m.pending = nil
+		if !kept {
+			m.emit(m.order[0], Reconfiguration)
+		}
+		return
+	}
+	if kept && best == m.current {
+		m.pending = nil
+		return
+	}
+	higher := kept && m.priority(best) < m.priority(m.current)
+	if kept && cur.state == Recovering && !higher {
+		m.pending = nil // let the current endpoint recover
+		return
+	}
+	if kept && cur.state == Available && m.sd > 0 {
+		// best is necessarily higher than an Available current endpoint: wait the delay.
+		if m.pending == nil || m.pending.target != best {
+			reason := cause
+			if reason == 0 {
+				reason = Recovery
+			}
+			m.pending = &refPending{target: best, since: m.now, reason: reason}
+		}
+		return
+	}
+	// Unavailable, removed or Recovering current endpoint, or no delay: at once.
+	m.pending = nil
+	reason := cause
+	if reason == 0 {
+		reason = Fallback
+		if higher {
+			reason = Recovery
+		}
+	}
+	m.emit(best, reason)
+}
+
+// nextDeadline returns the earliest instant at which something happens by itself.
+func (m *refModel) nextDeadline() (time.Time, bool) {
+	var next time.Time
+	found := false
+	consider := func(t time.Time) {
+		if !found || t.Before(next) {
+			next, found = t, true
+		}
+	}
+	if m.closed {
+		return next, false
+	}
+	for _, id := range m.order {
+		if e := m.eps[id]; e.state == Recovering {
+			consider(e.left.Add(m.rt))
+		}
+	}
+	if m.pending != nil {
+		consider(m.pending.since.Add(m.sd))
+	}
+	return next, found
+}
+
+// advanceTo moves time to t, applying every deadline at or before t at its own instant.
+func (m *refModel) advanceTo(t time.Time) {
+	for {
+		d, ok := m.nextDeadline()
+		if !ok || d.After(t) {
+			break
+		}
+		if d.After(m.now) {
+			m.now = d
+		}
+		for _, id := range m.order {
+			if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.rt).After(m.now) {
+				e.state, e.since = Unavailable, m.now
+			}
+		}
+		m.choose(0)
+		if p := m.pending; p != nil && !p.since.Add(m.sd).After(m.now) {
+			m.pending = nil
+			m.emit(p.target, p.reason)
+			m.choose(0)
+		}
+	}
+	if t.After(m.now) {
+		m.now = t
+	}
+}
+
+// setAvailability is rule 2.
+func (m *refModel) setAvailability(id string, available bool) {
+	e, ok := m.eps[id]
+	if !ok || m.closed {
+		return
+	}
+	switch {
+	case available && e.state != Available:
+		e.state, e.since = Available, m.now
+	case !available && e.state == Available:
+		e.left, e.since = m.now, m.now
+		e.state = Unavailable
+		if m.rt > 0 {
+			e.state = Recovering
+		}
+	default:
+		return
+	}
+	m.choose(0)
+}
+
+// setEndpoints is rule 4.
+func (m *refModel) setEndpoints(list []string, ready map[string]bool) {
+	for id := range m.eps {
+		if !slices.Contains(list, id) {
+			delete(m.eps, id)
+		}
+	}
+	for _, id := range list {
+		if _, ok := m.eps[id]; !ok {
+			m.add(id, ready[id])
+		}
+	}
+	m.order = slices.Clone(list)
+	m.choose(Reconfiguration)
+}
+
+// setTimeouts: running clocks keep their start; what is past happens at once.
+func (m *refModel) setTimeouts(rt, sd time.Duration) {
+	m.rt, m.sd = rt, sd
+	for _, id := range m.order {
+		if e := m.eps[id]; e.state == Recovering && !e.left.Add(rt).After(m.now) {
+			e.state, e.since = Unavailable, m.now
+		}
+	}
+	if p := m.pending; p != nil && !p.since.Add(sd).After(m.now) {
+		m.pending = nil
+		m.emit(p.target, p.reason)
+	}
+	m.choose(Reconfiguration)
+}
+
+func (m *refModel) status() Status {
+	s := Status{Name: m.name, Current: m.current, RecoveryTimeout: m.rt, SwitchingDelay: m.sd, Closed: m.closed}
+	if p := m.pending; p != nil {
+		s.PendingSwitch, s.PendingSwitchAt = p.target, p.since.Add(m.sd)
+	}
+	for i, id := range m.order {
+		e := m.eps[id]
+		s.Endpoints = append(s.Endpoints, EndpointStatus{Endpoint: id, Priority: i, State: e.state, Since: e.since})
+	}
+	return s
+}
+
+var propUniverse = []string{"A", "B", "C", "D", "E"}
+
+// propDuration draws a duration on a 100ms grid (so deadlines often coincide), sometimes 0.
+func propDuration(t *rapid.T, label string) time.Duration {
+	return time.Duration(rapid.IntRange(0, 30).Draw(t, label)) * 100 * ms
+}
+
+func drawList(t *rapid.T, label string) []string {
+	perm := rapid.Permutation(propUniverse).Draw(t, label+"-perm")
+	n := rapid.IntRange(1, len(propUniverse)).Draw(t, label+"-len")
+	return perm[:n]
+}
+
+func drawReady(t *rapid.T, label string) map[string]bool {
+	ready := map[string]bool{}
+	if rapid.Bool().Draw(t, label+"-any") {
+		for _, id := range propUniverse {
+			ready[id] = rapid.Bool().Draw(t, label+"-"+id)
+		}
+	}
+	return ready
+}
+
+func TestProperty_MatchesReferenceModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		clk := clock.NewFake(time.Time{})
+		start := clk.Now()
+		stamp := func(at time.Time) string { return at.Format("15:04:05.000000000") }
+
+		list := drawList(t, "endpoints")
+		rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
+		ready := drawReady(t, "ready")
+		var readyNow map[string]bool // what Options.Ready answers; set before New/SetEndpoints
+		readyNow = ready
+
+		var got []string
+		m, err := New(Options{Name: "p", Endpoints: list, RecoveryTimeout: rt, SwitchingDelay: sd, Clock: clk,
+			Ready: func(e string) bool { return readyNow[e] },
+			OnSwitch: func(ev Event) {
+				got = append(got, fmt.Sprintf("%s>%s %s@%s", ev.From, ev.To, ev.Reason, stamp(ev.At)))
+			}})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		defer m.Close()
+		ref := newRefModel("p", start, list, rt, sd, ready)
+		prevCurrent := list[0]
+
+		check := func() {
+			t.Helper()
+			if m.Current() != ref.current {
+				t.Fatalf("Current() = %q, model %q\n impl:  %s\n model: %+v", m.Current(), ref.current, dump(m), ref.status())
+			}
+			if gs, ws := fmt.Sprintf("%+v", m.Status()), fmt.Sprintf("%+v", ref.status()); gs != ws {
+				t.Fatalf("Status differs\n impl:  %s\n model: %s", gs, ws)
+			}
+			if strings.Join(got, "; ") != strings.Join(ref.events, "; ") {
+				t.Fatalf("events = %q, model %q", got, ref.events)
+			}
+			// Independently of the model: the events chain from the previous current endpoint
+			// to the present one, and there is no event without a change.
+			from := prevCurrent
+			for _, ev := range got {
+				if !strings.HasPrefix(ev, from+">") {
+					t.Fatalf("event %q does not start from the current endpoint %q (events %q)", ev, from, got)
+				}
+				from = ev[len(from)+1 : strings.IndexByte(ev, ' ')]
+			}
+			if from != m.Current() {
+				t.Fatalf("events %q end at %q, but Current() is %q", got, from, m.Current())
+			}
+			got, ref.events, prevCurrent = nil, nil, m.Current()
+		}
+		check()
+
+		pickEndpoint := func(t *rapid.T) string {
+			// Mostly configured endpoints, sometimes an unknown one (ignored).
+			if rapid.IntRange(0, 9).Draw(t, "unknown") == 0 {
+				return rapid.SampledFrom(propUniverse).Draw(t, "any endpoint")
+			}
+			return rapid.SampledFrom(ref.order).Draw(t, "endpoint")
+		}
+		moveTo := func(at time.Time) {
+			clk.Set(at)
+			ref.advanceTo(at)
+		}
+
+		t.Repeat(map[string]func(*rapid.T){
+			"up": func(t *rapid.T) {
+				e := pickEndpoint(t)
+				m.SetEndpointAvailability(e, true)
+				ref.setAvailability(e, true)
+			},
+			"down": func(t *rapid.T) {
+				e := pickEndpoint(t)
+				m.SetEndpointAvailability(e, false)
+				ref.setAvailability(e, false)
+			},
+			"advance": func(t *rapid.T) {
+				d := time.Duration(rapid.IntRange(0, 40).Draw(t, "advance")) * 100 * ms
+				if rapid.IntRange(0, 4).Draw(t, "odd") == 0 {
+					d += time.Duration(rapid.IntRange(-1, 1).Draw(t, "ns"))
+				}
+				moveTo(ref.now.Add(d))
+			},
+			"advance to a deadline": func(t *rapid.T) {
+				d, ok := ref.nextDeadline()
+				if !ok {
+					t.Skip("no deadline")
+				}
+				// Exactly at it, or a nanosecond before or after.
+				moveTo(d.Add(time.Duration(rapid.IntRange(-1, 1).Draw(t, "offset"))))
+			},
+			"set endpoints": func(t *rapid.T) {
+				list := drawList(t, "new list")
+				readyNow = drawReady(t, "ready")
+				if err := m.SetEndpoints(list); err != nil {
+					t.Fatalf("SetEndpoints(%v): %v", list, err)
+				}
+				ref.setEndpoints(list, readyNow)
+			},
+			"set timeouts": func(t *rapid.T) {
+				rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
+				if err := m.SetTimeouts(rt, sd); err != nil {
+					t.Fatalf("SetTimeouts(%v, %v): %v", rt, sd, err)
+				}
+				ref.setTimeouts(rt, sd)
+			},
+			"": func(*rapid.T) { check() },
+		})
+
+		// Close stops everything: no timer stays scheduled, nothing changes afterwards.
+		m.Close()
+		ref.closed = true
+		if n := clk.Pending(); n != 0 {
+			t.Fatalf("%d timers pending after Close", n)
+		}
+		before := m.Current()
+		clk.Advance(time.Hour)
+		m.SetEndpointAvailability(rapid.SampledFrom(ref.order).Draw(t, "after close"), rapid.Bool().Draw(t, "avail"))
+		if m.Current() != before || len(got) != 0 {
+			t.Fatalf("after Close: Current() %q (was %q), events %q", m.Current(), before, got)
+		}
+		if err := m.SetEndpoints(propUniverse); !errors.Is(err, ErrClosed) {
+			t.Fatalf("SetEndpoints after Close = %v, want ErrClosed", err)
+		}
+	})
+}
