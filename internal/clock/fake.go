@@ -86,6 +86,9 @@ func (c *Fake) Set(t time.Time) { c.advanceTo(t) }
 func (c *Fake) advanceTo(target time.Time) {
 	for {
 		c.mu.Lock()
+		if target.Before(c.now) {
+			target = c.now // never backwards, but what is already due runs
+		}
 		next := c.nextDueLocked(target)
 		if next == nil {
 			if target.After(c.now) {
