@@ -306,6 +306,25 @@ func TestResetDropsLiveConnectionsKeepsAccepting(t *testing.T) {
 	}
 }
 
+func TestDropKeepsMode(t *testing.T) {
+	echo := startEcho(t)
+	e := NewEndpointTB(t, echo.addr())
+	e.Blackhole()
+	hole := dial(t, e.Addr())
+	waitFor(t, "Active == 1", func() bool { return e.Stats().Active == 1 })
+
+	e.Drop()
+	expectDropped(t, hole)
+	waitFor(t, "Active == 0", func() bool { return e.Stats().Active == 0 })
+	if e.Mode() != Blackhole {
+		t.Errorf("Mode() = %v after Drop, want blackhole", e.Mode())
+	}
+	expectNoEcho(t, dial(t, e.Addr()), 100*time.Millisecond)
+	if got := echo.accepted.Load(); got != 0 {
+		t.Errorf("backend accepted %d connections, want 0", got)
+	}
+}
+
 func TestBackendUnreachableDropsClient(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
