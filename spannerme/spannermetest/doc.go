@@ -9,7 +9,7 @@
 // several endpoints in front of ONE shared backend and points each endpoint
 // of a MultiEndpoint configuration at a different [Endpoint.Addr]. It can then
 // make one endpoint fail the way networks fail ([Endpoint.Down],
-// [Endpoint.Reset], [Endpoint.Blackhole], [Endpoint.Slow]) and tell from
+// [Endpoint.Reset], [Endpoint.Drop], [Endpoint.Blackhole], [Endpoint.Slow]) and tell from
 // [Endpoint.Stats] which endpoint served a call.
 //
 // Why one shared backend: Spanner sessions (and transactions) live in the
@@ -24,7 +24,9 @@
 //	Down       the listener is closed: new dials fail with ECONNREFUSED and
 //	           live connections are reset. Up re-listens on the same port.
 //	Reset      (an action, not a mode) live connections are reset; new ones
-//	           are accepted and forwarded.
+//	           are accepted and forwarded; the mode returns to Pass.
+//	Drop       (an action) like Reset, but the mode is kept: after Blackhole,
+//	           clients reconnect into the black hole.
 //	Blackhole  connections are accepted (the TCP handshake completes) but no
 //	           byte is forwarded either way, so a gRPC/HTTP2 handshake never
 //	           completes; the backend is not even dialed.

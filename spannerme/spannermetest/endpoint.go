@@ -81,8 +81,9 @@ type Stats struct {
 	// passed on for the backend (client → backend). Bytes are counted when
 	// the endpoint receives them, before delivery, so once the backend has
 	// seen a byte it is counted; bytes in flight when a connection is
-	// dropped are counted though never delivered. Bytes swallowed by a
-	// blackhole are not counted.
+	// dropped (or queued when Blackhole starts) are counted though never
+	// delivered. Bytes received while a connection is blackholed are not
+	// counted.
 	BytesToBackend int64
 	// BytesFromBackend is the same count for the other direction
 	// (backend → client).
@@ -334,8 +335,9 @@ func (e *Endpoint) Down() {
 }
 
 // Up makes a Down endpoint listen again on the same address, in [Pass]
-// mode. While the OS reports the port as still in use, Up retries for up
-// to 5 seconds. On an endpoint that is not Down, Up is [Endpoint.Pass].
+// mode. While the OS reports the port as still in use (for example, taken
+// meanwhile as the local port of some outgoing connection), Up retries for
+// up to 5 seconds. On an endpoint that is not Down, Up is [Endpoint.Pass].
 // It returns [ErrClosed] after Close, or the listen error (wrapped) if the
 // port cannot be bound again; the endpoint then stays Down.
 func (e *Endpoint) Up() error {
