@@ -9,8 +9,8 @@
 // several endpoints in front of ONE shared backend and points each endpoint
 // of a MultiEndpoint configuration at a different [Endpoint.Addr]. It can then
 // make one endpoint fail the way networks fail ([Endpoint.Down],
-// [Endpoint.Reset], [Endpoint.Drop], [Endpoint.Blackhole], [Endpoint.Slow]) and tell from
-// [Endpoint.Stats] which endpoint served a call.
+// [Endpoint.Reset], [Endpoint.Drop], [Endpoint.Blackhole], [Endpoint.Slow])
+// and tell from [Endpoint.Stats] which endpoint served a call.
 //
 // Why one shared backend: Spanner sessions (and transactions) live in the
 // backend. Real PSC endpoints of one Spanner instance all reach the same

@@ -199,6 +199,23 @@ func (e *Endpoint) Stats() Stats {
 	}
 }
 
+// ConnStats are one live connection's byte counters, counted as in [Stats].
+type ConnStats struct {
+	BytesToBackend, BytesFromBackend int64
+}
+
+// ConnStats returns the counters of every live connection, keyed by the client's address
+// ("127.0.0.1:port"), so that a test can tell how calls spread over a client's connections.
+func (e *Endpoint) ConnStats() map[string]ConnStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]ConnStats, len(e.links))
+	for l := range e.links {
+		out[l.client.RemoteAddr().String()] = ConnStats{BytesToBackend: l.toBackend.Load(), BytesFromBackend: l.fromBackend.Load()}
+	}
+	return out
+}
+
 // Pass makes the endpoint forward bytes normally: it clears [Endpoint.Slow]
 // settings (live connections speed up at their next chunk) and, when
 // leaving [Blackhole], drops the blackholed connections so that clients
@@ -459,7 +476,7 @@ func (e *Endpoint) admit(ln net.Listener, c net.Conn) {
 	if e.mode == Blackhole {
 		l.blackholed.Store(true)
 		// No backend: read and discard until the client goes away.
-		e.spawn(func() { l.pump(c, nil, nil, true) })
+		e.spawn(func() { l.pump(c, nil, nil, nil, true) })
 		return
 	}
 	e.spawn(l.connect)

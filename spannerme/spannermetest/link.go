@@ -46,6 +46,9 @@ type link struct {
 	dropped bool
 
 	dropOnce sync.Once
+
+	// toBackend and fromBackend count this connection's bytes, as the endpoint's counters do.
+	toBackend, fromBackend atomic.Int64
 }
 
 // chunk is bytes read from one side, to be written to the other no earlier
@@ -76,9 +79,9 @@ func (l *link) connect() {
 	toBackend := make(chan chunk, queuedChunks)
 	fromBackend := make(chan chunk, queuedChunks)
 	e := l.e
-	e.spawn(func() { l.pump(l.client, toBackend, &e.toBackend, true) })
+	e.spawn(func() { l.pump(l.client, toBackend, &e.toBackend, &l.toBackend, true) })
 	e.spawn(func() { l.deliver(b, toBackend, func(s *shaping) *rate.Limiter { return s.toBackend }) })
-	e.spawn(func() { l.pump(b, fromBackend, &e.fromBackend, false) })
+	e.spawn(func() { l.pump(b, fromBackend, &e.fromBackend, &l.fromBackend, false) })
 	e.spawn(func() { l.deliver(l.client, fromBackend, func(s *shaping) *rate.Limiter { return s.fromBackend }) })
 }
 
@@ -92,7 +95,7 @@ func (l *link) connect() {
 // proxy propagates resets. In a blackhole the end of the client side drops
 // the link, while the end of the backend side is hidden from the client
 // (the blackhole swallows the FIN too).
-func (l *link) pump(src net.Conn, out chan<- chunk, counter *atomic.Int64, fromClient bool) {
+func (l *link) pump(src net.Conn, out chan<- chunk, counter, linkCounter *atomic.Int64, fromClient bool) {
 	buf := make([]byte, readBufSize)
 	for {
 		n, err := src.Read(buf)
@@ -102,6 +105,7 @@ func (l *link) pump(src net.Conn, out chan<- chunk, counter *atomic.Int64, fromC
 				due = time.Now().Add(sh.latency)
 			}
 			counter.Add(int64(n))
+			linkCounter.Add(int64(n))
 			select {
 			case out <- chunk{data: bytes.Clone(buf[:n]), due: due}:
 			case <-l.ctx.Done():
