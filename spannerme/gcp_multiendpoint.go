@@ -50,6 +50,12 @@ type GCPMultiEndpoint struct {
 	retired map[*pool]bool   // draining pools, until closed
 	stop    chan struct{}    // closed by Close: stops monitors and drains
 	wg      sync.WaitGroup   // monitor and drain goroutines
+
+	// front is the connection given to the Spanner client (NewMultiEndpointClient*), closed
+	// with gme; frontDone is closed when its watcher goroutine ends. Guarded by mu.
+	front     *grpc.ClientConn
+	frontDone chan struct{}
+	closeDone chan struct{} // closed when the first Close has finished
 }
 
 // snapshot is an immutable routing table. The call path loads it with one atomic read.
@@ -392,21 +398,32 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 
 // Close stops every group's timers and every pool's monitor, closes every pool (calls in
 // flight end with codes.Canceled, as on a closed grpc.ClientConn), and waits for its
-// goroutines. Later calls fail with codes.Canceled. Close is idempotent; it returns the
-// first error from closing a pool.
-func (gme *GCPMultiEndpoint) Close() error {
+// goroutines. Later calls fail with codes.Canceled. For a GCPMultiEndpoint made by
+// NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
+// idempotent; it returns the first errors from closing the pools.
+func (gme *GCPMultiEndpoint) Close() error { return gme.close(true) }
+
+// close is Close; the front connection's watcher calls it with waitFront false, since it is
+// the goroutine Close would wait for.
+func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.mu.Lock()
 	if gme.closed {
+		done := gme.closeDone
 		gme.mu.Unlock()
+		if waitFront {
+			<-done // Close returns only once everything is closed
+		}
 		return nil
 	}
 	gme.closed = true
+	gme.closeDone = make(chan struct{})
+	defer close(gme.closeDone)
 	gme.snap.Store(nil)
 	close(gme.stop)
 	for _, me := range gme.groups {
 		me.Close()
 	}
-	pools := gme.pools
+	pools, front, frontDone := gme.pools, gme.front, gme.frontDone
 	gme.mu.Unlock()
 	var errs []error
 	for _, p := range pools {
@@ -415,6 +432,12 @@ func (gme *GCPMultiEndpoint) Close() error {
 		}
 	}
 	gme.wg.Wait() // drains see stop and close their pools
+	if front != nil {
+		front.Close() // already closed when the Spanner client closed it
+		if waitFront {
+			<-frontDone
+		}
+	}
 	return errors.Join(errs...)
 }
 

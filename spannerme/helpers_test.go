@@ -21,7 +21,11 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// goleakOptions ignore the one goroutine that is not ours to stop: go.opencensus.io (a
+// dependency of the Spanner client) starts its stats worker in an init function.
+var goleakOptions = []goleak.Option{goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start")}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleakOptions...) }
 
 // nameServer is a gRPC TestService that answers with its name, so a test knows which
 // endpoint served a call.
