@@ -561,4 +561,3 @@ func TestCase_F12_ChannelSpreadWithMultiplexedSession(t *testing.T) {
 		})
 	}
 }
-
