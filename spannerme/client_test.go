@@ -561,3 +561,48 @@ func TestCase_F12_ChannelSpreadWithMultiplexedSession(t *testing.T) {
 		})
 	}
 }
+
+// F6, documented rule: session RPCs use the Default group. Once the session exists, routed
+// queries keep working while the Default group is down; a client that starts while the
+// Default group is down has no session, so routed queries fail too.
+func TestCase_F6_DefaultGroupDown(t *testing.T) {
+	groups := func(b *spannerBackend) *grpcgcp.GCPMultiEndpointOptions {
+		return options("default", map[string]*multiendpoint.MultiEndpointOptions{
+			"default": group(0, 0, b.eps[0].Addr()),
+			"read":    group(0, 0, b.eps[1].Addr()),
+		})
+	}
+	t.Run("after the session exists", func(t *testing.T) {
+		b := startSpannerBackend(t, 2)
+		client, gme := newSpannerClient(t, b, groups(b), fastSettings(nil))
+		if _, err := countAccounts(context.Background(), client); err != nil {
+			t.Fatal(err)
+		}
+		b.eps[0].Down()
+		eventually(t, 10*time.Second, "default group down", func() bool { return groupOf(gme, "default").Endpoints[0].State == Unavailable })
+		ctx, cancel := context.WithTimeout(NewMEContext(context.Background(), "read"), 10*time.Second)
+		defer cancel()
+		for range 10 {
+			if _, err := countAccounts(ctx, client); err != nil {
+				t.Fatalf("routed query with the default group down: %v", err)
+			}
+		}
+	})
+	t.Run("at client start", func(t *testing.T) {
+		b := startSpannerBackend(t, 2)
+		b.eps[0].Down()
+		client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), b.database, fixture.ClientConfig(), groups(b), fastSettings(nil), clientOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gme.Close()
+		defer client.Close()
+		ctx, cancel := context.WithTimeout(NewMEContext(context.Background(), "read"), 2*time.Second)
+		defer cancel()
+		if _, err := countAccounts(ctx, client); err == nil {
+			t.Fatal("routed query succeeded without a session; the documented rule is wrong")
+		} else {
+			t.Logf("routed query without a session: %v", err)
+		}
+	})
+}

@@ -1,0 +1,198 @@
+package spannerme_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+// fakeSpanner starts an in-memory Spanner with the test schema and seed rows, and n fake PSC
+// endpoints in front of it. Real code has real endpoints such as "psc-east4:443" instead.
+func fakeSpanner(n int) (database string, endpoints []*spannermetest.Endpoint, opts []option.ClientOption, stop func()) {
+	srv, db, err := fixture.NewSpannertestServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	direct, err := fixture.NewClient(context.Background(), srv.Addr, db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := fixture.Seed(context.Background(), direct); err != nil {
+		log.Fatal(err)
+	}
+	direct.Close()
+	for range n {
+		e, err := spannermetest.NewEndpoint(srv.Addr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		endpoints = append(endpoints, e)
+	}
+	// Offline: no credentials and plaintext (real PSC endpoints use TLS and credentials).
+	opts = []option.ClientOption{option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	return db, endpoints, opts, func() {
+		for _, e := range endpoints {
+			e.Close()
+		}
+		srv.Close()
+	}
+}
+
+// offlineConfig is the Spanner client configuration for a machine without credentials: no
+// built-in metrics export.
+var offlineConfig = spanner.ClientConfig{SessionPoolConfig: spanner.DefaultSessionPoolConfig, DisableNativeMetrics: true}
+
+func countAccounts(ctx context.Context, client *spanner.Client) int64 {
+	var n int64
+	err := client.Single().Query(ctx, spanner.Statement{SQL: "SELECT COUNT(*) FROM Accounts"}).Do(func(r *spanner.Row) error {
+		return r.Column(0, &n)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return n
+}
+
+// One endpoint: the simplest MultiEndpoint configuration.
+func ExampleNewMultiEndpointClientWithConfig_singleEndpoint() {
+	database, eps, opts, stop := fakeSpanner(1)
+	defer stop()
+	ctx := context.Background()
+
+	client, gme, err := spannerme.NewMultiEndpointClientWithConfig(ctx, database, offlineConfig, &grpcgcp.GCPMultiEndpointOptions{
+		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
+			"default": {Endpoints: []string{eps[0].Addr()}}, // e.g. "psc-east4:443"
+		},
+		Default: "default",
+	}, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close() // closes gme too
+	fmt.Println("accounts:", countAccounts(ctx, client))
+	fmt.Println("groups:", len(gme.Status().Groups))
+	// Output:
+	// accounts: 8
+	// groups: 1
+}
+
+// Several groups: a call picks one with NewMEContext (grpcgcp.NewMEContext works too);
+// without it, the Default group serves.
+func ExampleNewMEContext() {
+	database, eps, opts, stop := fakeSpanner(2)
+	defer stop()
+	east, west := eps[0], eps[1]
+	ctx := context.Background()
+
+	client, _, err := spannerme.NewMultiEndpointClientWithConfig(ctx, database, offlineConfig, &grpcgcp.GCPMultiEndpointOptions{
+		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
+			"default": {Endpoints: []string{east.Addr(), west.Addr()}}, // psc-east4, then psc-west2
+			"west":    {Endpoints: []string{west.Addr(), east.Addr()}}, // psc-west2, then psc-east4
+		},
+		Default: "default",
+	}, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	countAccounts(ctx, client) // the session exists from here on
+	before := west.Stats().BytesFromBackend
+	countAccounts(spannerme.NewMEContext(ctx, "west"), client)
+	fmt.Println("served by west:", west.Stats().BytesFromBackend > before)
+	// Output:
+	// served by west: true
+}
+
+// Fallback: the primary endpoint goes down; after RecoveryTimeout the group fails over to the
+// next endpoint; when the primary is back, it switches back after SwitchingDelay.
+func ExampleNewMultiEndpointClientWithSettings_fallback() {
+	database, eps, opts, stop := fakeSpanner(2)
+	defer stop()
+	primary, fallback := eps[0], eps[1]
+	ctx := context.Background()
+
+	switched := make(chan spannerme.SwitchEvent, 10)
+	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(ctx, database, offlineConfig, &grpcgcp.GCPMultiEndpointOptions{
+		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
+			"default": {
+				Endpoints:       []string{primary.Addr(), fallback.Addr()},
+				RecoveryTimeout: 300 * time.Millisecond, // how long a down endpoint may recover
+				SwitchingDelay:  300 * time.Millisecond, // how long a recovered one must stay up
+			},
+		},
+		Default: "default",
+	}, spannerme.Settings{OnSwitch: func(ev spannerme.SwitchEvent) { switched <- ev }}, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	countAccounts(ctx, client)
+
+	primary.Down()
+	ev := <-switched
+	fmt.Println(ev.Reason, "to the fallback:", ev.To == fallback.Addr())
+	fmt.Println("accounts:", countAccounts(ctx, client))
+
+	if err := primary.Up(); err != nil {
+		log.Fatal(err)
+	}
+	ev = <-switched
+	fmt.Println(ev.Reason, "to the primary:", ev.To == primary.Addr())
+	fmt.Println("current is primary:", gme.Status().Groups[0].Current == primary.Addr())
+	// Output:
+	// fallback to the fallback: true
+	// accounts: 8
+	// recovery to the primary: true
+	// current is primary: true
+}
+
+// Runtime reconfiguration: groups and endpoints change while calls flow; nothing changes if
+// the new configuration is invalid.
+func ExampleGCPMultiEndpoint_UpdateMultiEndpoints() {
+	database, eps, opts, stop := fakeSpanner(2)
+	defer stop()
+	ctx := context.Background()
+
+	cfg := func(endpoints ...string) *grpcgcp.GCPMultiEndpointOptions {
+		return &grpcgcp.GCPMultiEndpointOptions{
+			MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{"default": {Endpoints: endpoints}},
+			Default:        "default",
+		}
+	}
+	client, gme, err := spannerme.NewMultiEndpointClientWithConfig(ctx, database, offlineConfig, cfg(eps[0].Addr()), opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	countAccounts(ctx, client)
+
+	// Move the traffic to the second endpoint.
+	if err := gme.UpdateMultiEndpoints(cfg(eps[1].Addr())); err != nil {
+		log.Fatal(err)
+	}
+	before := eps[1].Stats().BytesFromBackend
+	fmt.Println("accounts:", countAccounts(ctx, client))
+	fmt.Println("served by the new endpoint:", eps[1].Stats().BytesFromBackend > before)
+
+	// An invalid configuration is rejected as a whole.
+	err = gme.UpdateMultiEndpoints(cfg(eps[0].Addr(), "no-port"))
+	fmt.Println(err)
+	// Output:
+	// accounts: 8
+	// served by the new endpoint: true
+	// invalid MultiEndpoint configuration: group "default": endpoint 1 "no-port": not host:port (address no-port: missing port in address)
+}
