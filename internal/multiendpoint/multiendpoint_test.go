@@ -491,14 +491,88 @@ func TestRule5_StaleTimerCallbackIsNoOp(t *testing.T) {
 	}
 }
 
-// capturingClock remembers the last scheduled callback, to run it out of turn.
+// Rule 5: a switch timer superseded by SetTimeouts (same pending switch, re-armed) does
+// nothing if its callback runs anyway.
+func TestRule5_StaleSwitchCallbackIsNoOp(t *testing.T) {
+	clk := &capturingClock{Fake: clock.NewFake(time.Time{})}
+	m, err := New(Options{Endpoints: []string{"A", "B"}, SwitchingDelay: sd, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.SetEndpointAvailability("B", true) // A Unavailable: B current at once
+	m.SetEndpointAvailability("A", true) // switch B -> A pending, due at sd
+	stale := clk.last
+	if err := m.SetTimeouts(0, 2*time.Second); err != nil { // the same switch, now due at 2s
+		t.Fatal(err)
+	}
+	clk.Advance(sd)
+	stale() // the old timer's callback, as a real timer racing Stop could run it
+	if m.Current() != "B" {
+		t.Errorf("stale switch callback switched to %q before the new delay", m.Current())
+	}
+	clk.Advance(2*time.Second - sd)
+	if m.Current() != "A" {
+		t.Errorf("Current() = %q after the new delay, want A", m.Current())
+	}
+}
+
+// Rule 5: every callback ever scheduled, run after Close, changes nothing.
+func TestRule5_CallbacksAfterCloseAreNoOps(t *testing.T) {
+	clk := &capturingClock{Fake: clock.NewFake(time.Time{})}
+	var events int
+	m, err := New(Options{Endpoints: []string{"A", "B", "C"}, RecoveryTimeout: rt, SwitchingDelay: sd, Clock: clk,
+		OnSwitch: func(Event) { events++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetEndpointAvailability("C", true)
+	clk.Advance(rt) // A, B Unavailable: C current
+	m.SetEndpointAvailability("B", true)
+	m.SetEndpointAvailability("A", true)  // switch C -> A pending
+	m.SetEndpointAvailability("B", false) // B Recovering
+	m.Close()
+	before, eventsBefore := m.Status(), events
+	for _, f := range clk.all {
+		f()
+	}
+	if got := m.Status(); fmt.Sprint(got) != fmt.Sprint(before) || events != eventsBefore {
+		t.Errorf("callbacks after Close changed the state or emitted events:\n got %v (%d events)\nwant %v (%d events)",
+			got, events, before, eventsBefore)
+	}
+}
+
+// Rule 5: Close from inside OnSwitch drops the events queued behind the one being delivered.
+func TestRule5_NoEventAfterCloseDuringDelivery(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	var m *MultiEndpoint
+	var got []string
+	m, err := New(Options{Endpoints: []string{"A", "B"}, Clock: clk, OnSwitch: func(ev Event) {
+		got = append(got, ev.From+">"+ev.To)
+		if ev.To == "B" {
+			m.SetEndpointAvailability("A", true) // queues B>A behind this event
+			m.Close()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetEndpointAvailability("B", true)
+	if fmt.Sprint(got) != "[A>B]" {
+		t.Errorf("events = %v, want [A>B] (none after Close)", got)
+	}
+}
+
+// capturingClock remembers the scheduled callbacks, to run them out of turn.
 type capturingClock struct {
 	*clock.Fake
 	last func()
+	all  []func()
 }
 
 func (c *capturingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 	c.last = f
+	c.all = append(c.all, f)
 	return c.Fake.AfterFunc(d, f)
 }
 
