@@ -502,6 +502,9 @@ func TestRule5_StaleSwitchCallbackIsNoOp(t *testing.T) {
 	defer m.Close()
 	m.SetEndpointAvailability("B", true) // A Unavailable: B current at once
 	m.SetEndpointAvailability("A", true) // switch B -> A pending, due at sd
+	if s := m.Status(); s.PendingSwitch != "A" || m.Current() != "B" {
+		t.Fatalf("want B current and a switch to A pending: %s", dump(m))
+	}
 	stale := clk.last
 	if err := m.SetTimeouts(0, 2*time.Second); err != nil { // the same switch, now due at 2s
 		t.Fatal(err)
