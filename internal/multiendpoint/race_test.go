@@ -158,6 +158,14 @@ func TestRace_ConcurrentCallers(t *testing.T) {
 	}
 	t.Logf("%d events", events.Load())
 
+	// Leave a timer certainly scheduled, an hour away, so that Close has something to stop.
+	if err := m.SetTimeouts(time.Hour, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	configured.Store("G", true)
+	if err := m.SetEndpoints([]string{"G", "A"}); err != nil { // G is new: Recovering for an hour
+		t.Fatal(err)
+	}
 	m.Close()
 	final := m.Current()
 	if n := clk.pendingTimers(); n != 0 {
