@@ -51,8 +51,10 @@ type Options struct {
 	// before the change is applied.
 	Ready func(endpoint string) bool
 	// OnSwitch, if not nil, receives every change of the current endpoint, in order, one at a
-	// time, on the goroutine that caused it, with no lock of the MultiEndpoint held (it may call
-	// the MultiEndpoint). It must not block for long.
+	// time, with no lock of the MultiEndpoint held (it may call the MultiEndpoint): on the
+	// goroutine that caused the change, or on one that is already delivering events. New may
+	// call it before it returns (e.g. RecoveryTimeout 0 and only a lower endpoint ready). Events
+	// still queued when Close is called are dropped. It must not block for long.
 	OnSwitch func(Event)
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.Clock
