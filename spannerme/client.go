@@ -26,6 +26,7 @@ const emulatorHostEnv = "SPANNER_EMULATOR_HOST"
 // NewMultiEndpointClient is NewMultiEndpointClientWithConfig with the Spanner client's
 // default configuration, as upstream's spanner.NewMultiEndpointClient.
 func NewMultiEndpointClient(ctx context.Context, database string, gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
+	//lint:ignore SA1019 the same default configuration as upstream's spanner.NewMultiEndpointClient
 	return NewMultiEndpointClientWithConfig(ctx, database, spanner.ClientConfig{SessionPoolConfig: spanner.DefaultSessionPoolConfig}, gmeCfg, opts...)
 }
 
@@ -74,8 +75,9 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 			"emulator", host)
 	}
 	poolSize := uint32(DefaultPoolSize)
+	//lint:ignore SA1019 upstream's MultiEndpoint client sizes its pools from NumChannels too
 	if config.NumChannels > 0 {
-		poolSize = uint32(config.NumChannels)
+		poolSize = uint32(config.NumChannels) //lint:ignore SA1019 as above
 	}
 	cfg.GRPCgcpConfig = spannerAPIConfig(cfg.GRPCgcpConfig, poolSize)
 	if cfg.DialFunc == nil {
@@ -90,7 +92,8 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 		gme.Close()
 		return nil, nil, err
 	}
-	config.NumChannels = 0 // the client sees one connection: the front
+	//lint:ignore SA1019 the client sees one connection, the front; a NumChannels > 1 would be rejected
+	config.NumChannels = 0
 	client, err := spanner.NewClientWithConfig(ctx, database, config, append(opts, option.WithGRPCConn(front))...)
 	if err != nil {
 		gme.Close() // closes the front too

@@ -483,7 +483,7 @@ func TestClient_PoolSize(t *testing.T) {
 	b := startSpannerBackend(t, 1)
 	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
 	cfg := fixture.ClientConfig()
-	cfg.NumChannels = 3
+	cfg.NumChannels = 3 //lint:ignore SA1019 the pool size rule under test
 	client, gme, err := NewMultiEndpointClientWithConfig(context.Background(), b.database, cfg, o, clientOptions()...)
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func fakeSpanner(n int) (database string, endpoints []*spannermetest.Endpoint, o
 
 // offlineConfig is the Spanner client configuration for a machine without credentials: no
 // built-in metrics export.
-var offlineConfig = spanner.ClientConfig{SessionPoolConfig: spanner.DefaultSessionPoolConfig, DisableNativeMetrics: true}
+var offlineConfig = spanner.ClientConfig{DisableNativeMetrics: true}
 
 func countAccounts(ctx context.Context, client *spanner.Client) int64 {
 	var n int64
