@@ -43,17 +43,22 @@ type GCPMultiEndpoint struct {
 	log       *slog.Logger
 
 	unknown sync.Map // group name (string) -> *atomic.Int64: calls that named an unknown group
+	events  *eventQueue
 
-	mu      sync.Mutex // serializes UpdateMultiEndpoints and Close; guards the fields below
+	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
+	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
+	// the snapshot, Status and the pool goroutines take only mu.
+	updateMu sync.Mutex
+	stop     chan struct{}  // closed by Close: stops monitors and drains
+	wg       sync.WaitGroup // monitor and drain goroutines; Add only under updateMu
+
+	mu      sync.Mutex // guards the fields below; never held across a dial, gRPC call or callback
 	closed  bool
 	groups  map[string]*multiendpoint.MultiEndpoint
 	pools   map[string]*pool // the pools of the configured endpoints
 	retired map[*pool]bool   // draining pools, until closed
-	stop    chan struct{}    // closed by Close: stops monitors and drains
-	wg      sync.WaitGroup   // monitor and drain goroutines
-
 	// front is the connection given to the Spanner client (NewMultiEndpointClient*), closed
-	// with gme; frontDone is closed when its watcher goroutine ends. Guarded by mu.
+	// with gme; frontDone is closed when its watcher goroutine ends.
 	front     *grpc.ClientConn
 	frontDone chan struct{}
 	closeDone chan struct{} // closed when the first Close has finished
@@ -121,15 +126,17 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		pools:     make(map[string]*pool),
 		retired:   make(map[*pool]bool),
 		stop:      make(chan struct{}),
+		events:    newEventQueue(settings.Logger, settings.OnSwitch),
 	}
 	if gme.dial == nil {
 		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			return grpc.NewClient(target, opts...)
 		}
 	}
-	gme.mu.Lock()
-	defer gme.mu.Unlock()
-	if err := gme.applyLocked(cfg); err != nil {
+	gme.updateMu.Lock()
+	defer gme.updateMu.Unlock()
+	if err := gme.apply(cfg); err != nil {
+		gme.events.close()
 		return nil, err
 	}
 	return gme, nil
@@ -227,67 +234,72 @@ func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpoi
 	if err != nil {
 		return err
 	}
-	gme.mu.Lock()
-	defer gme.mu.Unlock()
-	if gme.closed {
-		return fmt.Errorf("spannerme: UpdateMultiEndpoints: %w", ErrClosed)
-	}
-	return gme.applyLocked(cfg)
+	gme.updateMu.Lock()
+	defer gme.updateMu.Unlock()
+	return gme.apply(cfg)
 }
 
-// applyLocked moves to cfg: dial, create groups, publish, update groups, publish, retire.
-// gme.mu must be held. It dials without holding any other lock; calls keep flowing on the
-// published snapshot meanwhile.
-func (gme *GCPMultiEndpoint) applyLocked(cfg *config) error {
+// apply moves to cfg: dial, create groups, publish, update groups, publish, retire.
+// gme.updateMu must be held; gme.mu is taken only to read and write the maps, never across a
+// dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
+func (gme *GCPMultiEndpoint) apply(cfg *config) error {
+	gme.mu.Lock()
+	if gme.closed {
+		gme.mu.Unlock()
+		return fmt.Errorf("spannerme: UpdateMultiEndpoints: %w", ErrClosed)
+	}
+	oldPools, oldGroups := gme.pools, gme.groups // replaced, never mutated, under updateMu
+	gme.mu.Unlock()
+
 	// 1. Dial new pools. Nothing is visible yet.
 	want := cfg.endpoints()
 	fresh := make(map[string]*pool)
+	closeFresh := func() {
+		for _, p := range fresh {
+			p.conn.Close()
+		}
+	}
 	for _, g := range cfg.groups {
 		for i, e := range g.endpoints {
-			if gme.pools[e] != nil || fresh[e] != nil {
+			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
 			conn, err := gme.dial(context.Background(), e, gme.dialOpts...)
 			if err != nil {
-				for _, p := range fresh {
-					p.conn.Close()
-				}
+				closeFresh()
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
 			}
 			fresh[e] = newPool(e, conn)
 		}
 	}
-	// 2. Create new groups (validated already, so New cannot fail on the list).
+	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);
+	// a fresh pool has not connected yet.
 	ready := func(e string) bool {
-		if p := gme.pools[e]; p != nil {
-			return p.ready.Load()
-		}
-		return false // a fresh pool has not connected yet
+		p := oldPools[e]
+		return p != nil && p.ready.Load()
 	}
 	created := make(map[string]*multiendpoint.MultiEndpoint)
 	for _, g := range cfg.groups {
-		if gme.groups[g.name] != nil {
+		if oldGroups[g.name] != nil {
 			continue
 		}
 		me, err := multiendpoint.New(multiendpoint.Options{
 			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
-			Ready: ready, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
+			Ready: ready, OnSwitch: gme.events.push, Clock: gme.settings.clock,
 		})
 		if err != nil { // unreachable after parseConfig; never leave a half-applied update
 			for _, me := range created {
 				me.Close()
 			}
-			for _, p := range fresh {
-				p.conn.Close()
-			}
+			closeFresh()
 			return err
 		}
 		created[g.name] = me
 	}
 	// 3. Publish the new groups over the union of old and new pools, then update kept groups:
 	// a call that read the old snapshot and sees a new current endpoint retries on this one.
-	union := make(map[string]*pool, len(gme.pools)+len(fresh))
-	for e, p := range gme.pools {
+	union := make(map[string]*pool, len(oldPools)+len(fresh))
+	for e, p := range oldPools {
 		union[e] = p
 	}
 	for e, p := range fresh {
@@ -295,7 +307,7 @@ func (gme *GCPMultiEndpoint) applyLocked(cfg *config) error {
 	}
 	groups := make(map[string]*multiendpoint.MultiEndpoint, len(cfg.groups))
 	for _, g := range cfg.groups {
-		if me := gme.groups[g.name]; me != nil {
+		if me := oldGroups[g.name]; me != nil {
 			groups[g.name] = me
 		} else {
 			groups[g.name] = created[g.name]
@@ -303,9 +315,9 @@ func (gme *GCPMultiEndpoint) applyLocked(cfg *config) error {
 	}
 	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: union})
 	for _, g := range cfg.groups {
-		if me := gme.groups[g.name]; me != nil {
-			// Both calls were validated by parseConfig; they fail only after Close, which
-			// cannot run while gme.mu is held.
+		if me := oldGroups[g.name]; me != nil {
+			// Both calls were validated by parseConfig; they fail only after the group's
+			// Close, which only Close and this function call, under updateMu.
 			_ = me.SetTimeouts(g.recoveryTimeout, g.switchingDelay)
 			_ = me.SetEndpoints(g.endpoints)
 		}
@@ -331,18 +343,24 @@ func (gme *GCPMultiEndpoint) applyLocked(cfg *config) error {
 		gme.publish(p)
 	}
 	// 6. Retire what is gone.
-	for name, me := range gme.groups {
+	var gone []*pool
+	gme.mu.Lock()
+	gme.groups, gme.pools = groups, pools
+	for e, p := range oldPools {
+		if !want[e] {
+			gme.retired[p] = true
+			gone = append(gone, p)
+		}
+	}
+	gme.mu.Unlock()
+	for name, me := range oldGroups {
 		if groups[name] == nil {
 			me.Close()
 		}
 	}
-	gme.groups = groups
-	for e, p := range gme.pools {
-		if !want[e] {
-			gme.retireLocked(p)
-		}
+	for _, p := range gone {
+		gme.retire(p)
 	}
-	gme.pools = pools
 	return nil
 }
 
@@ -366,10 +384,10 @@ func (gme *GCPMultiEndpoint) publish(p *pool) {
 	}
 }
 
-// retireLocked stops new calls on p and closes it once drained. gme.mu must be held.
-func (gme *GCPMultiEndpoint) retireLocked(p *pool) {
+// retire stops new calls on p and closes it once drained. gme.updateMu must be held (it
+// starts a goroutine counted by gme.wg).
+func (gme *GCPMultiEndpoint) retire(p *pool) {
 	p.retire()
-	gme.retired[p] = true
 	gme.wg.Add(1)
 	go func() {
 		defer gme.wg.Done()
@@ -381,14 +399,6 @@ func (gme *GCPMultiEndpoint) retireLocked(p *pool) {
 		delete(gme.retired, p)
 		gme.mu.Unlock()
 	}()
-}
-
-func (gme *GCPMultiEndpoint) onSwitch(ev SwitchEvent) {
-	gme.log.Info("spannerme: current endpoint changed",
-		"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
-	if gme.settings.OnSwitch != nil {
-		gme.settings.OnSwitch(ev)
-	}
 }
 
 // GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size
@@ -419,13 +429,19 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.closed = true
 	gme.closeDone = make(chan struct{})
 	defer close(gme.closeDone)
+	gme.mu.Unlock()
+
+	gme.updateMu.Lock() // waits for an update in progress; later ones see closed
+	defer gme.updateMu.Unlock()
 	gme.snap.Store(nil)
 	close(gme.stop)
-	for _, me := range gme.groups {
+	gme.mu.Lock()
+	groups, pools, front, frontDone := gme.groups, gme.pools, gme.front, gme.frontDone
+	gme.mu.Unlock()
+	for _, me := range groups {
 		me.Close()
 	}
-	pools, front, frontDone := gme.pools, gme.front, gme.frontDone
-	gme.mu.Unlock()
+	gme.events.close()
 	var errs []error
 	for _, p := range pools {
 		if err := p.close(); err != nil {

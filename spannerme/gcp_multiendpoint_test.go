@@ -120,10 +120,49 @@ func TestSwitchBackAfterSwitchingDelay(t *testing.T) {
 	if failed != 0 {
 		t.Errorf("%d calls failed during switch-back", failed)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(events) < 2 || events[0].Reason != Fallback || events[len(events)-1].Reason != Recovery {
-		t.Errorf("events = %v, want a fallback then a recovery", events)
+	eventually(t, 5*time.Second, "a fallback then a recovery event", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(events) >= 2 && events[0].Reason == Fallback && events[len(events)-1].Reason == Recovery
+	})
+}
+
+// OnSwitch runs with no lock held: it may read the status, reconfigure and even close.
+func TestOnSwitchMayCallBack(t *testing.T) {
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr(), e2.Addr())})
+	var gme *GCPMultiEndpoint
+	ready := make(chan struct{})
+	var armed atomic.Bool // startup switches (whichever pool connects first) do not count
+	done := make(chan error, 1)
+	s := fastSettings(nil)
+	s.OnSwitch = func(ev SwitchEvent) {
+		<-ready
+		if !armed.Load() || ev.To != e2.Addr() {
+			return
+		}
+		_ = gme.Status()
+		err := gme.UpdateMultiEndpoints(options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e2.Addr())}))
+		if err == nil {
+			err = gme.Close()
+		}
+		done <- err
+	}
+	gme = newGME(t, o, s)
+	close(ready)
+	waitServedBy(t, context.Background(), gme, "E1", 5*time.Second)
+	armed.Store(true)
+	e1.Down()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnSwitch calling back into the GCPMultiEndpoint did not finish")
+	}
+	if !gme.Status().Closed {
+		t.Error("not closed")
 	}
 }
 

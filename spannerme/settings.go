@@ -32,8 +32,10 @@ type Settings struct {
 	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
 	// means slog.Default().
 	Logger *slog.Logger
-	// OnSwitch, if not nil, is called for every change of a group's current endpoint, in order
-	// per group, with no lock held. It must not block for long.
+	// OnSwitch, if not nil, is called for every change of a group's current endpoint, in order,
+	// on a goroutine of the GCPMultiEndpoint's own with no lock held, shortly after the change
+	// took effect. It may call the GCPMultiEndpoint (even Close); a slow OnSwitch delays only
+	// later events. Events not yet delivered when Close is called are dropped.
 	OnSwitch func(SwitchEvent)
 
 	// clock is the time source of the state machines; nil means the real clock. Tests in this

@@ -1,0 +1,76 @@
+package spannerme
+
+import (
+	"log/slog"
+	"sync"
+)
+
+// eventQueue hands switch events to the logger and to Settings.OnSwitch on a goroutine of
+// its own, in the order the groups emitted them. The state machines and the update path push
+// without waiting, so a slow or re-entrant callback (one that calls UpdateMultiEndpoints or
+// Close) can neither block them nor deadlock.
+type eventQueue struct {
+	log      *slog.Logger
+	onSwitch func(SwitchEvent)
+
+	mu     sync.Mutex // guards queue and closed
+	queue  []SwitchEvent
+	closed bool
+	wake   chan struct{} // capacity 1: there is something to deliver; closed by close
+}
+
+func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent)) *eventQueue {
+	q := &eventQueue{log: log, onSwitch: onSwitch, wake: make(chan struct{}, 1)}
+	go q.run()
+	return q
+}
+
+// push queues ev. It never blocks. Events pushed after close are dropped.
+func (q *eventQueue) push(ev SwitchEvent) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	q.queue = append(q.queue, ev)
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *eventQueue) run() {
+	for range q.wake {
+		for {
+			q.mu.Lock()
+			if q.closed || len(q.queue) == 0 {
+				closed := q.closed
+				q.mu.Unlock()
+				if closed {
+					return
+				}
+				break
+			}
+			ev := q.queue[0]
+			q.queue = q.queue[1:]
+			q.mu.Unlock()
+			q.log.Info("spannerme: current endpoint changed",
+				"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
+			if q.onSwitch != nil {
+				q.onSwitch(ev)
+			}
+		}
+	}
+}
+
+// close drops undelivered events and ends the goroutine once the callback in progress, if
+// any, returns. It does not wait for that callback, so that OnSwitch may call Close.
+// Idempotent.
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed, q.queue = true, nil
+		close(q.wake)
+	}
+}
