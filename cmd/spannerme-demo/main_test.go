@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
+)
+
+func TestMain(m *testing.M) {
+	// go.opencensus.io, a dependency of the Spanner client, starts its worker in init.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
+
+func runDemo(t *testing.T, args ...string) (*summary, string) {
+	t.Helper()
+	f, err := parseFlags(append([]string{"-config", "../../testdata/demo-config.yaml", "-phase", "700ms",
+		"-recovery-timeout", "300ms", "-switching-delay", "500ms"}, args...), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	sum, err := run(ctx, f, &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	return sum, out.String()
+}
+
+func checkStory(t *testing.T, sum *summary, out string) {
+	t.Helper()
+	t.Logf("demo output:\n%s", out)
+	if !sum.ok() {
+		t.Fatalf("demo failed")
+	}
+	if sum.failover < 300*time.Millisecond || sum.switchBack < 500*time.Millisecond {
+		t.Errorf("failover %v (RecoveryTimeout 300ms), switch-back %v (SwitchingDelay 500ms): too early", sum.failover, sum.switchBack)
+	}
+	for _, want := range []string{"east4 goes DOWN", "failover to psc-east4-fallback", "served by psc-west2: true", "runtime reconfiguration", "switch-back to psc-east4", "result:             OK"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+func TestDemoInMemory(t *testing.T) {
+	sum, out := runDemo(t)
+	checkStory(t, sum, out)
+}
+
+func TestDemoEmulator(t *testing.T) {
+	if _, err := emulator.FindBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and the Cloud Spanner emulator is missing: %v", err)
+		}
+		t.Skipf("SKIPPING the demo against the Cloud Spanner emulator: %v", err)
+	}
+	sum, out := runDemo(t, "-emulator")
+	checkStory(t, sum, out)
+}
+
+func TestParseFlags(t *testing.T) {
+	if _, err := parseFlags([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+	for _, bad := range [][]string{{"-phase", "0s"}, {"-readers", "0", "-writers", "0"}, {"-nope"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	f, err := parseFlags([]string{"-emulator"}, io.Discard)
+	if err != nil || f.writers != 1 {
+		t.Errorf("-emulator: writers %d, %v; want 1", f.writers, err)
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	c, err := loadConfig("../../testdata/demo-config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.endpointNames(), ","); got != "psc-east4:443,psc-east4-fallback:443,psc-west2:443" {
+		t.Errorf("endpoint names %s", got)
+	}
+	o := c.options(map[string]string{"psc-east4:443": "a:1", "psc-east4-fallback:443": "b:2", "psc-west2:443": "c:3"}, 0, 0)
+	if d := o.MultiEndpoints["default"]; o.Default != "default" || d.RecoveryTimeout != time.Second || d.SwitchingDelay != 2*time.Second ||
+		strings.Join(d.Endpoints, ",") != "a:1,b:2" {
+		t.Errorf("options %+v %+v", o, d)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"unknown field":   "default: d\nmultiEndpoints:\n  d:\n    endpoints: [a:1]\n    recoveryTime: 1s\n",
+		"bad duration":    "default: d\nmultiEndpoints:\n  d:\n    endpoints: [a:1]\n    recoveryTimeout: soon\n",
+		"not yaml at all": "{{{",
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_"))
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadConfig(p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+// backend is ONE Spanner (sessions live there) with its address and database.
+type backend struct {
+	name     string
+	addr     string
+	database string
+	close    func()
+}
+
+func startBackend(ctx context.Context, useEmulator bool) (*backend, error) {
+	if !useEmulator {
+		srv, db, err := fixture.NewSpannertestServer()
+		if err != nil {
+			return nil, err
+		}
+		return &backend{name: "in-memory Spanner (spannertest)", addr: srv.Addr, database: db, close: srv.Close}, nil
+	}
+	ddl, err := fixture.Schema()
+	if err != nil {
+		return nil, err
+	}
+	emu, err := emulator.Start(ctx, emulator.Options{DDL: ddl})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{name: "Cloud Spanner emulator", addr: emu.Addr(), database: emu.DatabasePath(), close: func() { emu.Close() }}, nil
+}
+
+// switchLog collects the switch events of the client, for the timeline and the summary.
+type switchLog struct {
+	mu     sync.Mutex
+	events []spannerme.SwitchEvent
+	notify chan struct{}
+}
+
+func (l *switchLog) add(ev spannerme.SwitchEvent) {
+	l.mu.Lock()
+	l.events = append(l.events, ev)
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor waits up to timeout for an event matching match that happened after since.
+func (l *switchLog) waitFor(ctx context.Context, timeout time.Duration, since time.Time, match func(spannerme.SwitchEvent) bool) (spannerme.SwitchEvent, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		l.mu.Lock()
+		for _, ev := range l.events {
+			if !ev.At.Before(since) && match(ev) {
+				l.mu.Unlock()
+				return ev, nil
+			}
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.notify:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return spannerme.SwitchEvent{}, ctx.Err()
+		}
+	}
+}
+
+// lockedWriter serializes the lines of the timeline, the story and the switch events.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summary, error) {
+	out := &lockedWriter{w: w} // every line is one Write
+	cfg, err := loadConfig(f.config)
+	if err != nil {
+		return nil, err
+	}
+	setupCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	be, err := startBackend(setupCtx, f.emulator)
+	if err != nil {
+		return nil, fmt.Errorf("starting the backend: %w", err)
+	}
+	defer be.close()
+	direct, err := fixture.NewClient(setupCtx, be.addr, be.database)
+	if err != nil {
+		return nil, err
+	}
+	err = fixture.Seed(setupCtx, direct)
+	direct.Close()
+	if err != nil {
+		return nil, fmt.Errorf("seeding: %w", err)
+	}
+
+	// One fake PSC endpoint per configured endpoint name, all in front of the one backend.
+	names := cfg.endpointNames()
+	eps := map[string]*spannermetest.Endpoint{}
+	addr := map[string]string{}
+	nameOf := map[string]string{}
+	for _, n := range names {
+		e, err := spannermetest.NewEndpoint(be.addr)
+		if err != nil {
+			return nil, err
+		}
+		defer e.Close()
+		eps[n], addr[n] = e, e.Addr()
+		nameOf[e.Addr()] = strings.TrimSuffix(n, ":443")
+	}
+	for _, want := range []string{"psc-east4:443", "psc-east4-fallback:443", "psc-west2:443"} {
+		if eps[want] == nil {
+			return nil, fmt.Errorf("%s: the story needs endpoint %s", f.config, want)
+		}
+	}
+	east, fallback, west := eps["psc-east4:443"], eps["psc-east4-fallback:443"], eps["psc-west2:443"]
+
+	fmt.Fprintf(out, "spannerme demo: %s at %s, database %s\n", be.name, be.addr, be.database)
+	for _, n := range names {
+		fmt.Fprintf(out, "  fake PSC endpoint %-24s -> %s\n", n, addr[n])
+	}
+	opts := cfg.options(addr, f.recoveryTimeout, f.switchingDelay)
+	for _, g := range sortedGroups(opts) {
+		fmt.Fprintf(out, "  MultiEndpoint %-8q endpoints %v, RecoveryTimeout %v, SwitchingDelay %v\n",
+			g, endpointNames(nameOf, opts.MultiEndpoints[g].Endpoints), opts.MultiEndpoints[g].RecoveryTimeout, opts.MultiEndpoints[g].SwitchingDelay)
+	}
+	def := opts.MultiEndpoints[opts.Default]
+
+	switches := &switchLog{notify: make(chan struct{}, 1)}
+	settings := spannerme.Settings{ReconnectMaxDelay: f.reconnectMax, Logger: logger, OnSwitch: func(ev spannerme.SwitchEvent) {
+		switches.add(ev)
+		fmt.Fprintf(out, "  >> %s: %s -> %s (%s)\n", ev.Name, nameOf[ev.From], nameOf[ev.To], ev.Reason)
+	}}
+	// Offline: no credentials, plaintext to the loopback endpoints (F9).
+	clientOpts := []option.ClientOption{option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.database, fixture.ClientConfig(), opts, settings, clientOpts...)
+	if err != nil {
+		return nil, err
+	}
+	defer gme.Close()
+	defer client.Close()
+	if err := waitReady(setupCtx, gme, len(names)); err != nil {
+		return nil, err
+	}
+
+	accounts, err := fixture.Accounts()
+	if err != nil {
+		return nil, err
+	}
+	ld := startLoad(ctx, client, accounts, f.readers, f.writers)
+	tl := startTimeline(ctx, out, gme, eps, names, nameOf, ld)
+	sum := &summary{backend: be.name}
+	story := func() error {
+		sleep := func(d time.Duration) error {
+			select {
+			case <-time.After(d):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := sleep(f.phase); err != nil {
+			return err
+		}
+		tl.say("east4 goes DOWN (listener closed, connections dropped)")
+		down := time.Now()
+		east.Down()
+		ev, err := switches.waitFor(ctx, def.RecoveryTimeout+30*time.Second, down, func(ev spannerme.SwitchEvent) bool {
+			return ev.Name == opts.Default && ev.From == east.Addr()
+		})
+		if err != nil {
+			return fmt.Errorf("no failover: %w", err)
+		}
+		sum.failover = ev.At.Sub(down)
+		tl.say(fmt.Sprintf("failover to %s %v after the fault (RecoveryTimeout %v)", nameOf[ev.To], sum.failover.Round(time.Millisecond), def.RecoveryTimeout))
+		if err := sleep(f.phase); err != nil {
+			return err
+		}
+
+		before := west.Stats().BytesFromBackend
+		n, err := countAccounts(spannerme.NewMEContext(ctx, "west"), client)
+		if err != nil {
+			sum.routedErr = err
+			return fmt.Errorf("routed query: %w", err)
+		}
+		sum.routedServedByWest = west.Stats().BytesFromBackend > before
+		tl.say(fmt.Sprintf("query routed to \"west\": %d accounts, served by psc-west2: %v", n, sum.routedServedByWest))
+
+		newOpts := cfg.options(addr, f.recoveryTimeout, f.switchingDelay)
+		newOpts.MultiEndpoints[opts.Default].Endpoints = append(newOpts.MultiEndpoints[opts.Default].Endpoints, west.Addr())
+		newOpts.MultiEndpoints["west"].Endpoints = []string{west.Addr(), fallback.Addr()}
+		if err := gme.UpdateMultiEndpoints(newOpts); err != nil {
+			return fmt.Errorf("runtime reconfiguration: %w", err)
+		}
+		sum.reconfigured = true
+		tl.say(fmt.Sprintf("runtime reconfiguration: %s = %v, west = %v",
+			opts.Default, endpointNames(nameOf, newOpts.MultiEndpoints[opts.Default].Endpoints), endpointNames(nameOf, newOpts.MultiEndpoints["west"].Endpoints)))
+		if err := sleep(f.phase); err != nil {
+			return err
+		}
+
+		tl.say("east4 comes back UP")
+		up := time.Now()
+		if err := east.Up(); err != nil {
+			return err
+		}
+		ev, err = switches.waitFor(ctx, def.SwitchingDelay+30*time.Second, up, func(ev spannerme.SwitchEvent) bool {
+			return ev.Name == opts.Default && ev.To == east.Addr()
+		})
+		if err != nil {
+			return fmt.Errorf("no switch-back: %w", err)
+		}
+		sum.switchBack = ev.At.Sub(up)
+		sum.switchingDelay = def.SwitchingDelay
+		sum.recoveryTimeout = def.RecoveryTimeout
+		tl.say(fmt.Sprintf("switch-back to %s %v after it came up (SwitchingDelay %v, plus reconnecting)", nameOf[ev.To], sum.switchBack.Round(time.Millisecond), def.SwitchingDelay))
+		return sleep(f.phase)
+	}
+	storyErr := story()
+	ld.stop()
+	tl.stop()
+	sum.load = ld.totals()
+	if storyErr != nil {
+		sum.storyErr = storyErr
+	}
+	verifyCtx, cancelVerify := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelVerify()
+	sum.writesFound, sum.verifyErr = ld.verifyWrites(verifyCtx, client)
+	sum.print(out)
+	return sum, nil
+}
+
+func countAccounts(ctx context.Context, client *spanner.Client) (int64, error) {
+	var n int64
+	err := client.Single().Query(ctx, spanner.Statement{SQL: "SELECT COUNT(*) FROM Accounts"}).Do(func(r *spanner.Row) error {
+		return r.Column(0, &n)
+	})
+	return n, err
+}
+
+// waitReady waits until every endpoint's pool is READY, so the story starts from a warm state.
+func waitReady(ctx context.Context, gme *spannerme.GCPMultiEndpoint, n int) error {
+	for {
+		ready := 0
+		for _, p := range gme.Status().Pools {
+			if p.Connectivity == "READY" {
+				ready++
+			}
+		}
+		if ready == n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("endpoints not ready: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// sortedGroups returns the group names of o, sorted.
+func sortedGroups(o *grpcgcp.GCPMultiEndpointOptions) []string {
+	out := make([]string, 0, len(o.MultiEndpoints))
+	for n := range o.MultiEndpoints {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// names2 maps endpoint addresses back to their PSC names.
+func endpointNames(nameOf map[string]string, addrs []string) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = nameOf[a]
+	}
+	return out
+}
