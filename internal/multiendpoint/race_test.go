@@ -93,7 +93,7 @@ func TestRace_ConcurrentCallers(t *testing.T) {
 		budget     = 300 * time.Millisecond
 		iterations = 20000 // per goroutine, whichever ends first
 	)
-	deadline := time.Now().Add(budget)
+	deadline := clock.Real.Now().Add(budget)
 	var wg sync.WaitGroup
 	var errs sync.Map // first failure per kind, reported after the run
 	fail := func(kind, msg string) { errs.LoadOrStore(kind, msg) }
@@ -102,7 +102,7 @@ func TestRace_ConcurrentCallers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, 1))
-			for i := 0; i < iterations && time.Now().Before(deadline); i++ {
+			for i := 0; i < iterations && clock.Real.Now().Before(deadline); i++ {
 				body(r)
 			}
 		}()
