@@ -10,7 +10,12 @@
 //  2. When an Available endpoint stops being available it becomes Recovering and, if it is
 //     still not available exactly RecoveryTimeout after it left Available, Unavailable. With
 //     RecoveryTimeout 0 it becomes Unavailable at once. Repeated not-available reports never
-//     restart that clock.
+//     restart that clock. Flapping does not restart it either: an endpoint that comes back is
+//     on probation for RecoveryTimeout, and if it fails again during probation its clock
+//     continues from its first failure (or from its return, if it had been Unavailable); if
+//     that clock has already run out it becomes Unavailable at once. So an endpoint that
+//     drops every 100ms is Unavailable RecoveryTimeout after its first drop (scenario F4).
+//     The first connection of an endpoint added not available is no recovery: no probation.
 //  3. Current is the highest-priority Available endpoint, except that: a Recovering current
 //     endpoint is kept while nothing of higher priority is Available; a switch away from an
 //     Available current endpoint waits SwitchingDelay, during which the target must stay
@@ -87,9 +92,14 @@ type endpoint struct {
 	priority int
 	state    State
 	since    time.Time
-	// leftAvailable is when the recovery clock started: when the endpoint left Available, or
-	// when it was added not available.
+	// leftAvailable is when the recovery clock started: when the endpoint left a stable
+	// Available, or when it was added not available, or came back from Unavailable.
 	leftAvailable time.Time
+	// probation: the endpoint is Available again, but for less than RecoveryTimeout; if it
+	// fails now, its recovery clock continues from leftAvailable instead of restarting.
+	probation bool
+	// fresh: added not available and never Available since.
+	fresh bool
 	gen           uint64 // bumped on every transition; a recovery timer of an older gen is stale
 	timer         clock.Timer
 }
@@ -160,12 +170,22 @@ func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool)
 	now := m.clock.Now()
 	switch {
 	case available && e.state != Available:
+		if e.state == Unavailable {
+			e.leftAvailable = now // a later failure during probation counts from here
+		}
 		m.setStateLocked(e, Available, now)
+		if m.recoveryTimeout > 0 && !e.fresh { // a first connection is no recovery
+			e.probation = true
+			m.scheduleStableLocked(e, m.recoveryTimeout)
+		}
+		e.fresh = false
 	case !available && e.state == Available:
-		e.leftAvailable = now
-		if m.recoveryTimeout > 0 {
+		if !e.probation {
+			e.leftAvailable = now // a fresh failure: a fresh recovery clock
+		}
+		if left := e.leftAvailable.Add(m.recoveryTimeout).Sub(now); m.recoveryTimeout > 0 && left > 0 {
 			m.setStateLocked(e, Recovering, now)
-			m.scheduleUnavailableLocked(e, m.recoveryTimeout)
+			m.scheduleUnavailableLocked(e, left)
 		} else {
 			m.setStateLocked(e, Unavailable, now)
 		}
@@ -232,14 +252,20 @@ func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duratio
 	now := m.clock.Now()
 	m.recoveryTimeout, m.switchingDelay = recoveryTimeout, switchingDelay
 	for _, e := range m.order {
-		if e.state != Recovering {
-			continue
-		}
-		left := e.leftAvailable.Add(recoveryTimeout).Sub(now)
-		if left <= 0 {
-			m.setStateLocked(e, Unavailable, now)
-		} else {
-			m.scheduleUnavailableLocked(e, left)
+		switch {
+		case e.state == Recovering:
+			if left := e.leftAvailable.Add(recoveryTimeout).Sub(now); left <= 0 {
+				m.setStateLocked(e, Unavailable, now)
+			} else {
+				m.scheduleUnavailableLocked(e, left)
+			}
+		case e.probation:
+			if left := e.since.Add(recoveryTimeout).Sub(now); left <= 0 {
+				m.stopTimerLocked(e)
+				e.probation = false
+			} else {
+				m.scheduleStableLocked(e, left)
+			}
 		}
 	}
 	if p := m.pending; p != nil {
@@ -312,7 +338,7 @@ func (m *MultiEndpoint) readySet(endpoints []string) map[string]bool {
 
 // addLocked adds a new endpoint by rule 1. m.mu must be held.
 func (m *MultiEndpoint) addLocked(id string, priority int, ready bool, now time.Time) {
-	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now}
+	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: !ready}
 	m.endpoints[id] = e
 	switch {
 	case ready:
@@ -335,11 +361,29 @@ func (m *MultiEndpoint) reorderLocked(endpoints []string) {
 	}
 }
 
-// setStateLocked moves e to state s, stopping its recovery timer. m.mu must be held.
+// setStateLocked moves e to state s, stopping its timer and ending any probation. m.mu must
+// be held.
 func (m *MultiEndpoint) setStateLocked(e *endpoint, s State, now time.Time) {
 	m.stopTimerLocked(e)
 	e.state = s
 	e.since = now
+	e.probation = false
+}
+
+// scheduleStableLocked ends e's probation after d unless it changes state first. m.mu must be
+// held.
+func (m *MultiEndpoint) scheduleStableLocked(e *endpoint, d time.Duration) {
+	m.stopTimerLocked(e)
+	gen := e.gen
+	e.timer = m.clock.AfterFunc(d, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed || e.gen != gen || m.endpoints[e.id] != e {
+			return
+		}
+		e.timer = nil
+		e.probation = false
+	})
 }
 
 func (m *MultiEndpoint) stopTimerLocked(e *endpoint) {

@@ -204,6 +204,45 @@ func TestRule2_RecoveringEndpointThatComesBackStaysCurrent(t *testing.T) {
 	}})
 }
 
+// F4: an endpoint that comes back and drops again and again does not keep traffic by
+// restarting its recovery clock: it is Unavailable RecoveryTimeout after its first drop,
+// traffic settles on the fallback, and it returns only after a whole SwitchingDelay up.
+func TestCase_F4_FlappingEndpointIsDamped(t *testing.T) {
+	const r, s = time.Second, 2 * time.Second
+	runTable(t, table{endpoints: []string{"A", "B"}, recovery: r, switching: s, steps: []step{
+		{0, up("A"), "A", "", nil},
+		{0, up("B"), "A", "A:Available B:Available", nil}, // first connections: no probation
+		{1000 * ms, down("A"), "A", "A:Recovering B:Available", nil},
+		{1100 * ms, up("A"), "A", "A:Available B:Available", nil}, // back, on probation
+		{1200 * ms, down("A"), "A", "A:Recovering B:Available", nil},
+		{1300 * ms, up("A"), "A", "", nil},
+		{1900 * ms, wait, "A", "A:Available B:Available", nil},
+		// Its clock still counts from 1s: this drop is past the RecoveryTimeout.
+		{2050 * ms, down("A"), "B", "A:Unavailable B:Available", []string{"A>B fallback"}},
+		// Flapping on the standby side: every pending switch-back is cancelled.
+		{2100 * ms, up("A"), "B", "A:Available B:Available", nil},
+		{2200 * ms, down("A"), "B", "A:Recovering B:Available", nil},
+		{2300 * ms, up("A"), "B", "", nil},
+		{2400 * ms, down("A"), "B", "", nil},
+		{3000 * ms, up("A"), "B", "A:Available B:Available", nil}, // and now it stays up
+		{4999 * ms, wait, "B", "", nil},
+		{5000 * ms, wait, "A", "", []string{"B>A recovery"}},
+	}})
+}
+
+// A probation ends after RecoveryTimeout up: a later failure gets a fresh, full clock.
+func TestRule2_ProbationEndsAfterRecoveryTimeout(t *testing.T) {
+	runTable(t, table{endpoints: []string{"A", "B"}, recovery: rt, steps: []step{
+		{0, up("A"), "A", "", nil},
+		{0, up("B"), "A", "", nil},
+		{1 * time.Second, down("A"), "A", "A:Recovering B:Available", nil},
+		{2 * time.Second, up("A"), "A", "A:Available B:Available", nil},
+		{4 * time.Second, down("A"), "A", "A:Recovering B:Available", nil}, // stable since 4s
+		{5999 * ms, wait, "A", "A:Recovering B:Available", nil},
+		{6 * time.Second, wait, "B", "A:Unavailable B:Available", []string{"A>B fallback"}},
+	}})
+}
+
 // Rule 3: switch-back waits SwitchingDelay, and the target must stay Available for all of it.
 func TestRule3_SwitchBackAfterSwitchingDelay(t *testing.T) {
 	runTable(t, table{endpoints: []string{"A", "B"}, switching: sd, steps: []step{

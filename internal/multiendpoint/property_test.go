@@ -23,7 +23,11 @@ import (
 type refEndpoint struct {
 	state State
 	since time.Time // when it entered state (or was added)
-	left  time.Time // when its recovery clock started (left Available, or was added not ready)
+	left  time.Time // when its recovery clock started (left a stable Available, was added not ready, or came back from Unavailable)
+	// stableAt is when the probation of an Available endpoint ends (zero: stable). A failure
+	// before then continues the recovery clock from left.
+	stableAt time.Time
+	fresh    bool // added not ready and never Available since: its first connection is no recovery
 }
 
 // refPending is a switch waiting for the switching delay.
@@ -57,7 +61,7 @@ func newRefModel(name string, now time.Time, endpoints []string, rt, sd time.Dur
 
 // add is rule 1.
 func (m *refModel) add(id string, ready bool) {
-	e := &refEndpoint{since: m.now, left: m.now}
+	e := &refEndpoint{since: m.now, left: m.now, fresh: !ready}
 	switch {
 	case ready:
 		e.state = Available
@@ -143,6 +147,8 @@ func (m *refModel) nextDeadline() (time.Time, bool) {
 	for _, id := range m.order {
 		if e := m.eps[id]; e.state == Recovering {
 			consider(e.left.Add(m.rt))
+		} else if !e.stableAt.IsZero() {
+			consider(e.stableAt)
 		}
 	}
 	if m.pending != nil {
@@ -165,6 +171,9 @@ func (m *refModel) advanceTo(t time.Time) {
 			if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.rt).After(m.now) {
 				e.state, e.since = Unavailable, m.now
 			}
+			if e := m.eps[id]; !e.stableAt.IsZero() && !e.stableAt.After(m.now) {
+				e.stableAt = time.Time{}
+			}
 		}
 		m.choose(0)
 		if p := m.pending; p != nil && !p.since.Add(m.sd).After(m.now) {
@@ -186,11 +195,22 @@ func (m *refModel) setAvailability(id string, available bool) {
 	}
 	switch {
 	case available && e.state != Available:
+		if e.state == Unavailable {
+			e.left = m.now
+		}
 		e.state, e.since = Available, m.now
+		if m.rt > 0 && !e.fresh {
+			e.stableAt = m.now.Add(m.rt) // probation
+		}
+		e.fresh = false
 	case !available && e.state == Available:
-		e.left, e.since = m.now, m.now
+		if e.stableAt.IsZero() {
+			e.left = m.now // stable: a fresh recovery clock
+		}
+		e.stableAt = time.Time{}
+		e.since = m.now
 		e.state = Unavailable
-		if m.rt > 0 {
+		if m.rt > 0 && e.left.Add(m.rt).After(m.now) {
 			e.state = Recovering
 		}
 	default:
@@ -221,6 +241,12 @@ func (m *refModel) setTimeouts(rt, sd time.Duration) {
 	for _, id := range m.order {
 		if e := m.eps[id]; e.state == Recovering && !e.left.Add(rt).After(m.now) {
 			e.state, e.since = Unavailable, m.now
+		}
+		if e := m.eps[id]; !e.stableAt.IsZero() {
+			e.stableAt = e.since.Add(rt)
+			if rt == 0 || !e.stableAt.After(m.now) {
+				e.stableAt = time.Time{}
+			}
 		}
 	}
 	if p := m.pending; p != nil && !p.since.Add(sd).After(m.now) {
