@@ -100,8 +100,8 @@ type endpoint struct {
 	probation bool
 	// fresh: added not available and never Available since.
 	fresh bool
-	gen           uint64 // bumped on every transition; a recovery timer of an older gen is stale
-	timer         clock.Timer
+	gen   uint64 // bumped on every transition; a recovery timer of an older gen is stale
+	timer clock.Timer
 }
 
 type pendingSwitch struct {
