@@ -547,3 +547,53 @@ func TestCloseLifecycle(t *testing.T) {
 		t.Fatal("Status().Closed = false")
 	}
 }
+
+// F4: E1 becomes READY and drops every connection ~100ms later, again and again. Traffic
+// settles on E2 and stays (no ping-pong); it returns to E1 only after E1 stayed available for
+// a whole SwitchingDelay.
+func TestCase_F4_FlappingEndpoint(t *testing.T) {
+	const rt, sd = 300 * time.Millisecond, time.Second
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	var mu sync.Mutex
+	var events []SwitchEvent
+	s := fastSettings(nil)
+	s.OnSwitch = func(ev SwitchEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() }
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(rt, sd, e1.Addr(), e2.Addr())}), s)
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "E1", 5*time.Second)
+	eventually(t, 5*time.Second, "E2 warm", func() bool { p, _ := poolOf(gme, e2.Addr()); return p.Connectivity == "READY" })
+	mu.Lock()
+	events = nil
+	mu.Unlock()
+
+	flapStart := time.Now()
+	var settled time.Duration
+	var lastDrop time.Time
+	for time.Since(flapStart) < 3*time.Second {
+		lastDrop = time.Now()
+		e1.Reset() // every connection of E1 dropped; the pool reconnects at once
+		time.Sleep(100 * time.Millisecond)
+		if settled == 0 && groupOf(gme, "g").Current == e2.Addr() {
+			settled = time.Since(flapStart)
+		}
+	}
+	if settled == 0 {
+		t.Fatalf("traffic never left the flapping endpoint\n%s", statusString(gme))
+	}
+	mu.Lock()
+	during := append([]SwitchEvent(nil), events...)
+	mu.Unlock()
+	if len(during) != 1 || during[0].To != e2.Addr() || during[0].Reason != Fallback {
+		t.Fatalf("events while E1 flapped: %v; want exactly one fallback to E2", during)
+	}
+	if got, err := call(ctx, gme); err != nil || got != "E2" {
+		t.Fatalf("call while E1 flaps: %q, %v", got, err)
+	}
+	waitServedBy(t, ctx, gme, "E1", sd+5*time.Second)
+	back := time.Since(lastDrop)
+	t.Logf("settled on E2 %v after flapping began (RecoveryTimeout %v); back on E1 %v after the last drop (SwitchingDelay %v)",
+		settled.Round(time.Millisecond), rt, back.Round(time.Millisecond), sd)
+	if back < sd {
+		t.Errorf("switched back %v after E1's last drop, before SwitchingDelay %v", back, sd)
+	}
+}
