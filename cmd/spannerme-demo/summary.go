@@ -40,7 +40,11 @@ func (s *summary) print(out io.Writer) {
 	if s.verifyErr != nil {
 		fmt.Fprintf(out, "  writes:             MISMATCH: %v\n", s.verifyErr)
 	} else {
-		fmt.Fprintf(out, "  writes:             %d acknowledged, each present exactly once\n", s.writesFound)
+		fmt.Fprintf(out, "  writes:             %d acknowledged, each present exactly once", s.writesFound)
+		if s.load.ambiguous > 0 {
+			fmt.Fprintf(out, " (%d of them after a commit cut off by the fault, found by its order ID)", s.load.ambiguous)
+		}
+		fmt.Fprintln(out)
 	}
 	if s.storyErr != nil {
 		fmt.Fprintf(out, "  story:              FAILED: %v\n", s.storyErr)
