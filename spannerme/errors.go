@@ -14,7 +14,12 @@ var ErrInvalidConfig = multiendpoint.ErrInvalidConfig
 // ErrClosed is wrapped by the error UpdateMultiEndpoints returns after Close.
 var ErrClosed = errors.New("spannerme: GCPMultiEndpoint is closed")
 
-// ConfigError describes one configuration mistake: the group (MultiEndpoint name), the
-// endpoint and its position when the mistake concerns one, and the problem. It wraps
-// ErrInvalidConfig.
+// ConfigError describes one configuration mistake; use errors.As to get it. Its fields:
+//
+//	Group    string // the group (MultiEndpoint) name; "" when the mistake is not in a group
+//	Endpoint string // the offending endpoint, as given, if any
+//	Index    int    // the endpoint's position in the group's list, or -1
+//	Problem  string // what is wrong
+//
+// It wraps ErrInvalidConfig.
 type ConfigError = multiendpoint.ConfigError

@@ -474,10 +474,24 @@ type Status struct {
 	Closed bool
 }
 
-// GroupStatus is one group in a Status.
+// GroupStatus is one group (MultiEndpoint) in a Status. Its fields:
+//
+//	Name            string           // the group name
+//	Current         string           // the endpoint its calls use now
+//	PendingSwitch   string           // endpoint it will switch to at PendingSwitchAt, if it stays Available; "" if none
+//	PendingSwitchAt time.Time
+//	RecoveryTimeout time.Duration    // in force
+//	SwitchingDelay  time.Duration    // in force
+//	Endpoints       []EndpointStatus // in priority order
+//	Closed          bool
 type GroupStatus = multiendpoint.Status
 
-// EndpointStatus is one endpoint of a group in a GroupStatus.
+// EndpointStatus is one endpoint of a group in a GroupStatus. Its fields:
+//
+//	Endpoint string        // as configured (https:// forms normalized to host:port)
+//	Priority int           // 0 is the top priority
+//	State    EndpointState // Available, Recovering or Unavailable
+//	Since    time.Time     // when it entered State (or was added)
 type EndpointStatus = multiendpoint.EndpointStatus
 
 // PoolStatus is one endpoint's channel pool in a Status.

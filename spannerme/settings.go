@@ -65,12 +65,17 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// SwitchEvent reports one change of a group's current endpoint: Name is the group, From and
-// To the endpoints, Reason why (fallback, recovery, reconfiguration), At when.
+// SwitchEvent reports one change of a group's current endpoint. Its fields:
+//
+//	Name     string       // the group (MultiEndpoint) name
+//	From, To string       // the previous and the new current endpoint
+//	Reason   SwitchReason // Fallback, Recovery or Reconfiguration
+//	At       time.Time    // when the change took effect
 type SwitchEvent = multiendpoint.Event
 
-// EndpointState is an endpoint's availability within a group: Available, Recovering (not
-// available for less than RecoveryTimeout) or Unavailable.
+// EndpointState is an endpoint's availability within a group: Available (at least one ready
+// connection), Recovering (not available, for less than RecoveryTimeout) or Unavailable.
+// String returns "Available", "Recovering" or "Unavailable".
 type EndpointState = multiendpoint.State
 
 // The endpoint states.
@@ -80,7 +85,9 @@ const (
 	Recovering  = multiendpoint.Recovering
 )
 
-// SwitchReason says why a group's current endpoint changed.
+// SwitchReason says why a group's current endpoint changed: Fallback (the current endpoint
+// became unavailable), Recovery (a higher endpoint is available again) or Reconfiguration
+// (UpdateMultiEndpoints). String returns "fallback", "recovery" or "reconfiguration".
 type SwitchReason = multiendpoint.Reason
 
 // The switch reasons.
