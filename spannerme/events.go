@@ -3,6 +3,7 @@ package spannerme
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 )
 
 // eventQueue hands switch events to the logger and to Settings.OnSwitch on a goroutine of
@@ -73,4 +74,28 @@ func (q *eventQueue) close() {
 		q.closed, q.queue = true, nil
 		close(q.wake)
 	}
+}
+
+// broadcast wakes every waiter at once: wait returns a channel that the next signal closes.
+// wait takes no lock (it is on the call path); signal is serialized.
+type broadcast struct {
+	mu sync.Mutex // serializes signal
+	ch atomic.Pointer[chan struct{}]
+}
+
+func newBroadcast() *broadcast {
+	b := &broadcast{}
+	ch := make(chan struct{})
+	b.ch.Store(&ch)
+	return b
+}
+
+func (b *broadcast) wait() <-chan struct{} { return *b.ch.Load() }
+
+func (b *broadcast) signal() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next := make(chan struct{})
+	old := b.ch.Swap(&next)
+	close(*old)
 }

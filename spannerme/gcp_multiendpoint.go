@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -44,6 +45,7 @@ type GCPMultiEndpoint struct {
 
 	unknown sync.Map // group name (string) -> *atomic.Int64: calls that named an unknown group
 	events  *eventQueue
+	changed *broadcast // signalled when a pool's state or a group's current endpoint changes
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
@@ -108,7 +110,9 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
 		grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor),
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: backoff.DefaultConfig.BaseDelay, Multiplier: backoff.DefaultConfig.Multiplier, Jitter: backoff.DefaultConfig.Jitter, MaxDelay: settings.ReconnectMaxDelay},
+			// gRPC waits BaseDelay before the first retry whatever MaxDelay says.
+			Backoff: backoff.Config{BaseDelay: min(backoff.DefaultConfig.BaseDelay, settings.ReconnectMaxDelay),
+				Multiplier: backoff.DefaultConfig.Multiplier, Jitter: backoff.DefaultConfig.Jitter, MaxDelay: settings.ReconnectMaxDelay},
 			MinConnectTimeout: settings.MinConnectTimeout,
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
@@ -127,6 +131,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		retired:   make(map[*pool]bool),
 		stop:      make(chan struct{}),
 		events:    newEventQueue(settings.Logger, settings.OnSwitch),
+		changed:   newBroadcast(),
 	}
 	if gme.dial == nil {
 		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -144,7 +149,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 
 // Invoke performs a unary call on the current endpoint of the call's group.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	p, err := gme.pick(ctx)
+	p, err := gme.pickConnected(ctx)
 	if err != nil {
 		return err
 	}
@@ -156,7 +161,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 // counts as in flight on that endpoint until the stream ends (an error or io.EOF from RecvMsg,
 // or ctx done), so removing the endpoint does not cut it.
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	p, err := gme.pick(ctx)
+	p, err := gme.pickConnected(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -172,9 +177,41 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 // closed ClientConn.
 var errClosedCall = status.Error(codes.Canceled, "spannerme: GCPMultiEndpoint is closed")
 
+// pickConnected returns the acquired pool of the current endpoint of ctx's group, once that
+// pool is not connecting. A pool that is connecting (CONNECTING or IDLE) does not take the
+// call: gRPC would hold it until the connection attempt ends, up to MinConnectTimeout, even
+// after the group has failed over (an endpoint that accepts TCP and never answers, F3). The
+// call waits here instead, holding nothing, until a pool's state or a group's current
+// endpoint changes, and picks again. READY pools take it at once; so do pools in
+// TRANSIENT_FAILURE, where gRPC fails it fast with UNAVAILABLE for the Spanner client to
+// retry. Errors: those of pick, and the context's (as a gRPC status) while waiting.
+func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context) (*pool, error) {
+	count := true
+	for {
+		changed := gme.changed.wait() // before the pick: no news between them is lost
+		p, err := gme.pick(ctx, count)
+		if err != nil {
+			return nil, err
+		}
+		switch connectivity.State(p.state.Load()) {
+		case connectivity.Connecting, connectivity.Idle:
+		default:
+			return p, nil
+		}
+		p.release()
+		count = false
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
 // pick returns the acquired pool of the current endpoint of ctx's group. A pool retired
-// between the snapshot load and the acquire makes it retry on the newer snapshot.
-func (gme *GCPMultiEndpoint) pick(ctx context.Context) (*pool, error) {
+// between the snapshot load and the acquire makes it retry on the newer snapshot. count
+// says whether a call naming an unknown group is counted.
+func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool, error) {
 	name, named := FromMEContext(ctx)
 	for range 4 {
 		s := gme.snap.Load()
@@ -185,8 +222,9 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context) (*pool, error) {
 		if named && name != s.defaultName {
 			if g, ok := s.groups[name]; ok {
 				me = g
-			} else {
+			} else if count {
 				gme.noteUnknown(name)
+				count = false
 			}
 		}
 		if p := s.pools[me.Current()]; p != nil && p.acquire() {
@@ -285,7 +323,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		}
 		me, err := multiendpoint.New(multiendpoint.Options{
 			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
-			Ready: ready, OnSwitch: gme.events.push, Clock: gme.settings.clock,
+			Ready: ready, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
 		})
 		if err != nil { // unreachable after parseConfig; never leave a half-applied update
 			for _, me := range created {
@@ -328,6 +366,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		pools[e] = union[e]
 	}
 	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: pools})
+	gme.changed.signal()
 	// 5. Start monitoring the new pools; sync every group with every pool's availability
 	// (an endpoint already READY that a group starts listing is Available at once).
 	for _, p := range fresh {
@@ -336,7 +375,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		gme.wg.Add(1)
 		go func() {
 			defer gme.wg.Done()
-			p.monitor(ctx, gme.publish)
+			p.monitor(ctx, gme.publish, gme.changed.signal)
 		}()
 	}
 	for _, p := range pools {
@@ -382,6 +421,13 @@ func (gme *GCPMultiEndpoint) publish(p *pool) {
 			return
 		}
 	}
+}
+
+// onSwitch receives every group's switch events, synchronously: waiting calls pick again,
+// and the event is queued for the logger and Settings.OnSwitch.
+func (gme *GCPMultiEndpoint) onSwitch(ev SwitchEvent) {
+	gme.changed.signal()
+	gme.events.push(ev)
 }
 
 // retire stops new calls on p and closes it once drained. gme.updateMu must be held (it
@@ -434,6 +480,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.updateMu.Lock() // waits for an update in progress; later ones see closed
 	defer gme.updateMu.Unlock()
 	gme.snap.Store(nil)
+	gme.changed.signal() // waiting calls see the closed snapshot
 	close(gme.stop)
 	gme.mu.Lock()
 	groups, pools, front, frontDone := gme.groups, gme.pools, gme.front, gme.frontDone

@@ -84,28 +84,46 @@ func (p *pool) close() error {
 	return err
 }
 
-// monitor follows the pool's connectivity state until ctx is done, calling publish with the
-// pool's availability whenever it changes. READY is available. IDLE is not a failure: the
-// channel went idle (no calls for its idle timeout, or not connected yet), so the monitor asks
-// it to connect again and keeps the last availability; a warm standby thus stays connected
-// without any call. CONNECTING, TRANSIENT_FAILURE and SHUTDOWN are not available.
-func (p *pool) monitor(ctx context.Context, publish func(*pool)) {
+// monitor follows the pool's connectivity state until ctx is done, calling changed whenever
+// the state changes and publish whenever the pool's availability changes. READY is
+// available; CONNECTING, TRANSIENT_FAILURE and SHUTDOWN are not. IDLE is no failure: the
+// channel went idle (no calls for its idle timeout, when the caller's dial options enable
+// one), so the monitor asks it to connect and keeps the last availability until the
+// reconnection settles; a warm standby thus stays connected without any call (F1). A READY
+// pool that leaves READY for an instant (all its connections dropped, one back at once) is
+// reported down and up, so that a flapping endpoint is seen flapping (F4).
+func (p *pool) monitor(ctx context.Context, publish func(*pool), changed func()) {
 	defer close(p.monitorDone)
+	setReady := func(ready bool) {
+		if p.ready.Load() != ready {
+			p.ready.Store(ready)
+			p.version.Add(1)
+			publish(p)
+		}
+	}
+	waking := false // Connect was called on an IDLE pool and it has not settled yet
 	for {
 		s := p.conn.GetState()
-		p.state.Store(int32(s))
-		switch s {
-		case connectivity.Idle:
+		if p.state.Swap(int32(s)) != int32(s) {
+			changed()
+		}
+		switch {
+		case s == connectivity.Idle:
+			waking = true
 			p.conn.Connect()
+		case s == connectivity.Connecting && waking:
+			// Reconnecting after idleness, not after a failure: availability unchanged.
 		default:
-			if ready := s == connectivity.Ready; p.ready.Load() != ready {
-				p.ready.Store(ready)
-				p.version.Add(1)
-				publish(p)
-			}
+			waking = false
+			setReady(s == connectivity.Ready)
 		}
 		if !p.conn.WaitForStateChange(ctx, s) {
 			return
+		}
+		if s == connectivity.Ready && p.conn.GetState() != connectivity.Idle {
+			// It left READY, if only for an instant (every connection dropped and one came
+			// back at once): report the drop, so that a flapping endpoint is seen flapping.
+			setReady(false)
 		}
 	}
 }
