@@ -7,17 +7,18 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"runtime/debug"
 
 	"cloud.google.com/go/spanner"
 	vkit "cloud.google.com/go/spanner/apiv1"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
-	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/api/option"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 )
 
 // emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
@@ -44,8 +45,13 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //
 //   - opts (credentials, TLS, user agent, dial options, option.WithoutAuthentication, ...)
 //     apply to every endpoint's pool, each dialed with gtransport.Dial and
-//     option.WithEndpoint(endpoint). option.WithEndpoint and option.WithGRPCConn in opts are
-//     overridden per endpoint.
+//     option.WithEndpoint(endpoint). option.WithEndpoint, option.WithGRPCConn and
+//     option.WithGRPCConnectionPool in opts are overridden per endpoint (pool size: below).
+//     Dial options in opts come before this package's, which therefore win (see
+//     NewGCPMultiEndpointWithSettings).
+//   - The Spanner client's user agent and config.Compression apply to the pools; its
+//     request-ID header and built-in metrics interceptors do not (it is given a connection,
+//     and gtransport then ignores its dial options).
 //   - GRPCgcpConfig without Method gets the Spanner affinity configuration (session binding
 //     on CreateSession and BatchCreateSessions, unbinding on DeleteSession, calls bound to the
 //     session key). Pool size per endpoint: GRPCgcpConfig.ChannelPool.MaxSize, else
@@ -70,7 +76,10 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
 	opts = append([]option.ClientOption(nil), opts...)
 	if host := os.Getenv(emulatorHostEnv); host != "" {
-		cfg.MultiEndpoints, opts = emulatorConfig(host, cfg.MultiEndpoints, opts)
+		settings.emulator = emulatorScheme.ReplaceAllString(host, "")
+		opts = append(opts,
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+			option.WithoutAuthentication())
 		settings.Logger.Warn("spannerme: "+emulatorHostEnv+" is set: every MultiEndpoint points at the emulator, so failover is not exercised",
 			"emulator", host)
 	}
@@ -81,7 +90,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	}
 	cfg.GRPCgcpConfig = spannerAPIConfig(cfg.GRPCgcpConfig, poolSize)
 	if cfg.DialFunc == nil {
-		cfg.DialFunc = gtransportDialer(opts)
+		cfg.DialFunc = gtransportDialer(opts, config.Compression)
 	}
 	gme, err := NewGCPMultiEndpointWithSettings(&cfg, settings)
 	if err != nil {
@@ -127,11 +136,17 @@ func spannerAPIConfig(cfg *pb.ApiConfig, poolSize uint32) *pb.ApiConfig {
 	return c
 }
 
-// gtransportDialer dials one endpoint's pool with the caller's client options, the Spanner
-// API defaults, and the GCPMultiEndpoint's dial options.
-func gtransportDialer(opts []option.ClientOption) DialFunc {
+// gtransportDialer dials one endpoint's pool with the Spanner API defaults, the Spanner
+// client's user agent and compression, the caller's client options, and the
+// GCPMultiEndpoint's dial options. (The Spanner client's own dial options, its request-ID
+// header and built-in metrics interceptors, do not reach the pools: the client is given a
+// connection, and gtransport then ignores its dial options.)
+func gtransportDialer(opts []option.ClientOption, compression string) DialFunc {
 	return func(ctx context.Context, target string, dopts ...grpc.DialOption) (*grpc.ClientConn, error) {
-		all := append(vkit.DefaultClientOptions(), option.WithUserAgent("spannerme"))
+		all := append(vkit.DefaultClientOptions(), option.WithUserAgent(userAgent()))
+		if compression == gzip.Name {
+			all = append(all, option.WithGRPCDialOption(grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name))))
+		}
 		all = append(all, opts...)
 		for _, d := range dopts {
 			all = append(all, option.WithGRPCDialOption(d))
@@ -143,19 +158,18 @@ func gtransportDialer(opts []option.ClientOption) DialFunc {
 
 var emulatorScheme = regexp.MustCompile(`^(http://|https://|passthrough:///)`)
 
-// emulatorConfig points every group at the emulator host and adds plaintext, no-auth
-// options, as the upstream client does for SPANNER_EMULATOR_HOST.
-func emulatorConfig(host string, groups map[string]*multiendpoint.MultiEndpointOptions, opts []option.ClientOption) (map[string]*multiendpoint.MultiEndpointOptions, []option.ClientOption) {
-	addr := emulatorScheme.ReplaceAllString(host, "")
-	out := make(map[string]*multiendpoint.MultiEndpointOptions, len(groups))
-	for name, g := range groups {
-		c := *g
-		c.Endpoints = []string{addr}
-		out[name] = &c
+// userAgent is the Spanner client's user agent ("spanner-go/v1.96.1"), read from the build
+// information, followed by this package's name.
+func userAgent() string {
+	v := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "cloud.google.com/go/spanner" {
+				v = "/" + d.Version
+			}
+		}
 	}
-	return out, append(opts,
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-		option.WithoutAuthentication())
+	return "spanner-go" + v + " spannerme"
 }
 
 // errFrontDial is what the front connection's dialer returns: it never connects.

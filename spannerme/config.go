@@ -31,6 +31,17 @@ type config struct {
 	groups      []groupConfig // sorted by name
 }
 
+// collapseTo replaces every group's endpoints with addr (SPANNER_EMULATOR_HOST); "" leaves
+// the configuration as it is.
+func (c *config) collapseTo(addr string) {
+	if addr == "" {
+		return
+	}
+	for i := range c.groups {
+		c.groups[i].endpoints = []string{addr}
+	}
+}
+
 func (c *config) endpoints() map[string]bool {
 	set := make(map[string]bool)
 	for _, g := range c.groups {

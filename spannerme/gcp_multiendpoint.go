@@ -43,16 +43,21 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	log       *slog.Logger
 
-	unknown sync.Map // group name (string) -> *atomic.Int64: calls that named an unknown group
-	events  *eventQueue
-	changed *broadcast // signalled when a pool's state or a group's current endpoint changes
+	unknown      sync.Map     // group name (string) -> *atomic.Int64: calls that named an unknown group
+	unknownNames atomic.Int64 // distinct names in unknown, at most maxUnknownNames
+	events       *eventQueue
+	changed      *broadcast // signalled when a pool's state or a group's current endpoint changes
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
 	// the snapshot, Status and the pool goroutines take only mu.
 	updateMu sync.Mutex
-	stop     chan struct{}  // closed by Close: stops monitors and drains
-	wg       sync.WaitGroup // monitor and drain goroutines; Add only under updateMu
+	// dialCtx is given to every dial; Close cancels it before it waits for updateMu, so that a
+	// DialFunc that honours its context cannot hold Close.
+	dialCtx    context.Context
+	cancelDial context.CancelFunc
+	stop       chan struct{}  // closed by Close: stops monitors and drains
+	wg         sync.WaitGroup // monitor and drain goroutines; Add only under updateMu
 
 	mu      sync.Mutex // guards the fields below; never held across a dial, gRPC call or callback
 	closed  bool
@@ -99,6 +104,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		return nil, err
 	}
 	settings = settings.withDefaults()
+	cfg.collapseTo(settings.emulator)
 	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, DefaultPoolSize)
 	sc, err := serviceConfigJSON(apiCfg)
 	if err != nil {
@@ -118,7 +124,8 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
 	}
 	if settings.KeepaliveTime > 0 {
-		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: settings.KeepaliveTime}))
+		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+			Time: settings.KeepaliveTime, PermitWithoutStream: settings.KeepaliveWithoutCalls}))
 	}
 	gme := &GCPMultiEndpoint{
 		dial:      gmeCfg.DialFunc,
@@ -133,6 +140,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		events:    newEventQueue(settings.Logger, settings.OnSwitch),
 		changed:   newBroadcast(),
 	}
+	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
 		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			return grpc.NewClient(target, opts...)
@@ -142,12 +150,17 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	defer gme.updateMu.Unlock()
 	if err := gme.apply(cfg); err != nil {
 		gme.events.close()
+		gme.cancelDial()
 		return nil, err
 	}
 	return gme, nil
 }
 
-// Invoke performs a unary call on the current endpoint of the call's group.
+// Invoke performs a unary call on the current endpoint of the call's group. While that
+// endpoint's pool is connecting, the call waits (until it connects, fails, or the group
+// switches) instead of queuing in gRPC. Errors: the call's own; CANCELED after Close;
+// UNAVAILABLE when reconfigurations kept retiring the picked pool (rare; retryable); the
+// context's error, as a gRPC status, if it ends while the call waits.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	p, err := gme.pickConnected(ctx)
 	if err != nil {
@@ -157,9 +170,12 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	return p.conn.Invoke(ctx, method, args, reply, opts...)
 }
 
-// NewStream starts a streaming call on the current endpoint of the call's group. The call
-// counts as in flight on that endpoint until the stream ends (an error or io.EOF from RecvMsg,
-// or ctx done), so removing the endpoint does not cut it.
+// NewStream starts a streaming call on the current endpoint of the call's group, picked as
+// for Invoke, with the same errors. The call counts as in flight on that endpoint until the
+// stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than
+// io.EOF, a call without server streaming has its response, or ctx is done), so removing the
+// endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
+// cancel ctx.
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	p, err := gme.pickConnected(ctx)
 	if err != nil {
@@ -235,9 +251,22 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool, error
 	return nil, status.Error(codes.Unavailable, "spannerme: endpoint reconfigured during the call; retry")
 }
 
+// maxUnknownNames bounds how many distinct unknown group names are remembered; calls naming
+// further ones are counted under otherUnknownNames.
+const (
+	maxUnknownNames   = 64
+	otherUnknownNames = "(other unknown names)"
+)
+
 // noteUnknown counts a call that named a group that is not configured, logging the name once.
 func (gme *GCPMultiEndpoint) noteUnknown(name string) {
 	if c, ok := gme.unknown.Load(name); ok {
+		c.(*atomic.Int64).Add(1)
+		return
+	}
+	if gme.unknownNames.Add(1) > maxUnknownNames {
+		gme.unknownNames.Add(-1)
+		c, _ := gme.unknown.LoadOrStore(otherUnknownNames, new(atomic.Int64))
 		c.(*atomic.Int64).Add(1)
 		return
 	}
@@ -256,7 +285,9 @@ func (s *snapshot) defaultNameOrEmpty() string {
 	return s.defaultName
 }
 
-// UpdateMultiEndpoints applies a new configuration while calls flow. Groups are matched by
+// UpdateMultiEndpoints applies a new configuration while calls flow. It returns once new
+// pools are dialed (dials do not wait for connections) and the new routing is in force;
+// concurrent calls to it, and Close, wait for it. Groups are matched by
 // name: new ones are created, missing ones removed, kept ones get the new endpoint list,
 // RecoveryTimeout and SwitchingDelay (their endpoints' states are kept). Endpoints are
 // matched by address: a new one gets a new pool; one no group lists any more is retired: it
@@ -272,6 +303,7 @@ func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpoi
 	if err != nil {
 		return err
 	}
+	cfg.collapseTo(gme.settings.emulator)
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
 	return gme.apply(cfg)
@@ -302,7 +334,10 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
-			conn, err := gme.dial(context.Background(), e, gme.dialOpts...)
+			conn, err := gme.dial(gme.dialCtx, e, gme.dialOpts...)
+			if err == nil && conn == nil {
+				err = errors.New("DialFunc returned no connection and no error")
+			}
 			if err != nil {
 				closeFresh()
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
@@ -312,8 +347,15 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	}
 	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);
 	// a fresh pool has not connected yet.
+	// The closure stays with the group for its later SetEndpoints, so it reads the snapshot
+	// in force when it is called, never a map captured now (a re-added endpoint has a fresh
+	// pool, not the retired one).
 	ready := func(e string) bool {
-		p := oldPools[e]
+		s := gme.snap.Load()
+		if s == nil {
+			return false
+		}
+		p := s.pools[e]
 		return p != nil && p.ready.Load()
 	}
 	created := make(map[string]*multiendpoint.MultiEndpoint)
@@ -455,7 +497,8 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 
 // Close stops every group's timers and every pool's monitor, closes every pool (calls in
 // flight end with codes.Canceled, as on a closed grpc.ClientConn), and waits for its
-// goroutines. Later calls fail with codes.Canceled. For a GCPMultiEndpoint made by
+// goroutines, except that an OnSwitch call already running may still be finishing. Later
+// calls fail with codes.Canceled. For a GCPMultiEndpoint made by
 // NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
 // idempotent; it returns the first errors from closing the pools.
 func (gme *GCPMultiEndpoint) Close() error { return gme.close(true) }
@@ -465,10 +508,13 @@ func (gme *GCPMultiEndpoint) Close() error { return gme.close(true) }
 func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.mu.Lock()
 	if gme.closed {
-		done := gme.closeDone
+		done, frontDone := gme.closeDone, gme.frontDone
 		gme.mu.Unlock()
 		if waitFront {
 			<-done // Close returns only once everything is closed
+			if frontDone != nil {
+				<-frontDone
+			}
 		}
 		return nil
 	}
@@ -476,6 +522,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.closeDone = make(chan struct{})
 	defer close(gme.closeDone)
 	gme.mu.Unlock()
+	gme.cancelDial()
 
 	gme.updateMu.Lock() // waits for an update in progress; later ones see closed
 	defer gme.updateMu.Unlock()
@@ -515,7 +562,8 @@ type Status struct {
 	// draining included.
 	Pools []PoolStatus
 	// UnknownGroups counts, per name, the calls that named a group that is not configured
-	// (they used the default group).
+	// (they used the default group). At most 64 names are kept; calls naming others are
+	// counted under "(other unknown names)".
 	UnknownGroups map[string]int64
 	// Closed reports whether Close has been called.
 	Closed bool
@@ -582,11 +630,12 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		st.Pools = append(st.Pools, PoolStatus{Endpoint: p.endpoint, Connectivity: connectivityString(p.state.Load()),
 			InFlight: p.inFlight(), Retired: p.retired()})
 	}
-	sort.Slice(st.Pools, func(i, j int) bool {
-		if st.Pools[i].Endpoint != st.Pools[j].Endpoint {
-			return st.Pools[i].Endpoint < st.Pools[j].Endpoint
+	sort.SliceStable(st.Pools, func(i, j int) bool {
+		a, b := st.Pools[i], st.Pools[j]
+		if a.Endpoint != b.Endpoint {
+			return a.Endpoint < b.Endpoint
 		}
-		return !st.Pools[i].Retired
+		return !a.Retired && b.Retired
 	})
 	gme.unknown.Range(func(k, v any) bool {
 		st.UnknownGroups[k.(string)] = v.(*atomic.Int64).Load()

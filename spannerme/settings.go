@@ -12,22 +12,30 @@ import (
 // ready to use: every zero field takes the documented default.
 type Settings struct {
 	// ReconnectMaxDelay bounds gRPC's reconnect backoff for each endpoint's channels, so that
-	// a recovered endpoint is noticed within about this long. Zero means 5s (gRPC's own
+	// a recovered endpoint is noticed within about this long. Zero or negative means 5s (gRPC's own
 	// default is 120s: https://github.com/grpc/grpc/blob/master/doc/connection-backoff.md).
 	ReconnectMaxDelay time.Duration
 	// MinConnectTimeout is how long one connection attempt (TCP, TLS and HTTP/2 handshakes)
-	// may take before it is abandoned and retried. Zero means 10s (gRPC's default is 20s).
+	// may take before it is abandoned and retried. Zero or negative means 10s (gRPC's default
+	// is 20s).
 	// Failover does not wait for it: an endpoint counts as not available as soon as it has no
 	// ready connection.
 	MinConnectTimeout time.Duration
-	// KeepaliveTime is the interval of HTTP/2 keepalive pings on idle connections, which is how
-	// a connection that silently stopped carrying bytes is found dead. Zero means 120s, the
-	// value the Cloud Spanner Go client uses (cloud.google.com/go/spanner, client.go); negative
-	// turns keepalive off. Servers reject pings more frequent than they allow (grpc-go's
-	// default minimum is 5 minutes without an active stream), so lower it only with care.
+	// KeepaliveTime is how long a connection may stay silent before gRPC pings it (HTTP/2
+	// keepalive), which is how a connection that silently stopped carrying bytes is found
+	// dead: after KeepaliveTime plus 20s without an answer. Zero means 120s, the value the
+	// Cloud Spanner Go client uses (cloud.google.com/go/spanner, client.go); negative turns
+	// keepalive off. Servers close connections that ping more often than they allow (grpc-go
+	// servers: once per 5 minutes by default), so lower it only with care.
 	KeepaliveTime time.Duration
+	// KeepaliveWithoutCalls also pings connections that carry no call. gRPC pings only
+	// connections with an active call otherwise, so a warm standby whose path silently dies
+	// (no reset, no refusal) stays READY, and Available, until calls fail over to it and find
+	// out. Enable it when the servers permit pings without calls (grpc-go servers do not by
+	// default). False by default.
+	KeepaliveWithoutCalls bool
 	// DrainTimeout is how long an endpoint's pool that is no longer configured keeps serving
-	// its in-flight calls before it is closed anyway. Zero means 5 minutes.
+	// its in-flight calls before it is closed anyway. Zero or negative means 5 minutes.
 	DrainTimeout time.Duration
 	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
 	// means slog.Default().
@@ -41,6 +49,9 @@ type Settings struct {
 	// clock is the time source of the state machines; nil means the real clock. Tests in this
 	// package set it.
 	clock clock.Clock
+	// emulator, when set (SPANNER_EMULATOR_HOST), replaces every group's endpoints, at
+	// creation and at every UpdateMultiEndpoints.
+	emulator string
 }
 
 func (s Settings) withDefaults() Settings {

@@ -2,6 +2,8 @@ package spannerme
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -9,8 +11,8 @@ import (
 )
 
 // trackedStream keeps its pool's in-flight count until the stream ends: RecvMsg returns an
-// error (io.EOF included), a non-server-streaming call has received its response, or the
-// call's context is done. It needs no goroutine of its own: context.AfterFunc covers the
+// error (io.EOF included), SendMsg returns an error other than io.EOF, a non-server-streaming
+// call has received its response, or the call's context is done. It needs no goroutine of its own: context.AfterFunc covers the
 // context.
 type trackedStream struct {
 	grpc.ClientStream
@@ -43,6 +45,19 @@ func (s *trackedStream) finish() {
 func (s *trackedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err != nil || !s.serverStreams {
+		s.stopAfter()
+		s.finish()
+	}
+	return err
+}
+
+// SendMsg sends a message and ends the tracking on an error other than io.EOF: gRPC has then
+// finished the stream, and the caller (generated code returns nil, err) need not call
+// RecvMsg. With grpcgcp's interceptor the real stream is created here, so this is where a
+// failing endpoint's error shows first.
+func (s *trackedStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err != nil && !errors.Is(err, io.EOF) {
 		s.stopAfter()
 		s.finish()
 	}
