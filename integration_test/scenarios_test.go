@@ -464,11 +464,13 @@ func testCloseAllBlackholed(t *testing.T, b backend) {
 		}
 		return true
 	})
-	// Calls now wait on connections that never complete their handshake.
+	// Calls now wait for connections that never complete their handshake: in flight on a
+	// pool, or waiting for it to connect before they are sent.
 	inFlight := int64(0)
-	h.waitFor(5*time.Second, "calls in flight on the blackholed pools", func() bool {
-		inFlight = 0
-		for _, p := range h.gme.Status().Pools {
+	h.waitFor(5*time.Second, "calls in flight on, or waiting for, the blackholed pools", func() bool {
+		st := h.gme.Status()
+		inFlight = st.WaitingCalls
+		for _, p := range st.Pools {
 			inFlight += p.InFlight
 		}
 		return inFlight > 0

@@ -46,7 +46,8 @@ type GCPMultiEndpoint struct {
 	unknown      sync.Map     // group name (string) -> *atomic.Int64: calls that named an unknown group
 	unknownNames atomic.Int64 // distinct names in unknown, at most maxUnknownNames
 	events       *eventQueue
-	changed      *broadcast // signalled when a pool's state or a group's current endpoint changes
+	waiting      atomic.Int64 // calls waiting in pickConnected
+	changed      *broadcast   // signalled when a pool's state or a group's current endpoint changes
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
@@ -216,9 +217,12 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context) (*pool, error) {
 		}
 		p.release()
 		count = false
+		gme.waiting.Add(1)
 		select {
 		case <-changed:
+			gme.waiting.Add(-1)
 		case <-ctx.Done():
+			gme.waiting.Add(-1)
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
@@ -350,13 +354,20 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	// The closure stays with the group for its later SetEndpoints, so it reads the snapshot
 	// in force when it is called, never a map captured now (a re-added endpoint has a fresh
 	// pool, not the retired one).
-	ready := func(e string) bool {
-		s := gme.snap.Load()
-		if s == nil {
-			return false
+	initial := func(e string) multiendpoint.State {
+		var p *pool
+		if s := gme.snap.Load(); s != nil {
+			p = s.pools[e]
 		}
-		p := s.pools[e]
-		return p != nil && p.ready.Load()
+		switch {
+		case p == nil: // a fresh pool: its first attempt is under way
+			return multiendpoint.Recovering
+		case p.ready.Load():
+			return multiendpoint.Available
+		case p.settled.Load():
+			return multiendpoint.Unavailable
+		}
+		return multiendpoint.Recovering
 	}
 	created := make(map[string]*multiendpoint.MultiEndpoint)
 	for _, g := range cfg.groups {
@@ -365,7 +376,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		}
 		me, err := multiendpoint.New(multiendpoint.Options{
 			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
-			Ready: ready, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
+			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
 		})
 		if err != nil { // unreachable after parseConfig; never leave a half-applied update
 			for _, me := range created {
@@ -396,10 +407,9 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: union})
 	for _, g := range cfg.groups {
 		if me := oldGroups[g.name]; me != nil {
-			// Both calls were validated by parseConfig; they fail only after the group's
-			// Close, which only Close and this function call, under updateMu.
-			_ = me.SetTimeouts(g.recoveryTimeout, g.switchingDelay)
-			_ = me.SetEndpoints(g.endpoints)
+			// Validated by parseConfig; it fails only after the group's Close, which only
+			// Close and this function call, under updateMu.
+			_ = me.Reconfigure(g.endpoints, g.recoveryTimeout, g.switchingDelay)
 		}
 	}
 	// 4. Publish the final snapshot: only configured endpoints.
@@ -455,6 +465,9 @@ func (gme *GCPMultiEndpoint) publish(p *pool) {
 		s := gme.snap.Load()
 		if s == nil || s.pools[p.endpoint] != p {
 			return // closed, or a retired pool: its news concern nobody
+		}
+		if !ready && !p.settled.Load() {
+			return // its first attempt is under way: nothing is known yet (rule 1)
 		}
 		for _, me := range s.groups {
 			me.SetEndpointAvailability(p.endpoint, ready)
@@ -565,6 +578,9 @@ type Status struct {
 	// (they used the default group). At most 64 names are kept; calls naming others are
 	// counted under "(other unknown names)".
 	UnknownGroups map[string]int64
+	// WaitingCalls counts the calls waiting for their endpoint's pool to finish connecting
+	// (or for their group to switch) before they are sent.
+	WaitingCalls int64
 	// Closed reports whether Close has been called.
 	Closed bool
 }
@@ -606,7 +622,7 @@ type PoolStatus struct {
 // Status returns a snapshot of the groups, pools and unknown group names.
 func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
-	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}}
+	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load()}
 	if s := gme.snap.Load(); s != nil {
 		st.Default = s.defaultName
 	}

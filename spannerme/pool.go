@@ -27,6 +27,9 @@ type pool struct {
 	// ready is the availability last published to the groups; version counts its changes.
 	ready   atomic.Bool
 	version atomic.Uint64
+	// settled: a connection attempt has ended (READY or TRANSIENT_FAILURE) at least once, so
+	// a pool that is not ready is known to be down rather than still connecting.
+	settled atomic.Bool
 
 	drained     chan struct{} // closed when retired and no call is in flight
 	drainedOnce sync.Once
@@ -113,8 +116,19 @@ func (p *pool) monitor(ctx context.Context, publish func(*pool), changed func())
 			p.conn.Connect()
 		case s == connectivity.Connecting && waking:
 			// Reconnecting after idleness, not after a failure: availability unchanged.
+		case s == connectivity.TransientFailure && !p.settled.Load():
+			// The first attempt failed: groups waiting for it (RecoveryTimeout 0) must hear
+			// it, though the availability was already "not ready".
+			waking = false
+			p.settled.Store(true)
+			p.ready.Store(false)
+			p.version.Add(1)
+			publish(p)
 		default:
 			waking = false
+			if s == connectivity.Ready || s == connectivity.TransientFailure {
+				p.settled.Store(true)
+			}
 			setReady(s == connectivity.Ready)
 		}
 		if !p.conn.WaitForStateChange(ctx, s) {

@@ -4,9 +4,12 @@
 //
 // The rules (DESIGN.md § "The state machine"):
 //
-//  1. A new endpoint starts Recovering when RecoveryTimeout > 0, else Unavailable; an endpoint
-//     reported ready when it is added (Options.Ready) starts Available. The first endpoint is
-//     current at creation.
+//  1. A new endpoint starts Recovering when RecoveryTimeout > 0 (time to connect); an
+//     endpoint ready when it is added (Options.InitialState) starts Available. With
+//     RecoveryTimeout 0, an endpoint known to be down starts Unavailable, and one whose first
+//     connection attempt is still under way starts Recovering until it is reported ready or
+//     not: so at startup the first endpoint is not passed over merely because another one
+//     connected a moment sooner. The first endpoint is current at creation.
 //  2. When an Available endpoint stops being available it becomes Recovering and, if it is
 //     still not available exactly RecoveryTimeout after it left Available, Unavailable. With
 //     RecoveryTimeout 0 it becomes Unavailable at once. Repeated not-available reports never
@@ -51,10 +54,12 @@ type Options struct {
 	// SwitchingDelay is how long a higher-priority endpoint must stay Available before traffic
 	// moves to it from an Available current endpoint. Zero means at once. Negative is an error.
 	SwitchingDelay time.Duration
-	// Ready, if not nil, reports whether an endpoint is ready at the moment it is added (by New
-	// or SetEndpoints); such an endpoint starts Available. It is called without any lock held,
-	// before the change is applied.
-	Ready func(endpoint string) bool
+	// InitialState, if not nil, tells what is known of an endpoint at the moment it is added
+	// (by New, SetEndpoints or Reconfigure): Available if it is ready, Unavailable if its
+	// connection attempts have failed, Recovering if its first attempt is still under way
+	// (unknown). Nil means Recovering for every endpoint. It is called without any lock held,
+	// before the change is applied. See rule 1.
+	InitialState func(endpoint string) State
 	// OnSwitch, if not nil, receives every change of the current endpoint, in order, one at a
 	// time, with no lock of the MultiEndpoint held (it may call the MultiEndpoint): on the
 	// goroutine that caused the change, or on one that is already delivering events. New may
@@ -71,7 +76,7 @@ type MultiEndpoint struct {
 	name     string
 	clock    clock.Clock
 	onSwitch func(Event)
-	ready    func(string) bool
+	initial  func(string) State
 
 	current atomic.Pointer[string] // written under mu, read without it
 
@@ -126,7 +131,7 @@ func New(opts Options) (*MultiEndpoint, error) {
 		name:            opts.Name,
 		clock:           opts.Clock,
 		onSwitch:        opts.OnSwitch,
-		ready:           opts.Ready,
+		initial:         opts.InitialState,
 		endpoints:       make(map[string]*endpoint, len(opts.Endpoints)),
 		recoveryTimeout: opts.RecoveryTimeout,
 		switchingDelay:  opts.SwitchingDelay,
@@ -134,7 +139,7 @@ func New(opts Options) (*MultiEndpoint, error) {
 	if m.clock == nil {
 		m.clock = clock.Real
 	}
-	ready := m.readySet(opts.Endpoints)
+	ready := m.initialStates(opts.Endpoints)
 	first := opts.Endpoints[0]
 	m.current.Store(&first)
 	m.mu.Lock()
@@ -179,6 +184,10 @@ func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool)
 			m.scheduleStableLocked(e, m.recoveryTimeout)
 		}
 		e.fresh = false
+	case !available && e.state == Recovering && m.recoveryTimeout == 0:
+		// Its first connection attempt failed (rule 1: only then is an endpoint Recovering
+		// with RecoveryTimeout 0).
+		m.setStateLocked(e, Unavailable, now)
 	case !available && e.state == Available:
 		if !e.probation {
 			e.leftAvailable = now // a fresh failure: a fresh recovery clock
@@ -206,13 +215,64 @@ func (m *MultiEndpoint) SetEndpoints(endpoints []string) error {
 	if err := ValidateEndpoints(m.name, endpoints); err != nil {
 		return err
 	}
-	ready := m.readySet(endpoints)
+	return m.reconfigure(endpoints, nil)
+}
+
+// SetTimeouts changes RecoveryTimeout and SwitchingDelay at runtime. Clocks already running
+// keep their start: a Recovering endpoint becomes Unavailable at (left Available +
+// recoveryTimeout), at once if that is past; a probation ends at (back Available +
+// recoveryTimeout); a pending switch lands at (scheduled + switchingDelay), at once if that
+// is past. It returns a *ConfigError for a negative duration and ErrClosed after Close; on
+// error nothing changes.
+func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duration) error {
+	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
+		return err
+	}
+	return m.reconfigure(nil, &durations{recoveryTimeout, switchingDelay})
+}
+
+// Reconfigure is SetEndpoints and SetTimeouts in one step: rule 3 is applied once, to the
+// whole new configuration, so no switch is made for a half-applied one. Errors are those of
+// both; on error nothing changes.
+func (m *MultiEndpoint) Reconfigure(endpoints []string, recoveryTimeout, switchingDelay time.Duration) error {
+	if err := ValidateEndpoints(m.name, endpoints); err != nil {
+		return err
+	}
+	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
+		return err
+	}
+	return m.reconfigure(endpoints, &durations{recoveryTimeout, switchingDelay})
+}
+
+type durations struct{ recoveryTimeout, switchingDelay time.Duration }
+
+// reconfigure applies a validated endpoint list (nil: unchanged) and durations (nil:
+// unchanged), then rule 3 once.
+func (m *MultiEndpoint) reconfigure(endpoints []string, d *durations) error {
+	var ready map[string]State
+	if endpoints != nil {
+		ready = m.initialStates(endpoints)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return ErrClosed
 	}
 	now := m.clock.Now()
+	if endpoints != nil {
+		m.setEndpointsLocked(endpoints, ready, now)
+	}
+	if d != nil {
+		m.setTimeoutsLocked(d.recoveryTimeout, d.switchingDelay, now)
+	}
+	m.updateCurrentLocked(Reconfiguration)
+	m.mu.Unlock()
+	m.deliver()
+	return nil
+}
+
+// setEndpointsLocked is rule 4 without rule 3. m.mu must be held.
+func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]State, now time.Time) {
 	keep := make(map[string]bool, len(endpoints))
 	for _, id := range endpoints {
 		keep[id] = true
@@ -223,33 +283,20 @@ func (m *MultiEndpoint) SetEndpoints(endpoints []string) error {
 			delete(m.endpoints, id)
 		}
 	}
+	if p := m.pending; p != nil && !keep[p.target] {
+		m.cancelSwitchLocked()
+	}
 	for i, id := range endpoints {
 		if _, ok := m.endpoints[id]; !ok {
 			m.addLocked(id, i, ready[id], now)
 		}
 	}
 	m.reorderLocked(endpoints)
-	m.updateCurrentLocked(Reconfiguration)
-	m.mu.Unlock()
-	m.deliver()
-	return nil
 }
 
-// SetTimeouts changes RecoveryTimeout and SwitchingDelay at runtime. Clocks already running
-// keep their start: a Recovering endpoint becomes Unavailable at (left Available +
-// recoveryTimeout), at once if that is past; a pending switch lands at (scheduled +
-// switchingDelay), at once if that is past. It returns a *ConfigError for a negative duration
-// and ErrClosed after Close; on error nothing changes.
-func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duration) error {
-	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		return ErrClosed
-	}
-	now := m.clock.Now()
+// setTimeoutsLocked changes the durations, keeping the start of every running clock, without
+// rule 3. m.mu must be held.
+func (m *MultiEndpoint) setTimeoutsLocked(recoveryTimeout, switchingDelay time.Duration, now time.Time) {
 	m.recoveryTimeout, m.switchingDelay = recoveryTimeout, switchingDelay
 	for _, e := range m.order {
 		switch {
@@ -272,17 +319,15 @@ func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duratio
 		p.timer.Stop()
 		m.switchGen++
 		p.gen = m.switchGen
-		if left := p.since.Add(switchingDelay).Sub(now); left <= 0 {
-			m.pending = nil
-			m.switchLocked(p.target, p.reason, now)
-		} else {
+		if left := p.since.Add(switchingDelay).Sub(now); left > 0 {
 			m.armSwitchLocked(p, left)
+		} else {
+			m.pending = nil
+			if e := m.endpoints[p.target]; e != nil && e.state == Available {
+				m.switchLocked(p.target, p.reason, now)
+			}
 		}
 	}
-	m.updateCurrentLocked(Reconfiguration)
-	m.mu.Unlock()
-	m.deliver()
-	return nil
 }
 
 // Status returns a snapshot of the MultiEndpoint.
@@ -324,30 +369,33 @@ func (m *MultiEndpoint) Close() {
 	m.events = nil
 }
 
-// readySet asks Options.Ready about each endpoint, with no lock held.
-func (m *MultiEndpoint) readySet(endpoints []string) map[string]bool {
-	if m.ready == nil {
-		return nil
-	}
-	ready := make(map[string]bool, len(endpoints))
+// initialStates asks Options.InitialState about each endpoint, with no lock held; a missing
+// answer means Recovering (unknown).
+func (m *MultiEndpoint) initialStates(endpoints []string) map[string]State {
+	states := make(map[string]State, len(endpoints))
 	for _, id := range endpoints {
-		ready[id] = m.ready(id)
+		states[id] = Recovering
+		if m.initial != nil {
+			states[id] = m.initial(id)
+		}
 	}
-	return ready
+	return states
 }
 
 // addLocked adds a new endpoint by rule 1. m.mu must be held.
-func (m *MultiEndpoint) addLocked(id string, priority int, ready bool, now time.Time) {
-	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: !ready}
+func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now time.Time) {
+	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: initial != Available}
 	m.endpoints[id] = e
 	switch {
-	case ready:
+	case initial == Available:
 		e.state = Available
 	case m.recoveryTimeout > 0:
 		e.state = Recovering
 		m.scheduleUnavailableLocked(e, m.recoveryTimeout)
-	default:
+	case initial == Unavailable:
 		e.state = Unavailable
+	default:
+		e.state = Recovering // until its first attempt is reported: no timer
 	}
 }
 

@@ -70,8 +70,14 @@ type table struct {
 	recovery  time.Duration
 	switching time.Duration
 	ready     []string // endpoints ready at creation
-	steps     []step
+	// connecting: endpoints not ready at creation are still connecting (InitialState
+	// Recovering); otherwise they are known down (Unavailable).
+	connecting bool
+	steps      []step
 }
+
+// knownDown is an InitialState for tests whose endpoints start known to be down.
+func knownDown(string) State { return Unavailable }
 
 func runTable(t *testing.T, tc table) {
 	t.Helper()
@@ -86,7 +92,15 @@ func runTable(t *testing.T, tc table) {
 	m, err := New(Options{
 		Name: "g", Endpoints: tc.endpoints, RecoveryTimeout: tc.recovery, SwitchingDelay: tc.switching,
 		Clock: clk,
-		Ready: func(e string) bool { return ready[e] },
+		InitialState: func(e string) State {
+			switch {
+			case ready[e]:
+				return Available
+			case tc.connecting:
+				return Recovering
+			}
+			return Unavailable
+		},
 		OnSwitch: func(ev Event) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -161,6 +175,37 @@ func TestRule1_InitialStates(t *testing.T) {
 		{name: "first becomes available", endpoints: []string{"A", "B"}, recovery: rt, switching: sd,
 			steps: []step{{100 * ms, up("A"), "A", "A:Available B:Recovering", nil},
 				{rt, wait, "A", "A:Available B:Unavailable", nil}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runTable(t, tc) })
+	}
+}
+
+// Rule 1 with RecoveryTimeout 0: an endpoint whose first connection attempt is under way is
+// Recovering until reported, so the top endpoint is not passed over at startup because a
+// lower one connected a moment sooner; a failed first attempt hands over at once.
+func TestRule1_RecoveryTimeoutZeroWaitsForTheFirstAttempt(t *testing.T) {
+	for _, tc := range []table{
+		{name: "lower connects first: top kept", endpoints: []string{"A", "B"}, switching: sd, connecting: true,
+			steps: []step{
+				{0, wait, "A", "A:Recovering B:Recovering", nil},
+				{10 * ms, up("B"), "A", "A:Recovering B:Available", nil},
+				{50 * ms, up("A"), "A", "A:Available B:Available", nil},
+				{time.Hour, wait, "A", "", nil},
+			}},
+		{name: "top's first attempt fails: lower at once", endpoints: []string{"A", "B"}, switching: sd, connecting: true,
+			steps: []step{
+				{10 * ms, up("B"), "A", "", nil},
+				{20 * time.Second, down("A"), "B", "A:Unavailable B:Available", []string{"A>B fallback"}},
+				{21 * time.Second, up("A"), "B", "A:Available B:Available", nil},
+				{21*time.Second + sd, wait, "A", "", []string{"B>A recovery"}},
+			}},
+		{name: "known down at creation: Unavailable", endpoints: []string{"A", "B"}, ready: []string{"B"},
+			steps: []step{{0, wait, "B", "A:Unavailable B:Available", nil}}},
+		{name: "added while connecting", endpoints: []string{"A"}, ready: []string{"A"}, connecting: true,
+			steps: []step{
+				{0, setEndpoints("N", "A"), "A", "N:Recovering A:Available", nil},
+				{time.Second, down("N"), "A", "N:Unavailable A:Available", nil},
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { runTable(t, tc) })
 	}
@@ -386,7 +431,7 @@ func TestRule4_SetEndpoints(t *testing.T) {
 
 func TestRule4_InvalidSetEndpointsChangesNothing(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	m, err := New(Options{Name: "west", Endpoints: []string{"A", "B"}, Clock: clk})
+	m, err := New(Options{Name: "west", Endpoints: []string{"A", "B"}, Clock: clk, InitialState: knownDown})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +517,25 @@ func TestRule4_SetTimeouts(t *testing.T) {
 	}
 }
 
+func reconfigure(r, sd time.Duration, es ...string) op {
+	return op{fmt.Sprintf("reconfigure %v %v %s", r, sd, strings.Join(es, ",")), func(t *testing.T, m *MultiEndpoint) {
+		if err := m.Reconfigure(es, r, sd); err != nil {
+			t.Fatalf("Reconfigure: %v", err)
+		}
+	}}
+}
+
+// Rule 4: Reconfigure applies rule 3 once, to the whole new configuration: shortening the
+// SwitchingDelay while removing the pending switch's target switches nowhere.
+func TestRule4_ReconfigureAppliesRule3Once(t *testing.T) {
+	runTable(t, table{endpoints: []string{"A", "B"}, switching: sd, steps: []step{
+		{0, up("B"), "B", "", []string{"A>B fallback"}},
+		{time.Second, up("A"), "B", "", nil}, // switch to A pending
+		{1100 * ms, reconfigure(0, 0, "B"), "B", "B:Available", nil},
+		{3 * time.Second, wait, "B", "", nil},
+	}})
+}
+
 // Rule 5: after Close no timer is pending, no callback changes anything, no event is emitted.
 func TestRule5_Close(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
@@ -534,7 +598,7 @@ func TestRule5_StaleTimerCallbackIsNoOp(t *testing.T) {
 // nothing if its callback runs anyway.
 func TestRule5_StaleSwitchCallbackIsNoOp(t *testing.T) {
 	clk := &capturingClock{Fake: clock.NewFake(time.Time{})}
-	m, err := New(Options{Endpoints: []string{"A", "B"}, SwitchingDelay: sd, Clock: clk})
+	m, err := New(Options{Endpoints: []string{"A", "B"}, SwitchingDelay: sd, Clock: clk, InitialState: knownDown})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +653,7 @@ func TestRule5_NoEventAfterCloseDuringDelivery(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	var m *MultiEndpoint
 	var got []string
-	m, err := New(Options{Endpoints: []string{"A", "B"}, Clock: clk, OnSwitch: func(ev Event) {
+	m, err := New(Options{Endpoints: []string{"A", "B"}, Clock: clk, InitialState: knownDown, OnSwitch: func(ev Event) {
 		got = append(got, ev.From+">"+ev.To)
 		if ev.To == "B" {
 			m.SetEndpointAvailability("A", true) // queues B>A behind this event
@@ -623,7 +687,7 @@ func TestRule6_EventsInOrderAndReentrant(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	var m *MultiEndpoint
 	var got []Event
-	m, err := New(Options{Name: "east", Endpoints: []string{"A", "B"}, Clock: clk, OnSwitch: func(ev Event) {
+	m, err := New(Options{Name: "east", Endpoints: []string{"A", "B"}, Clock: clk, InitialState: knownDown, OnSwitch: func(ev Event) {
 		got = append(got, ev)
 		_ = m.Status() // re-entering must not deadlock
 		if ev.To == "B" {

@@ -49,7 +49,7 @@ type refModel struct {
 	events  []string // emitted, not yet checked
 }
 
-func newRefModel(name string, now time.Time, endpoints []string, rt, sd time.Duration, ready map[string]bool) *refModel {
+func newRefModel(name string, now time.Time, endpoints []string, rt, sd time.Duration, ready map[string]State) *refModel {
 	m := &refModel{name: name, now: now, rt: rt, sd: sd, eps: map[string]*refEndpoint{}, current: endpoints[0]}
 	for _, id := range endpoints {
 		m.add(id, ready[id])
@@ -60,15 +60,17 @@ func newRefModel(name string, now time.Time, endpoints []string, rt, sd time.Dur
 }
 
 // add is rule 1.
-func (m *refModel) add(id string, ready bool) {
-	e := &refEndpoint{since: m.now, left: m.now, fresh: !ready}
+func (m *refModel) add(id string, initial State) {
+	e := &refEndpoint{since: m.now, left: m.now, fresh: initial != Available}
 	switch {
-	case ready:
+	case initial == Available:
 		e.state = Available
 	case m.rt > 0:
 		e.state = Recovering
-	default:
+	case initial == Unavailable:
 		e.state = Unavailable
+	default:
+		e.state = Recovering // first attempt under way, RecoveryTimeout 0: until reported
 	}
 	m.eps[id] = e
 }
@@ -145,7 +147,7 @@ func (m *refModel) nextDeadline() (time.Time, bool) {
 		return next, false
 	}
 	for _, id := range m.order {
-		if e := m.eps[id]; e.state == Recovering {
+		if e := m.eps[id]; e.state == Recovering && m.rt > 0 {
 			consider(e.left.Add(m.rt))
 		} else if !e.stableAt.IsZero() {
 			consider(e.stableAt)
@@ -168,7 +170,7 @@ func (m *refModel) advanceTo(t time.Time) {
 			m.now = d
 		}
 		for _, id := range m.order {
-			if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.rt).After(m.now) {
+			if e := m.eps[id]; e.state == Recovering && m.rt > 0 && !e.left.Add(m.rt).After(m.now) {
 				e.state, e.since = Unavailable, m.now
 			}
 			if e := m.eps[id]; !e.stableAt.IsZero() && !e.stableAt.After(m.now) {
@@ -203,6 +205,8 @@ func (m *refModel) setAvailability(id string, available bool) {
 			e.stableAt = m.now.Add(m.rt) // probation
 		}
 		e.fresh = false
+	case !available && e.state == Recovering && m.rt == 0:
+		e.state, e.since = Unavailable, m.now // its first attempt failed
 	case !available && e.state == Available:
 		if e.stableAt.IsZero() {
 			e.left = m.now // stable: a fresh recovery clock
@@ -220,7 +224,22 @@ func (m *refModel) setAvailability(id string, available bool) {
 }
 
 // setEndpoints is rule 4.
-func (m *refModel) setEndpoints(list []string, ready map[string]bool) {
+func (m *refModel) setEndpoints(list []string, ready map[string]State) {
+	m.applyEndpoints(list, ready)
+	m.choose(Reconfiguration)
+}
+
+// reconfigure is setEndpoints and setTimeouts with rule 3 applied once, at the end.
+func (m *refModel) reconfigure(list []string, ready map[string]State, rt, sd time.Duration) {
+	m.applyEndpoints(list, ready)
+	m.applyTimeouts(rt, sd)
+	m.choose(Reconfiguration)
+}
+
+func (m *refModel) applyEndpoints(list []string, ready map[string]State) {
+	if m.pending != nil && !slices.Contains(list, m.pending.target) {
+		m.pending = nil
+	}
 	for id := range m.eps {
 		if !slices.Contains(list, id) {
 			delete(m.eps, id)
@@ -232,11 +251,15 @@ func (m *refModel) setEndpoints(list []string, ready map[string]bool) {
 		}
 	}
 	m.order = slices.Clone(list)
-	m.choose(Reconfiguration)
 }
 
 // setTimeouts: running clocks keep their start; what is past happens at once.
 func (m *refModel) setTimeouts(rt, sd time.Duration) {
+	m.applyTimeouts(rt, sd)
+	m.choose(Reconfiguration)
+}
+
+func (m *refModel) applyTimeouts(rt, sd time.Duration) {
 	m.rt, m.sd = rt, sd
 	for _, id := range m.order {
 		if e := m.eps[id]; e.state == Recovering && !e.left.Add(rt).After(m.now) {
@@ -251,9 +274,10 @@ func (m *refModel) setTimeouts(rt, sd time.Duration) {
 	}
 	if p := m.pending; p != nil && !p.since.Add(sd).After(m.now) {
 		m.pending = nil
-		m.emit(p.target, p.reason)
+		if e := m.eps[p.target]; e != nil && e.state == Available {
+			m.emit(p.target, p.reason)
+		}
 	}
-	m.choose(Reconfiguration)
 }
 
 func (m *refModel) status() Status {
@@ -281,14 +305,18 @@ func drawList(t *rapid.T, label string) []string {
 	return perm[:n]
 }
 
-func drawReady(t *rapid.T, label string) map[string]bool {
-	ready := map[string]bool{}
+func drawReady(t *rapid.T, label string) map[string]State {
+	states := map[string]State{}
 	if rapid.Bool().Draw(t, label+"-any") {
 		for _, id := range propUniverse {
-			ready[id] = rapid.Bool().Draw(t, label+"-"+id)
+			states[id] = rapid.SampledFrom([]State{Available, Recovering, Unavailable}).Draw(t, label+"-"+id)
 		}
+		return states
 	}
-	return ready
+	for _, id := range propUniverse {
+		states[id] = Recovering // unknown: still connecting
+	}
+	return states
 }
 
 func TestProperty_MatchesReferenceModel(t *testing.T) {
@@ -300,12 +328,12 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 		list := drawList(t, "endpoints")
 		rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
 		ready := drawReady(t, "ready")
-		var readyNow map[string]bool // what Options.Ready answers; set before New/SetEndpoints
+		var readyNow map[string]State // what Options.InitialState answers; set before New/SetEndpoints
 		readyNow = ready
 
 		var got []string
 		m, err := New(Options{Name: "p", Endpoints: list, RecoveryTimeout: rt, SwitchingDelay: sd, Clock: clk,
-			Ready: func(e string) bool { return readyNow[e] },
+			InitialState: func(e string) State { return readyNow[e] },
 			OnSwitch: func(ev Event) {
 				got = append(got, fmt.Sprintf("%s>%s %s@%s", ev.From, ev.To, ev.Reason, stamp(ev.At)))
 			}})
@@ -388,6 +416,15 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 					t.Fatalf("SetEndpoints(%v): %v", list, err)
 				}
 				ref.setEndpoints(list, readyNow)
+			},
+			"reconfigure": func(t *rapid.T) {
+				list := drawList(t, "new list")
+				readyNow = drawReady(t, "ready")
+				rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
+				if err := m.Reconfigure(list, rt, sd); err != nil {
+					t.Fatalf("Reconfigure(%v, %v, %v): %v", list, rt, sd, err)
+				}
+				ref.reconfigure(list, readyNow, rt, sd)
 			},
 			"set timeouts": func(t *rapid.T) {
 				rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")

@@ -77,7 +77,12 @@ func TestRace_ConcurrentCallers(t *testing.T) {
 	clk := &trackingClock{}
 	m, err := New(Options{
 		Name: "race", Endpoints: universe[:3], RecoveryTimeout: 2 * ms, SwitchingDelay: ms, Clock: clk,
-		Ready: func(e string) bool { return e == "B" },
+		InitialState: func(e string) State {
+			if e == "B" {
+				return Available
+			}
+			return Recovering
+		},
 		OnSwitch: func(ev Event) {
 			events.Add(1)
 			if ev.Name != "race" || !isConfigured(ev.From) || !isConfigured(ev.To) || ev.From == ev.To {
