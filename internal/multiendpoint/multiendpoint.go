@@ -421,30 +421,22 @@ func (m *MultiEndpoint) setStateLocked(e *endpoint, s State, now time.Time) {
 // scheduleStableLocked ends e's probation after d unless it changes state first. m.mu must be
 // held.
 func (m *MultiEndpoint) scheduleStableLocked(e *endpoint, d time.Duration) {
-	m.stopTimerLocked(e)
-	gen := e.gen
-	e.timer = m.clock.AfterFunc(d, func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.closed || e.gen != gen || m.endpoints[e.id] != e {
-			return
-		}
-		e.timer = nil
-		e.probation = false
-	})
-}
-
-func (m *MultiEndpoint) stopTimerLocked(e *endpoint) {
-	e.gen++
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
-	}
+	m.armLocked(e, d, func() { e.probation = false })
 }
 
 // scheduleUnavailableLocked makes Recovering e Unavailable after d unless it changes state
 // first. m.mu must be held.
 func (m *MultiEndpoint) scheduleUnavailableLocked(e *endpoint, d time.Duration) {
+	m.armLocked(e, d, func() {
+		m.setStateLocked(e, Unavailable, m.clock.Now())
+		m.updateCurrentLocked(0)
+	})
+}
+
+// armLocked replaces e's timer with one that runs fire, under m.mu, after d, unless e has
+// changed state (its generation), been removed, or the MultiEndpoint closed by then; events
+// fire queues are delivered afterwards. m.mu must be held.
+func (m *MultiEndpoint) armLocked(e *endpoint, d time.Duration, fire func()) {
 	m.stopTimerLocked(e)
 	gen := e.gen
 	e.timer = m.clock.AfterFunc(d, func() {
@@ -454,11 +446,20 @@ func (m *MultiEndpoint) scheduleUnavailableLocked(e *endpoint, d time.Duration) 
 			return
 		}
 		e.timer = nil
-		m.setStateLocked(e, Unavailable, m.clock.Now())
-		m.updateCurrentLocked(0)
+		fire()
 		m.mu.Unlock()
 		m.deliver()
 	})
+}
+
+// stopTimerLocked stops e's timer and makes any callback of it already running stale. m.mu
+// must be held.
+func (m *MultiEndpoint) stopTimerLocked(e *endpoint) {
+	e.gen++
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
 }
 
 // updateCurrentLocked applies rule 3. cause is Reconfiguration when called for SetEndpoints
