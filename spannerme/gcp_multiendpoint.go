@@ -126,7 +126,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	}
 	if settings.KeepaliveTime > 0 {
 		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
-			Time: settings.KeepaliveTime, PermitWithoutStream: settings.KeepaliveWithoutCalls}))
+			Time: settings.KeepaliveTime, Timeout: settings.KeepaliveTimeout, PermitWithoutStream: settings.KeepaliveWithoutCalls}))
 	}
 	gme := &GCPMultiEndpoint{
 		dial:      gmeCfg.DialFunc,

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -61,7 +62,8 @@ func startServer(tb testing.TB, name string) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	// Tests may ping often (KeepaliveTime in milliseconds): the server allows it.
+	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Millisecond, PermitWithoutStream: true}))
 	testpb.RegisterTestServiceServer(srv, &nameServer{name: name})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()

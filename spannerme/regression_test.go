@@ -235,3 +235,25 @@ func TestStartupWithZeroRecoveryTimeoutPrimaryDown(t *testing.T) {
 	took, _ := waitServedBy(t, context.Background(), gme, "E2", 5*time.Second)
 	t.Logf("served by the fallback %v after creation", took)
 }
+
+// An endpoint whose established connections silently stop carrying bytes (packets dropped, no
+// reset, no refusal) keeps its pool READY until keepalive finds the connections dead:
+// KeepaliveTime plus KeepaliveTimeout after the silence, the pool leaves READY and the group
+// fails over RecoveryTimeout later. Here with gRPC's shortest KeepaliveTime (10s; the test
+// servers allow it), a 300ms KeepaliveTimeout, and calls in flight, so that pings are sent.
+func TestSilentlyDeadCurrentEndpointFoundByKeepalive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes over 10s: gRPC's shortest keepalive interval")
+	}
+	const rt, ka, kaTimeout = 300 * time.Millisecond, 10 * time.Second, 300 * time.Millisecond
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	s := fastSettings(nil)
+	s.KeepaliveTime, s.KeepaliveTimeout = ka, kaTimeout
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(rt, 0, e1.Addr(), e2.Addr())}), s)
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "E1", 5*time.Second)
+	eventually(t, 5*time.Second, "E2 warm", func() bool { p, _ := poolOf(gme, e2.Addr()); return p.Connectivity == "READY" })
+	e1.Blackhole() // live connections stop forwarding; nothing is reset
+	took, _ := firstServedUnderLoad(t, ctx, gme, "E2", ka+kaTimeout+rt+10*time.Second)
+	t.Logf("first success on E2 %v after E1 went silent (KeepaliveTime %v + KeepaliveTimeout %v + RecoveryTimeout %v)", took, ka, kaTimeout, rt)
+}

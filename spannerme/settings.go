@@ -23,11 +23,18 @@ type Settings struct {
 	MinConnectTimeout time.Duration
 	// KeepaliveTime is how long a connection may stay silent before gRPC pings it (HTTP/2
 	// keepalive), which is how a connection that silently stopped carrying bytes is found
-	// dead: after KeepaliveTime plus 20s without an answer. Zero means 120s, the value the
+	// dead: after KeepaliveTime plus KeepaliveTimeout without an answer. gRPC uses at least
+	// 10s (grpc-go, keepalive.ClientParameters). Zero means 120s, the value the
 	// Cloud Spanner Go client uses (cloud.google.com/go/spanner, client.go); negative turns
 	// keepalive off. Servers close connections that ping more often than they allow (grpc-go
 	// servers: once per 5 minutes by default), so lower it only with care.
 	KeepaliveTime time.Duration
+	// KeepaliveTimeout is how long gRPC waits for a keepalive ping's answer before it closes
+	// the connection. Zero or negative means 20s, gRPC's default. KeepaliveTime plus
+	// KeepaliveTimeout bounds how long a current endpoint that silently stopped answering
+	// (packets dropped, no reset) keeps its calls before the pool leaves READY and the group
+	// can fail over.
+	KeepaliveTimeout time.Duration
 	// KeepaliveWithoutCalls also pings connections that carry no call. gRPC pings only
 	// connections with an active call otherwise, so a warm standby whose path silently dies
 	// (no reset, no refusal) stays READY, and Available, until calls fail over to it and find
@@ -63,6 +70,9 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.KeepaliveTime == 0 {
 		s.KeepaliveTime = 120 * time.Second
+	}
+	if s.KeepaliveTimeout <= 0 {
+		s.KeepaliveTimeout = 20 * time.Second
 	}
 	if s.DrainTimeout <= 0 {
 		s.DrainTimeout = 5 * time.Minute
