@@ -163,7 +163,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 // UNAVAILABLE when reconfigurations kept retiring the picked pool (rare; retryable); the
 // context's error, as a gRPC status, if it ends while the call waits.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	p, err := gme.pickConnected(ctx)
+	p, err := gme.pickConnected(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 // endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
 // cancel ctx.
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	p, err := gme.pickConnected(ctx)
+	p, err := gme.pickConnected(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ var errClosedCall = status.Error(codes.Canceled, "spannerme: GCPMultiEndpoint is
 // endpoint changes, and picks again. READY pools take it at once; so do pools in
 // TRANSIENT_FAILURE, where gRPC fails it fast with UNAVAILABLE for the Spanner client to
 // retry. Errors: those of pick, and the context's (as a gRPC status) while waiting.
-func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context) (*pool, error) {
+func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.CallOption) (*pool, error) {
 	count := true
 	for {
 		changed := gme.changed.wait() // before the pick: no news between them is lost
@@ -212,6 +212,11 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context) (*pool, error) {
 		}
 		switch connectivity.State(p.state.Load()) {
 		case connectivity.Connecting, connectivity.Idle:
+		case connectivity.TransientFailure:
+			if !waitForReady(opts) {
+				return p, nil // gRPC fails it fast, for the Spanner client to retry
+			}
+			// gRPC would hold it in this pool even after the group fails over.
 		default:
 			return p, nil
 		}
@@ -226,6 +231,18 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context) (*pool, error) {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// waitForReady reports whether the call options ask gRPC to wait for a ready connection
+// (grpc.WaitForReady(true)).
+func waitForReady(opts []grpc.CallOption) bool {
+	wait := false
+	for _, o := range opts {
+		if f, ok := o.(grpc.FailFastCallOption); ok {
+			wait = !f.FailFast
+		}
+	}
+	return wait
 }
 
 // pick returns the acquired pool of the current endpoint of ctx's group. A pool retired
@@ -377,6 +394,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		me, err := multiendpoint.New(multiendpoint.Options{
 			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
 			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
+			// With RecoveryTimeout 0, a first connection attempt gets as long as gRPC gives it.
+			ConnectGrace: gme.settings.MinConnectTimeout,
 		})
 		if err != nil { // unreachable after parseConfig; never leave a half-applied update
 			for _, me := range created {
@@ -459,6 +478,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 // still the one serving its endpoint. It re-reads the availability after telling, so that a
 // change racing this call is never overwritten by an older value.
 func (gme *GCPMultiEndpoint) publish(p *pool) {
+	p.publishMu.Lock() // one report at a time per pool: a stale one never lands after a newer
+	defer p.publishMu.Unlock()
 	for {
 		v := p.version.Load()
 		ready := p.ready.Load()

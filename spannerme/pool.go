@@ -30,6 +30,10 @@ type pool struct {
 	// settled: a connection attempt has ended (READY or TRANSIENT_FAILURE) at least once, so
 	// a pool that is not ready is known to be down rather than still connecting.
 	settled atomic.Bool
+	// publishMu serializes the reports of this pool's availability to the groups (the
+	// monitor's and an update's), so they land in order. It is held while the state machines
+	// run, never across a gRPC call or a user callback (switch events are queued).
+	publishMu sync.Mutex
 
 	drained     chan struct{} // closed when retired and no call is in flight
 	drainedOnce sync.Once

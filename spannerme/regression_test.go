@@ -10,6 +10,7 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 )
@@ -256,4 +257,41 @@ func TestSilentlyDeadCurrentEndpointFoundByKeepalive(t *testing.T) {
 	e1.Blackhole() // live connections stop forwarding; nothing is reset
 	took, _ := firstServedUnderLoad(t, ctx, gme, "E2", ka+kaTimeout+rt+10*time.Second)
 	t.Logf("first success on E2 %v after E1 went silent (KeepaliveTime %v + KeepaliveTimeout %v + RecoveryTimeout %v)", took, ka, kaTimeout, rt)
+}
+
+// With RecoveryTimeout 0, a primary whose first connection attempt never ends (here a
+// resolver that never answers) holds the group for MinConnectTimeout at most, then the
+// fallback takes over.
+func TestStartupWithZeroRecoveryTimeoutPrimaryNeverConnects(t *testing.T) {
+	e2 := startEndpoint(t, "E2")
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "stuck:1", e2.Addr())})
+	o.DialFunc = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		if target == "stuck:1" {
+			return grpc.NewClient("stuck:///x", append(opts, grpc.WithResolvers(manual.NewBuilderWithScheme("stuck")))...)
+		}
+		return grpc.NewClient(target, opts...)
+	}
+	s := fastSettings(nil) // MinConnectTimeout 1s
+	gme := newGME(t, o, s)
+	took, _ := waitServedBy(t, context.Background(), gme, "E2", s.MinConnectTimeout+5*time.Second)
+	t.Logf("served by the fallback %v after creation (MinConnectTimeout %v)", took, s.MinConnectTimeout)
+}
+
+// A call with grpc.WaitForReady(true) is not left in a failed pool's queue: it waits in
+// spannerme and goes to the fallback once the group fails over.
+func TestWaitForReadyCallFollowsFailover(t *testing.T) {
+	const rt = 500 * time.Millisecond
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(rt, 0, e1.Addr(), e2.Addr())}), fastSettings(nil))
+	waitServedBy(t, context.Background(), gme, "E1", 5*time.Second)
+	e1.Down()
+	eventually(t, 5*time.Second, "E1's pool failing", func() bool { p, _ := poolOf(gme, e1.Addr()); return p.Connectivity == "TRANSIENT_FAILURE" })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := testpb.NewTestServiceClient(gme).UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.WaitForReady(true))
+	if err != nil || resp.Username != "E2" {
+		t.Fatalf("WaitForReady call: %v, %v; want served by E2", resp, err)
+	}
+	t.Logf("WaitForReady call served by E2 %v after it started", time.Since(start))
 }

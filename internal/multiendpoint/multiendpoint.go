@@ -8,8 +8,9 @@
 //     endpoint ready when it is added (Options.InitialState) starts Available. With
 //     RecoveryTimeout 0, an endpoint known to be down starts Unavailable, and one whose first
 //     connection attempt is still under way starts Recovering until it is reported ready or
-//     not: so at startup the first endpoint is not passed over merely because another one
-//     connected a moment sooner. The first endpoint is current at creation.
+//     not, ConnectGrace at most: so at startup the first endpoint is not passed over merely
+//     because another one connected a moment sooner. The first endpoint is current at
+//     creation.
 //  2. When an Available endpoint stops being available it becomes Recovering and, if it is
 //     still not available exactly RecoveryTimeout after it left Available, Unavailable. With
 //     RecoveryTimeout 0 it becomes Unavailable at once. Repeated not-available reports never
@@ -57,9 +58,14 @@ type Options struct {
 	// InitialState, if not nil, tells what is known of an endpoint at the moment it is added
 	// (by New, SetEndpoints or Reconfigure): Available if it is ready, Unavailable if its
 	// connection attempts have failed, Recovering if its first attempt is still under way
-	// (unknown). Nil means Recovering for every endpoint. It is called without any lock held,
-	// before the change is applied. See rule 1.
+	// (unknown). Nil means Recovering for every endpoint. With RecoveryTimeout > 0 a
+	// not-ready endpoint starts Recovering either way (rule 1: time to connect). It is called
+	// without any lock held, before the change is applied.
 	InitialState func(endpoint string) State
+	// ConnectGrace applies with RecoveryTimeout 0: how long a new endpoint whose first
+	// connection attempt is under way stays Recovering, unless reported ready or not before.
+	// Zero means no grace: such an endpoint starts Unavailable. Negative is treated as zero.
+	ConnectGrace time.Duration
 	// OnSwitch, if not nil, receives every change of the current endpoint, in order, one at a
 	// time, with no lock of the MultiEndpoint held (it may call the MultiEndpoint): on the
 	// goroutine that caused the change, or on one that is already delivering events. New may
@@ -73,10 +79,11 @@ type Options struct {
 // MultiEndpoint tracks a prioritized endpoint list and picks the current endpoint. Create it
 // with New. All methods are safe for concurrent use; Current never blocks.
 type MultiEndpoint struct {
-	name     string
-	clock    clock.Clock
-	onSwitch func(Event)
-	initial  func(string) State
+	name         string
+	clock        clock.Clock
+	onSwitch     func(Event)
+	initial      func(string) State
+	connectGrace time.Duration
 
 	current atomic.Pointer[string] // written under mu, read without it
 
@@ -132,6 +139,7 @@ func New(opts Options) (*MultiEndpoint, error) {
 		clock:           opts.Clock,
 		onSwitch:        opts.OnSwitch,
 		initial:         opts.InitialState,
+		connectGrace:    opts.ConnectGrace,
 		endpoints:       make(map[string]*endpoint, len(opts.Endpoints)),
 		recoveryTimeout: opts.RecoveryTimeout,
 		switchingDelay:  opts.SwitchingDelay,
@@ -259,6 +267,9 @@ func (m *MultiEndpoint) reconfigure(endpoints []string, d *durations) error {
 		return ErrClosed
 	}
 	now := m.clock.Now()
+	if d != nil {
+		m.recoveryTimeout = d.recoveryTimeout // new endpoints start by the new rules
+	}
 	if endpoints != nil {
 		m.setEndpointsLocked(endpoints, ready, now)
 	}
@@ -301,7 +312,11 @@ func (m *MultiEndpoint) setTimeoutsLocked(recoveryTimeout, switchingDelay time.D
 	for _, e := range m.order {
 		switch {
 		case e.state == Recovering:
-			if left := e.leftAvailable.Add(recoveryTimeout).Sub(now); left <= 0 {
+			limit := recoveryTimeout
+			if limit == 0 && e.fresh {
+				limit = m.connectGrace // still on its first attempt (rule 1)
+			}
+			if left := e.leftAvailable.Add(limit).Sub(now); left <= 0 {
 				m.setStateLocked(e, Unavailable, now)
 			} else {
 				m.scheduleUnavailableLocked(e, left)
@@ -392,10 +407,12 @@ func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now ti
 	case m.recoveryTimeout > 0:
 		e.state = Recovering
 		m.scheduleUnavailableLocked(e, m.recoveryTimeout)
-	case initial == Unavailable:
+	case initial == Unavailable || m.connectGrace <= 0:
 		e.state = Unavailable
 	default:
-		e.state = Recovering // until its first attempt is reported: no timer
+		// Until its first attempt is reported, ConnectGrace at most.
+		e.state = Recovering
+		m.scheduleUnavailableLocked(e, m.connectGrace)
 	}
 }
 

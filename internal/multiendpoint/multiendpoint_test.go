@@ -73,6 +73,7 @@ type table struct {
 	// connecting: endpoints not ready at creation are still connecting (InitialState
 	// Recovering); otherwise they are known down (Unavailable).
 	connecting bool
+	grace      time.Duration // ConnectGrace
 	steps      []step
 }
 
@@ -90,7 +91,7 @@ func runTable(t *testing.T, tc table) {
 		ready[e] = true
 	}
 	m, err := New(Options{
-		Name: "g", Endpoints: tc.endpoints, RecoveryTimeout: tc.recovery, SwitchingDelay: tc.switching,
+		Name: "g", Endpoints: tc.endpoints, RecoveryTimeout: tc.recovery, SwitchingDelay: tc.switching, ConnectGrace: tc.grace,
 		Clock: clk,
 		InitialState: func(e string) State {
 			switch {
@@ -185,14 +186,14 @@ func TestRule1_InitialStates(t *testing.T) {
 // lower one connected a moment sooner; a failed first attempt hands over at once.
 func TestRule1_RecoveryTimeoutZeroWaitsForTheFirstAttempt(t *testing.T) {
 	for _, tc := range []table{
-		{name: "lower connects first: top kept", endpoints: []string{"A", "B"}, switching: sd, connecting: true,
+		{name: "lower connects first: top kept", endpoints: []string{"A", "B"}, switching: sd, connecting: true, grace: 30 * time.Second,
 			steps: []step{
 				{0, wait, "A", "A:Recovering B:Recovering", nil},
 				{10 * ms, up("B"), "A", "A:Recovering B:Available", nil},
 				{50 * ms, up("A"), "A", "A:Available B:Available", nil},
 				{time.Hour, wait, "A", "", nil},
 			}},
-		{name: "top's first attempt fails: lower at once", endpoints: []string{"A", "B"}, switching: sd, connecting: true,
+		{name: "top's first attempt fails: lower at once", endpoints: []string{"A", "B"}, switching: sd, connecting: true, grace: 30 * time.Second,
 			steps: []step{
 				{10 * ms, up("B"), "A", "", nil},
 				{20 * time.Second, down("A"), "B", "A:Unavailable B:Available", []string{"A>B fallback"}},
@@ -201,7 +202,14 @@ func TestRule1_RecoveryTimeoutZeroWaitsForTheFirstAttempt(t *testing.T) {
 			}},
 		{name: "known down at creation: Unavailable", endpoints: []string{"A", "B"}, ready: []string{"B"},
 			steps: []step{{0, wait, "B", "A:Unavailable B:Available", nil}}},
-		{name: "added while connecting", endpoints: []string{"A"}, ready: []string{"A"}, connecting: true,
+		{name: "the grace runs out: lower then", endpoints: []string{"A", "B"}, connecting: true, grace: 2 * time.Second,
+			steps: []step{
+				{10 * ms, up("B"), "A", "A:Recovering B:Available", nil},
+				{2 * time.Second, wait, "B", "A:Unavailable B:Available", []string{"A>B fallback"}},
+			}},
+		{name: "no grace: known nothing means Unavailable", endpoints: []string{"A", "B"}, connecting: true,
+			steps: []step{{0, wait, "A", "A:Unavailable B:Unavailable", nil}}},
+		{name: "added while connecting", endpoints: []string{"A"}, ready: []string{"A"}, connecting: true, grace: 30 * time.Second,
 			steps: []step{
 				{0, setEndpoints("N", "A"), "A", "N:Recovering A:Available", nil},
 				{time.Second, down("N"), "A", "N:Unavailable A:Available", nil},
@@ -523,6 +531,26 @@ func reconfigure(r, sd time.Duration, es ...string) op {
 			t.Fatalf("Reconfigure: %v", err)
 		}
 	}}
+}
+
+// Rule 1 survives reconfiguration: with RecoveryTimeout 0, an unrelated update keeps an
+// endpoint on its first attempt Recovering, and endpoints added by Reconfigure start by the
+// new RecoveryTimeout.
+func TestRule1_ReconfigureKeepsTheFirstAttemptGrace(t *testing.T) {
+	for _, tc := range []table{
+		{name: "kept endpoint", endpoints: []string{"A", "B"}, connecting: true, grace: 30 * time.Second,
+			steps: []step{
+				{10 * ms, up("B"), "A", "A:Recovering B:Available", nil},
+				{time.Second, reconfigure(0, sd, "A", "B"), "A", "A:Recovering B:Available", nil},
+			}},
+		{name: "added with the new RecoveryTimeout", endpoints: []string{"A"}, recovery: 10 * time.Second, ready: []string{"A"}, connecting: true, grace: 30 * time.Second,
+			steps: []step{
+				{time.Second, reconfigure(0, 0, "A", "C"), "A", "A:Available C:Recovering", nil},
+				{31 * time.Second, wait, "A", "A:Available C:Unavailable", nil},
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runTable(t, tc) })
+	}
 }
 
 // Rule 4: Reconfigure applies rule 3 once, to the whole new configuration: shortening the

@@ -41,7 +41,8 @@ type refModel struct {
 	name    string
 	now     time.Time
 	rt, sd  time.Duration
-	order   []string // by priority
+	grace   time.Duration // ConnectGrace
+	order   []string      // by priority
 	eps     map[string]*refEndpoint
 	current string
 	pending *refPending
@@ -49,8 +50,8 @@ type refModel struct {
 	events  []string // emitted, not yet checked
 }
 
-func newRefModel(name string, now time.Time, endpoints []string, rt, sd time.Duration, ready map[string]State) *refModel {
-	m := &refModel{name: name, now: now, rt: rt, sd: sd, eps: map[string]*refEndpoint{}, current: endpoints[0]}
+func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, ready map[string]State) *refModel {
+	m := &refModel{name: name, now: now, rt: rt, sd: sd, grace: grace, eps: map[string]*refEndpoint{}, current: endpoints[0]}
 	for _, id := range endpoints {
 		m.add(id, ready[id])
 	}
@@ -67,10 +68,10 @@ func (m *refModel) add(id string, initial State) {
 		e.state = Available
 	case m.rt > 0:
 		e.state = Recovering
-	case initial == Unavailable:
+	case initial == Unavailable || m.grace == 0:
 		e.state = Unavailable
 	default:
-		e.state = Recovering // first attempt under way, RecoveryTimeout 0: until reported
+		e.state = Recovering // first attempt under way, RecoveryTimeout 0: until reported, grace at most
 	}
 	m.eps[id] = e
 }
@@ -147,8 +148,8 @@ func (m *refModel) nextDeadline() (time.Time, bool) {
 		return next, false
 	}
 	for _, id := range m.order {
-		if e := m.eps[id]; e.state == Recovering && m.rt > 0 {
-			consider(e.left.Add(m.rt))
+		if e := m.eps[id]; e.state == Recovering {
+			consider(e.left.Add(m.recoveryLimit(e)))
 		} else if !e.stableAt.IsZero() {
 			consider(e.stableAt)
 		}
@@ -170,7 +171,7 @@ func (m *refModel) advanceTo(t time.Time) {
 			m.now = d
 		}
 		for _, id := range m.order {
-			if e := m.eps[id]; e.state == Recovering && m.rt > 0 && !e.left.Add(m.rt).After(m.now) {
+			if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.recoveryLimit(e)).After(m.now) {
 				e.state, e.since = Unavailable, m.now
 			}
 			if e := m.eps[id]; !e.stableAt.IsZero() && !e.stableAt.After(m.now) {
@@ -187,6 +188,15 @@ func (m *refModel) advanceTo(t time.Time) {
 	if t.After(m.now) {
 		m.now = t
 	}
+}
+
+// recoveryLimit is how long Recovering e may last from e.left: RecoveryTimeout, or with
+// RecoveryTimeout 0 the ConnectGrace of a first attempt (rule 1).
+func (m *refModel) recoveryLimit(e *refEndpoint) time.Duration {
+	if m.rt == 0 && e.fresh {
+		return m.grace
+	}
+	return m.rt
 }
 
 // setAvailability is rule 2.
@@ -231,6 +241,7 @@ func (m *refModel) setEndpoints(list []string, ready map[string]State) {
 
 // reconfigure is setEndpoints and setTimeouts with rule 3 applied once, at the end.
 func (m *refModel) reconfigure(list []string, ready map[string]State, rt, sd time.Duration) {
+	m.rt = rt // endpoints added now start by the new rules
 	m.applyEndpoints(list, ready)
 	m.applyTimeouts(rt, sd)
 	m.choose(Reconfiguration)
@@ -262,7 +273,7 @@ func (m *refModel) setTimeouts(rt, sd time.Duration) {
 func (m *refModel) applyTimeouts(rt, sd time.Duration) {
 	m.rt, m.sd = rt, sd
 	for _, id := range m.order {
-		if e := m.eps[id]; e.state == Recovering && !e.left.Add(rt).After(m.now) {
+		if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.recoveryLimit(e)).After(m.now) {
 			e.state, e.since = Unavailable, m.now
 		}
 		if e := m.eps[id]; !e.stableAt.IsZero() {
@@ -327,12 +338,13 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 
 		list := drawList(t, "endpoints")
 		rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
+		grace := propDuration(t, "grace")
 		ready := drawReady(t, "ready")
 		var readyNow map[string]State // what Options.InitialState answers; set before New/SetEndpoints
 		readyNow = ready
 
 		var got []string
-		m, err := New(Options{Name: "p", Endpoints: list, RecoveryTimeout: rt, SwitchingDelay: sd, Clock: clk,
+		m, err := New(Options{Name: "p", Endpoints: list, RecoveryTimeout: rt, SwitchingDelay: sd, ConnectGrace: grace, Clock: clk,
 			InitialState: func(e string) State { return readyNow[e] },
 			OnSwitch: func(ev Event) {
 				got = append(got, fmt.Sprintf("%s>%s %s@%s", ev.From, ev.To, ev.Reason, stamp(ev.At)))
@@ -341,7 +353,7 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		defer m.Close()
-		ref := newRefModel("p", start, list, rt, sd, ready)
+		ref := newRefModel("p", start, list, rt, sd, grace, ready)
 		prevCurrent := list[0]
 
 		check := func() {
