@@ -124,6 +124,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
 	}
+	dopts = append(dopts, safeDNS()...)
 	if settings.KeepaliveTime > 0 {
 		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: settings.KeepaliveTime, Timeout: settings.KeepaliveTimeout, PermitWithoutStream: settings.KeepaliveWithoutCalls}))

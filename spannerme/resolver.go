@@ -1,0 +1,42 @@
+package spannerme
+
+import (
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/resolver"
+)
+
+// errNoAddresses is reported instead of an empty address list.
+var errNoAddresses = errors.New("spannerme: the name resolved to no address")
+
+// nonEmptyBuilder wraps a resolver builder so that a resolution with no address becomes a
+// resolver error. gRPC's DNS resolver reports a name that does not exist (NXDOMAIN) as an
+// empty address list, and grpcgcp v1.6.0's balancer, asked to keep MinSize channels, then
+// retries creating them in a loop that holds its lock: a CPU spins, the log floods, and
+// closing the pool never returns. With an error instead, the pool stays connecting, the
+// group fails over, and Close works.
+type nonEmptyBuilder struct{ resolver.Builder }
+
+func (b nonEmptyBuilder) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
+	return b.Builder.Build(t, nonEmptyClientConn{cc}, o)
+}
+
+type nonEmptyClientConn struct{ resolver.ClientConn }
+
+func (c nonEmptyClientConn) UpdateState(s resolver.State) error {
+	if len(s.Addresses) == 0 && len(s.Endpoints) == 0 {
+		c.ClientConn.ReportError(errNoAddresses)
+		return balancer.ErrBadResolverState
+	}
+	return c.ClientConn.UpdateState(s)
+}
+
+// safeDNS is the dial option that puts nonEmptyBuilder in front of gRPC's DNS resolver.
+func safeDNS() []grpc.DialOption {
+	if dns := resolver.Get("dns"); dns != nil {
+		return []grpc.DialOption{grpc.WithResolvers(nonEmptyBuilder{dns})}
+	}
+	return nil
+}
