@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -399,22 +399,7 @@ func (l *switchLog) find(group, to string, since time.Time) (spannerme.SwitchEve
 	return spannerme.SwitchEvent{}, false
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers (the client's logger).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects the client's log for a test.
+type syncBuffer = testutil.SyncBuffer
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }

@@ -1,13 +1,11 @@
 package spannerme
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -93,22 +92,8 @@ func fastSettings(buf *syncBuffer) Settings {
 	return s
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects a logger's output for a test.
+type syncBuffer = testutil.SyncBuffer
 
 func group(rt, sd time.Duration, endpoints ...string) *multiendpoint.MultiEndpointOptions {
 	return &multiendpoint.MultiEndpointOptions{Endpoints: endpoints, RecoveryTimeout: rt, SwitchingDelay: sd}

@@ -14,7 +14,6 @@ import (
 
 	"cloud.google.com/go/spanner"
 	"go.uber.org/goleak"
-	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -111,29 +110,8 @@ func TestStartSeedQueryTransaction(t *testing.T) {
 	if err := fixture.FillEvents(ctx, client, events, payload); err != nil {
 		t.Fatal(err)
 	}
-	it := client.Single().Read(ctx, fixture.TableEvents, spanner.AllKeys(), []string{"EventId", "Payload"})
-	defer it.Stop()
-	var seen int64
-	for {
-		row, err := it.Next()
-		if err == iterator.Done {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var id int64
-		var p string
-		if err := row.Columns(&id, &p); err != nil {
-			t.Fatal(err)
-		}
-		seen++
-		if id != seen || p != fixture.EventPayload(id, payload) {
-			t.Fatalf("row %d: EventId %d, payload %.20q...; want EventId %d and EventPayload", seen, id, p, seen)
-		}
-	}
-	if seen != events {
-		t.Errorf("read %d events, want %d", seen, events)
+	if err := fixture.VerifyEvents(ctx, client, events, payload); err != nil {
+		t.Error(err)
 	}
 }
 
