@@ -476,27 +476,22 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 }
 
 // publish tells every group of the current snapshot the pool's availability, if the pool is
-// still the one serving its endpoint. It re-reads the availability after telling, so that a
-// change racing this call is never overwritten by an older value.
+// still the one serving its endpoint. Reports of one pool are serialized and each reads the
+// availability under the lock; since every change of it is followed by a publish, the last
+// report always carries the latest value.
 func (gme *GCPMultiEndpoint) publish(p *pool) {
-	p.publishMu.Lock() // one report at a time per pool: a stale one never lands after a newer
+	p.publishMu.Lock()
 	defer p.publishMu.Unlock()
-	for {
-		v := p.version.Load()
-		ready := p.ready.Load()
-		s := gme.snap.Load()
-		if s == nil || s.pools[p.endpoint] != p {
-			return // closed, or a retired pool: its news concern nobody
-		}
-		if !ready && !p.settled.Load() {
-			return // its first attempt is under way: nothing is known yet (rule 1)
-		}
-		for _, me := range s.groups {
-			me.SetEndpointAvailability(p.endpoint, ready)
-		}
-		if p.version.Load() == v {
-			return
-		}
+	ready := p.ready.Load()
+	s := gme.snap.Load()
+	if s == nil || s.pools[p.endpoint] != p {
+		return // closed, or a retired pool: its news concern nobody
+	}
+	if !ready && !p.settled.Load() {
+		return // its first attempt is under way: nothing is known yet (rule 1)
+	}
+	for _, me := range s.groups {
+		me.SetEndpointAvailability(p.endpoint, ready)
 	}
 }
 

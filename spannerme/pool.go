@@ -24,9 +24,8 @@ type pool struct {
 	// ref counts in-flight calls; retiringBit is added once, when the pool is retired.
 	ref   atomic.Int64
 	state atomic.Int32 // last connectivity.State seen by the monitor
-	// ready is the availability last published to the groups; version counts its changes.
-	ready   atomic.Bool
-	version atomic.Uint64
+	// ready is the availability the monitor last saw; every change is followed by a publish.
+	ready atomic.Bool
 	// settled: a connection attempt has ended (READY or TRANSIENT_FAILURE) at least once, so
 	// a pool that is not ready is known to be down rather than still connecting.
 	settled atomic.Bool
@@ -104,7 +103,6 @@ func (p *pool) monitor(ctx context.Context, publish func(*pool), changed func())
 	setReady := func(ready bool) {
 		if p.ready.Load() != ready {
 			p.ready.Store(ready)
-			p.version.Add(1)
 			publish(p)
 		}
 	}
@@ -126,7 +124,6 @@ func (p *pool) monitor(ctx context.Context, publish func(*pool), changed func())
 			waking = false
 			p.settled.Store(true)
 			p.ready.Store(false)
-			p.version.Add(1)
 			publish(p)
 		default:
 			waking = false

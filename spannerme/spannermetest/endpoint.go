@@ -299,30 +299,25 @@ func (e *Endpoint) setForwarding(m Mode, sh *shaping) {
 // both closed with a TCP reset, so peers notice at once) and keeps
 // accepting new ones, in [Pass] mode: Slow settings and Blackhole are
 // cleared too. Reset does nothing while the endpoint is Down or closed.
-func (e *Endpoint) Reset() {
-	e.mu.Lock()
-	if e.closed || e.ln == nil {
-		e.mu.Unlock()
-		return
-	}
-	e.mode = Pass
-	e.shaping.Store(nil)
-	drop := e.linksLocked()
-	e.mu.Unlock()
-	for _, l := range drop {
-		l.drop(true)
-	}
-}
+func (e *Endpoint) Reset() { e.dropAll(true) }
 
 // Drop drops every live connection as Reset does, but keeps the mode. After Blackhole, Drop
 // sends the clients back to reconnect into the black hole: an endpoint whose connections died
 // and whose address now accepts TCP but never answers. Drop does nothing while the endpoint
 // is Down or closed.
-func (e *Endpoint) Drop() {
+func (e *Endpoint) Drop() { e.dropAll(false) }
+
+// dropAll resets every live connection, after returning to Pass mode if pass is set. It
+// does nothing while the endpoint is Down or closed.
+func (e *Endpoint) dropAll(pass bool) {
 	e.mu.Lock()
 	if e.closed || e.ln == nil {
 		e.mu.Unlock()
 		return
+	}
+	if pass {
+		e.mode = Pass
+		e.shaping.Store(nil)
 	}
 	drop := e.linksLocked()
 	e.mu.Unlock()
