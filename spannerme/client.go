@@ -72,6 +72,12 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if _, err := parseConfig(gmeCfg); err != nil {
 		return nil, nil, err
 	}
+	if err := settings.Health.validate(); err != nil {
+		return nil, nil, err
+	}
+	if settings.Health.Probe == nil {
+		settings.Health.Probe = SpannerProbe(database)
+	}
 	settings = settings.withDefaults()
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
 	opts = append([]option.ClientOption(nil), opts...)

@@ -104,6 +104,9 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	if err != nil {
 		return nil, err
 	}
+	if err := settings.Health.validate(); err != nil {
+		return nil, err
+	}
 	settings = settings.withDefaults()
 	cfg.collapseTo(settings.emulator)
 	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, DefaultPoolSize)
@@ -139,7 +142,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		pools:     make(map[string]*pool),
 		retired:   make(map[*pool]bool),
 		stop:      make(chan struct{}),
-		events:    newEventQueue(settings.Logger, settings.OnSwitch),
+		events:    newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:   newBroadcast(),
 	}
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
@@ -169,7 +172,9 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		return err
 	}
 	defer p.release()
-	return p.conn.Invoke(ctx, method, args, reply, opts...)
+	err = p.conn.Invoke(ctx, method, args, reply, opts...)
+	p.observe(err, false)
+	return err
 }
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
@@ -185,6 +190,7 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 	}
 	cs, err := p.conn.NewStream(ctx, desc, method, opts...)
 	if err != nil {
+		p.observe(err, false)
 		p.release()
 		return nil, err
 	}
@@ -348,7 +354,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	fresh := make(map[string]*pool)
 	closeFresh := func() {
 		for _, p := range fresh {
-			p.conn.Close()
+			p.close()
 		}
 	}
 	for _, g := range cfg.groups {
@@ -365,6 +371,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
 			}
 			fresh[e] = newPool(e, conn)
+			gme.startHealth(fresh[e])
 		}
 	}
 	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);
@@ -377,15 +384,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		if s := gme.snap.Load(); s != nil {
 			p = s.pools[e]
 		}
-		switch {
-		case p == nil: // a fresh pool: its first attempt is under way
-			return multiendpoint.Recovering
-		case p.ready.Load():
-			return multiendpoint.Available
-		case p.settled.Load():
-			return multiendpoint.Unavailable
-		}
-		return multiendpoint.Recovering
+		return initialState(p)
 	}
 	created := make(map[string]*multiendpoint.MultiEndpoint)
 	for _, g := range cfg.groups {
@@ -482,7 +481,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 func (gme *GCPMultiEndpoint) publish(p *pool) {
 	p.publishMu.Lock()
 	defer p.publishMu.Unlock()
-	ready := p.ready.Load()
+	ready := p.available() // connected and not ejected
 	s := gme.snap.Load()
 	if s == nil || s.pools[p.endpoint] != p {
 		return // closed, or a retired pool: its news concern nobody
@@ -506,6 +505,7 @@ func (gme *GCPMultiEndpoint) onSwitch(ev SwitchEvent) {
 // starts a goroutine counted by gme.wg).
 func (gme *GCPMultiEndpoint) retire(p *pool) {
 	p.retire()
+	p.stopHealth()
 	gme.wg.Add(1)
 	go func() {
 		defer gme.wg.Done()
@@ -634,6 +634,9 @@ type PoolStatus struct {
 	// Retired reports that no group lists the endpoint any more: the pool takes no new calls
 	// and closes once InFlight reaches zero (or after Settings.DrainTimeout).
 	Retired bool
+	// Health is the endpoint's health from call outcomes: ejection, last probe, the
+	// interval's calls and failures.
+	Health PoolHealth
 }
 
 // Status returns a snapshot of the groups, pools and unknown group names.
@@ -661,7 +664,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	sort.Slice(st.Groups, func(i, j int) bool { return st.Groups[i].Name < st.Groups[j].Name })
 	for _, p := range pools {
 		st.Pools = append(st.Pools, PoolStatus{Endpoint: p.endpoint, Connectivity: connectivityString(p.state.Load()),
-			InFlight: p.inFlight(), Retired: p.retired()})
+			InFlight: p.inFlight(), Retired: p.retired(), Health: p.poolHealth()})
 	}
 	sort.SliceStable(st.Pools, func(i, j int) bool {
 		a, b := st.Pools[i], st.Pools[j]

@@ -52,6 +52,14 @@ type Settings struct {
 	// took effect. It may call the GCPMultiEndpoint (even Close); a slow OnSwitch delays only
 	// later events. Events not yet delivered when Close is called are dropped.
 	OnSwitch func(SwitchEvent)
+	// Health tunes endpoint health from call outcomes: ejection of endpoints whose calls fail
+	// or stall on live connections, and probes. On by default; see HealthSettings.
+	Health HealthSettings
+	// OnHealth, if not nil, is called for every ejection and readmission of an endpoint, in
+	// order with the switch events, on the goroutine that calls OnSwitch, with no lock held
+	// (it may call the GCPMultiEndpoint). Events not yet delivered when Close is called are
+	// dropped. Each is also logged (ejection at Warn, readmission at Info).
+	OnHealth func(HealthEvent)
 
 	// clock is the time source of the state machines; nil means the real clock. Tests in this
 	// package set it.
@@ -83,6 +91,7 @@ func (s Settings) withDefaults() Settings {
 	if s.clock == nil {
 		s.clock = clock.Real
 	}
+	s.Health = s.Health.withDefaults()
 	return s
 }
 
