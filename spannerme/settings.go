@@ -44,7 +44,8 @@ type Settings struct {
 	// DrainTimeout is how long an endpoint's pool that is no longer configured keeps serving
 	// its in-flight calls before it is closed anyway. Zero or negative means 5 minutes.
 	DrainTimeout time.Duration
-	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
+	// Logger receives failovers, switch-backs, ejections and readmissions of endpoints
+	// (HealthSettings), unknown group names and pool retirement. Nil
 	// means slog.Default().
 	Logger *slog.Logger
 	// OnSwitch, if not nil, is called for every change of a group's current endpoint, in order,
