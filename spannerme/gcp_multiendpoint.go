@@ -42,6 +42,11 @@ type GCPMultiEndpoint struct {
 	gcpConfig *pb.ApiConfig
 	settings  Settings
 	log       *slog.Logger
+	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
+	// endpoint's pool was dialed with) are read and written only under updateMu.
+	endpointOpts, dialedOpts endpointOptions
+	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
+	configStatus atomic.Pointer[ConfigStatus]
 
 	unknown      sync.Map     // group name (string) -> *atomic.Int64: calls that named an unknown group
 	unknownNames atomic.Int64 // distinct names in unknown, at most maxUnknownNames
@@ -104,6 +109,10 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	if err != nil {
 		return nil, err
 	}
+	endpointOpts, err := parseEndpointOptions(settings.EndpointOptions)
+	if err != nil {
+		return nil, err
+	}
 	settings = settings.withDefaults()
 	cfg.collapseTo(settings.emulator)
 	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, DefaultPoolSize)
@@ -142,6 +151,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		events:    newEventQueue(settings.Logger, settings.OnSwitch),
 		changed:   newBroadcast(),
 	}
+	gme.endpointOpts = endpointOpts
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
 		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -356,7 +366,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
-			conn, err := gme.dial(gme.dialCtx, e, gme.dialOpts...)
+			conn, err := gme.dial(gme.dialCtx, e, gme.dialOptionsFor(e)...)
 			if err == nil && conn == nil {
 				err = errors.New("DialFunc returned no connection and no error")
 			}
@@ -455,6 +465,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	}
 	// 6. Retire what is gone.
 	var gone []*pool
+	gme.noteDialed(fresh, want)
 	gme.mu.Lock()
 	gme.groups, gme.pools = groups, pools
 	for e, p := range oldPools {
@@ -600,6 +611,9 @@ type Status struct {
 	WaitingCalls int64
 	// Closed reports whether Close has been called.
 	Closed bool
+	// Config is the status of the configuration file a ConfigWatcher applies; nil when no
+	// ConfigWatcher watches one for this GCPMultiEndpoint.
+	Config *ConfigStatus
 }
 
 // GroupStatus is one group (MultiEndpoint) in a Status. Its fields:
@@ -639,7 +653,8 @@ type PoolStatus struct {
 // Status returns a snapshot of the groups, pools and unknown group names.
 func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
-	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load()}
+	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
+		Config: gme.configStatus.Load().clone()}
 	if s := gme.snap.Load(); s != nil {
 		st.Default = s.defaultName
 	}

@@ -44,6 +44,13 @@ type Settings struct {
 	// DrainTimeout is how long an endpoint's pool that is no longer configured keeps serving
 	// its in-flight calls before it is closed anyway. Zero or negative means 5 minutes.
 	DrainTimeout time.Duration
+	// EndpointOptions holds options of single endpoints' pools (such as the authority of a PSC
+	// endpoint dialed by IP address), by endpoint as written in the configuration
+	// ("https://host" forms match their host:port). An endpoint's options apply when its pool is
+	// dialed: at creation, or when UpdateMultiEndpoints adds the endpoint; a pool keeps them
+	// while its endpoint stays configured. Entries of endpoints not configured (yet) are
+	// allowed. Nil means none. A bad entry is a *ConfigError naming the endpoint.
+	EndpointOptions map[string]EndpointOptions
 	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
 	// means slog.Default().
 	Logger *slog.Logger
