@@ -223,6 +223,12 @@ func (w *ConfigWatcher) reload() error {
 	for _, e := range stale {
 		restart = append(restart, "endpoints."+e)
 	}
+	// Logged before the status changes, so that whoever sees the status finds the log.
+	w.log.Info("spannerme: configuration applied", "path", w.path, "sha256", fc.Hash)
+	if len(restart) > 0 {
+		w.log.Warn("spannerme: configuration changes that take effect only when the GCPMultiEndpoint is created again",
+			"path", w.path, "fields", strings.Join(restart, ", "))
+	}
 	now := time.Now()
 	w.mu.Lock()
 	w.status.Hash, w.status.AppliedAt, w.status.LastError = fc.Hash, now, nil
@@ -230,21 +236,16 @@ func (w *ConfigWatcher) reload() error {
 	w.status.RestartNeeded = restart
 	w.mu.Unlock()
 	w.publish()
-	w.log.Info("spannerme: configuration applied", "path", w.path, "sha256", fc.Hash)
-	if len(restart) > 0 {
-		w.log.Warn("spannerme: configuration changes that take effect only when the GCPMultiEndpoint is created again",
-			"path", w.path, "fields", strings.Join(restart, ", "))
-	}
 	return nil
 }
 
 // fail records a reload error; the configuration in force stays.
 func (w *ConfigWatcher) fail(err error) error {
+	w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
 	w.mu.Lock()
 	w.status.LastError, w.status.LastErrorAt = err, time.Now()
 	w.mu.Unlock()
 	w.publish()
-	w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
 	return err
 }
 
