@@ -32,6 +32,11 @@
 //	           completes; the backend is not even dialed.
 //	Slow       added one-way latency and a bandwidth limit per direction.
 //
+// The backend can be started here too: [NewSpanner] starts an in-memory Spanner with a
+// schema, [StartEmulator] the installed Cloud Spanner emulator with an instance and a
+// database; [ClientOptions] and [ClientConfig] configure a client for them (plaintext, no
+// credentials, no metrics export).
+//
 // Everything listens on 127.0.0.1 only. Endpoint.Close stops every goroutine
 // the endpoint started before it returns, so tests can check for leaks (for
 // example with go.uber.org/goleak).

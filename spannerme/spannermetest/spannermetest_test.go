@@ -25,7 +25,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// go.opencensus.io, a dependency of the Spanner client (spanner.go), starts its worker in
+	// an init function.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
 // waitTimeout bounds every wait for network state in these tests.
