@@ -17,6 +17,24 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
+// TestReadmeQuickstart: the README's quick start is this main.go, verbatim.
+func TestReadmeQuickstart(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```go\n"+string(main)+"```\n") {
+		t.Error("README.md does not hold examples/quickstart/main.go verbatim in a go code block")
+	}
+	if strings.Contains(string(main), "/internal/") {
+		t.Error("the quick start imports an internal package")
+	}
+}
+
 // TestQuickstartRuns builds the quick start as a user would and runs it: it must work
 // offline as it is.
 func TestQuickstartRuns(t *testing.T) {
