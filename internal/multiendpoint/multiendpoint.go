@@ -15,10 +15,11 @@
 //     still not available exactly RecoveryTimeout after it left Available, Unavailable. With
 //     RecoveryTimeout 0 it becomes Unavailable at once. Repeated not-available reports never
 //     restart that clock. Flapping does not restart it either: an endpoint that comes back is
-//     on probation for RecoveryTimeout, and if it fails again during probation its clock
-//     continues from its first failure (or from its return, if it had been Unavailable); if
-//     that clock has already run out it becomes Unavailable at once. So an endpoint that
-//     drops every 100ms is Unavailable RecoveryTimeout after its first drop (scenario F4).
+//     on probation for RecoveryTimeout, and a drop during probation continues the clock of
+//     its first drop; so an endpoint that already spent its RecoveryTimeout (it had been
+//     Unavailable) is Unavailable again at once, and one that drops every 100ms is
+//     Unavailable RecoveryTimeout after its first drop and stays so at each later drop
+//     (scenario F4). Only a drop after a whole probation starts a fresh Recovering period.
 //     The first connection of an endpoint added not available is no recovery: no probation.
 //  3. Current is the highest-priority Available endpoint, except that: a Recovering current
 //     endpoint is kept while nothing of higher priority is Available; a switch away from an
@@ -26,6 +27,11 @@
 //     Available (one pending switch at most, retargeted or cancelled as states change); an
 //     Unavailable or removed current endpoint is left at once; when nothing is Available the
 //     current endpoint is kept, or, if it was removed, the top-priority endpoint is taken.
+//     The delay is the target's own: a switch lands SwitchingDelay after its target's last
+//     return to Available (at once if that is already past), never later because another
+//     endpoint came or went meanwhile. A reconfiguration that adds an endpoint, or moves it
+//     above an endpoint it was below, counts as its arrival there: its delay counts from the
+//     reconfiguration (scenario F2).
 //  4. SetEndpoints keeps the states of kept endpoints, adds new ones as in rule 1, reorders,
 //     and applies rule 3. SetTimeouts changes both durations at runtime; running clocks keep
 //     their start and take the new length.
@@ -35,6 +41,7 @@
 package multiendpoint
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,11 +112,15 @@ type endpoint struct {
 	state    State
 	since    time.Time
 	// leftAvailable is when the recovery clock started: when the endpoint left a stable
-	// Available, or when it was added not available, or came back from Unavailable.
+	// Available (one not on probation), or when it was added. A return does not move it.
 	leftAvailable time.Time
 	// probation: the endpoint is Available again, but for less than RecoveryTimeout; if it
 	// fails now, its recovery clock continues from leftAvailable instead of restarting.
 	probation bool
+	// upSince is when the switching delay of a switch to this endpoint started: its last
+	// return to Available, or the reconfiguration that added it or moved it above an
+	// endpoint it was below, whichever is later (rule 3).
+	upSince time.Time
 	// fresh: added not available and never Available since.
 	fresh bool
 	gen   uint64 // bumped on every transition; a recovery timer of an older gen is stale
@@ -118,7 +129,7 @@ type endpoint struct {
 
 type pendingSwitch struct {
 	target string
-	since  time.Time
+	due    time.Time // the target's upSince + SwitchingDelay
 	reason Reason
 	timer  clock.Timer
 	gen    uint64
@@ -183,10 +194,9 @@ func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool)
 	now := m.clock.Now()
 	switch {
 	case available && e.state != Available:
-		if e.state == Unavailable {
-			e.leftAvailable = now // a later failure during probation counts from here
-		}
+		// leftAvailable stays: a drop during the probation continues that clock (rule 2).
 		m.setStateLocked(e, Available, now)
+		e.upSince = now
 		if m.recoveryTimeout > 0 && !e.fresh { // a first connection is no recovery
 			e.probation = true
 			m.scheduleStableLocked(e, m.recoveryTimeout)
@@ -229,8 +239,8 @@ func (m *MultiEndpoint) SetEndpoints(endpoints []string) error {
 // SetTimeouts changes RecoveryTimeout and SwitchingDelay at runtime. Clocks already running
 // keep their start: a Recovering endpoint becomes Unavailable at (left Available +
 // recoveryTimeout), at once if that is past; a probation ends at (back Available +
-// recoveryTimeout); a pending switch lands at (scheduled + switchingDelay), at once if that
-// is past. It returns a *ConfigError for a negative duration and ErrClosed after Close; on
+// recoveryTimeout); a pending switch lands at (its target's return + switchingDelay), at once
+// if that is past. It returns a *ConfigError for a negative duration and ErrClosed after Close; on
 // error nothing changes.
 func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duration) error {
 	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
@@ -294,8 +304,12 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 			delete(m.endpoints, id)
 		}
 	}
-	if p := m.pending; p != nil && !keep[p.target] {
-		m.cancelSwitchLocked()
+	raised := m.raisedLocked(endpoints)
+	for _, e := range raised {
+		e.upSince = now // arrived at its new rank: its switching delay counts from here (F2)
+	}
+	if p := m.pending; p != nil && (!keep[p.target] || slices.Contains(raised, m.endpoints[p.target])) {
+		m.cancelSwitchLocked() // rule 3 chooses again, by the new list
 	}
 	for i, id := range endpoints {
 		if _, ok := m.endpoints[id]; !ok {
@@ -303,6 +317,27 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 		}
 	}
 	m.reorderLocked(endpoints)
+}
+
+// raisedLocked returns the kept endpoints that the new list moves above an endpoint they were
+// below. It must run before new endpoints are added, while priorities are the old ones. m.mu
+// must be held.
+func (m *MultiEndpoint) raisedLocked(endpoints []string) []*endpoint {
+	var raised []*endpoint
+	minBelow := -1 // the lowest old priority among kept endpoints listed below, -1: none yet
+	for i := len(endpoints) - 1; i >= 0; i-- {
+		e, ok := m.endpoints[endpoints[i]]
+		if !ok {
+			continue
+		}
+		if minBelow >= 0 && minBelow < e.priority {
+			raised = append(raised, e)
+		}
+		if minBelow < 0 || e.priority < minBelow {
+			minBelow = e.priority
+		}
+	}
+	return raised
 }
 
 // setTimeoutsLocked changes the durations, keeping the start of every running clock, without
@@ -334,7 +369,8 @@ func (m *MultiEndpoint) setTimeoutsLocked(recoveryTimeout, switchingDelay time.D
 		p.timer.Stop()
 		m.switchGen++
 		p.gen = m.switchGen
-		if left := p.since.Add(switchingDelay).Sub(now); left > 0 {
+		p.due = m.switchDueLocked(m.endpoints[p.target])
+		if left := p.due.Sub(now); left > 0 {
 			m.armSwitchLocked(p, left)
 		} else {
 			m.pending = nil
@@ -358,7 +394,7 @@ func (m *MultiEndpoint) Status() Status {
 		Closed:          m.closed,
 	}
 	if p := m.pending; p != nil {
-		s.PendingSwitch, s.PendingSwitchAt = p.target, p.since.Add(m.switchingDelay)
+		s.PendingSwitch, s.PendingSwitchAt = p.target, p.due
 	}
 	for i, e := range m.order {
 		s.Endpoints[i] = EndpointStatus{Endpoint: e.id, Priority: e.priority, State: e.state, Since: e.since}
@@ -399,7 +435,7 @@ func (m *MultiEndpoint) initialStates(endpoints []string) map[string]State {
 
 // addLocked adds a new endpoint by rule 1. m.mu must be held.
 func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now time.Time) {
-	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: initial != Available}
+	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, upSince: now, fresh: initial != Available}
 	m.endpoints[id] = e
 	switch {
 	case initial == Available:
@@ -511,9 +547,16 @@ func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
 			return // already waiting for this target; never restart the wait
 		}
 		m.cancelSwitchLocked()
-		p := &pendingSwitch{target: topAvailable.id, since: now, reason: reason}
+		// The target's own delay: from its last return, not from now (another endpoint may
+		// have come or gone meanwhile and retargeted the switch).
+		due := m.switchDueLocked(topAvailable)
+		if !due.After(now) {
+			m.switchLocked(topAvailable.id, reason, now)
+			return
+		}
+		p := &pendingSwitch{target: topAvailable.id, due: due, reason: reason}
 		m.pending = p
-		m.armSwitchLocked(p, m.switchingDelay)
+		m.armSwitchLocked(p, due.Sub(now))
 	default:
 		m.cancelSwitchLocked()
 		reason := cause
@@ -525,6 +568,11 @@ func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
 		}
 		m.switchLocked(topAvailable.id, reason, now)
 	}
+}
+
+// switchDueLocked is when a switch to Available e lands (rule 3). m.mu must be held.
+func (m *MultiEndpoint) switchDueLocked(e *endpoint) time.Time {
+	return e.upSince.Add(m.switchingDelay)
 }
 
 // armSwitchLocked (re)starts p's timer for d. m.mu must be held.

@@ -17,8 +17,9 @@ const (
 	// Available: at least one connection to the endpoint is ready.
 	Available
 	// Recovering: the endpoint is not available, but for less than RecoveryTimeout since it
-	// left Available (or since it was added). A current endpoint that is Recovering stays
-	// current while nothing of higher priority is Available.
+	// left Available (or since it was added; a drop during the probation after a return
+	// counts from the first drop). A current endpoint that is Recovering stays current while
+	// nothing of higher priority is Available.
 	Recovering
 )
 
