@@ -319,8 +319,13 @@ func (gme *GCPMultiEndpoint) unknownCounter(name string) (c *atomic.Int64, fresh
 		c, _ := gme.unknown.LoadOrStore(otherUnknownNames, new(atomic.Int64))
 		return c.(*atomic.Int64)
 	}
-	if gme.unknownNames.Load() >= maxUnknownNames {
-		return other(), false // full: never again a lock
+	if gme.unknownNames.Load() >= maxUnknownNames { // full: never again a lock
+		// A name is stored before it is counted, so every kept name is visible now, this
+		// one included if a racing first call stored it since the caller looked.
+		if v, ok := gme.unknown.Load(name); ok {
+			return v.(*atomic.Int64), false
+		}
+		return other(), false
 	}
 	gme.unknownMu.Lock()
 	defer gme.unknownMu.Unlock()
