@@ -106,11 +106,14 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 // (see Invoke); default call options that only a DialFunc adds are not seen.
 //
 // Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group and endpoint, for any
-// invalid configuration; the dial error, naming the endpoint, if a pool cannot be dialed. On
+// invalid configuration, or the field of an invalid Settings; the dial error, naming the endpoint, if a pool cannot be dialed. On
 // error every pool dialed so far is closed.
 func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...grpc.DialOption) (*GCPMultiEndpoint, error) {
 	cfg, err := parseConfig(gmeCfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := settings.validate(); err != nil {
 		return nil, err
 	}
 	settings = settings.withDefaults()
@@ -436,6 +439,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		me, err := multiendpoint.New(multiendpoint.Options{
 			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
 			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
+			SwitchingJitter: gme.settings.SwitchingJitter,
 			// With RecoveryTimeout 0, a first connection attempt gets as long as gRPC gives it.
 			ConnectGrace: gme.settings.MinConnectTimeout,
 		})

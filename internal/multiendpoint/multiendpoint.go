@@ -31,7 +31,8 @@
 //     return to Available (at once if that is already past), never later because another
 //     endpoint came or went meanwhile. A reconfiguration that adds an endpoint, or moves it
 //     above an endpoint it was below, counts as its arrival there: its delay counts from the
-//     reconfiguration (scenario F2).
+//     reconfiguration (scenario F2). With SwitchingJitter, each such switch lands later by a
+//     random part of SwitchingDelay, drawn once per return (scenario F22).
 //  4. SetEndpoints keeps the states of kept endpoints, adds new ones as in rule 1, reorders,
 //     and applies rule 3. SetTimeouts changes both durations at runtime; running clocks keep
 //     their start and take the new length.
@@ -41,6 +42,8 @@
 package multiendpoint
 
 import (
+	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -69,6 +72,21 @@ type Options struct {
 	// not-ready endpoint starts Recovering either way (rule 1: time to connect). It is called
 	// without any lock held, before the change is applied.
 	InitialState func(endpoint string) State
+	// SwitchingJitter spreads the switches that wait SwitchingDelay (rule 3): such a switch
+	// lands SwitchingDelay×(1 + SwitchingJitter×u) after its target's return to Available
+	// (or its arrival by reconfiguration), where u is drawn from Rand, uniform in [0, 1), once
+	// per return. So it never lands before SwitchingDelay, and always before
+	// SwitchingDelay×(1 + SwitchingJitter): clients that see one endpoint recover at the same
+	// moment switch back spread over that window instead of all at once (scenario F22).
+	// Retargeting keeps each target's own draw. Zero means no jitter. It must be in [0, 1]:
+	// otherwise (NaN included) New returns a *ConfigError.
+	SwitchingJitter float64
+	// Rand returns the random numbers for SwitchingJitter, uniform in [0, 1); values outside
+	// are clamped into it. It is called only when SwitchingJitter > 0, with the
+	// MultiEndpoint's lock held, once per endpoint return or arrival, in priority order
+	// within one change; if shared by several MultiEndpoints it must be safe for concurrent
+	// use. Nil means math/rand/v2's Float64.
+	Rand func() float64
 	// ConnectGrace applies with RecoveryTimeout 0: how long a new endpoint whose first
 	// connection attempt is under way stays Recovering, unless reported ready or not before.
 	// Zero means no grace: such an endpoint starts Unavailable. Negative is treated as zero.
@@ -91,6 +109,8 @@ type MultiEndpoint struct {
 	onSwitch     func(Event)
 	initial      func(string) State
 	connectGrace time.Duration
+	jitter       float64        // Options.SwitchingJitter
+	rand         func() float64 // Options.Rand, never nil
 
 	current atomic.Pointer[string] // written under mu, read without it
 
@@ -121,6 +141,9 @@ type endpoint struct {
 	// return to Available, or the reconfiguration that added it or moved it above an
 	// endpoint it was below, whichever is later (rule 3).
 	upSince time.Time
+	// jitterDraw is the draw in [0, 1) made with upSince: the switch to this endpoint lands
+	// SwitchingDelay×(1 + SwitchingJitter×jitterDraw) after upSince.
+	jitterDraw float64
 	// fresh: added not available and never Available since.
 	fresh bool
 	gen   uint64 // bumped on every transition; a recovery timer of an older gen is stale
@@ -145,18 +168,26 @@ func New(opts Options) (*MultiEndpoint, error) {
 	if err := ValidateDurations(opts.Name, opts.RecoveryTimeout, opts.SwitchingDelay); err != nil {
 		return nil, err
 	}
+	if err := ValidateSwitchingJitter(opts.Name, opts.SwitchingJitter); err != nil {
+		return nil, err
+	}
 	m := &MultiEndpoint{
 		name:            opts.Name,
 		clock:           opts.Clock,
 		onSwitch:        opts.OnSwitch,
 		initial:         opts.InitialState,
 		connectGrace:    opts.ConnectGrace,
+		jitter:          opts.SwitchingJitter,
+		rand:            opts.Rand,
 		endpoints:       make(map[string]*endpoint, len(opts.Endpoints)),
 		recoveryTimeout: opts.RecoveryTimeout,
 		switchingDelay:  opts.SwitchingDelay,
 	}
 	if m.clock == nil {
 		m.clock = clock.Real
+	}
+	if m.rand == nil {
+		m.rand = rand.Float64
 	}
 	ready := m.initialStates(opts.Endpoints)
 	first := opts.Endpoints[0]
@@ -196,7 +227,7 @@ func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool)
 	case available && e.state != Available:
 		// leftAvailable stays: a drop during the probation continues that clock (rule 2).
 		m.setStateLocked(e, Available, now)
-		e.upSince = now
+		m.arriveLocked(e, now)
 		if m.recoveryTimeout > 0 && !e.fresh { // a first connection is no recovery
 			e.probation = true
 			m.scheduleStableLocked(e, m.recoveryTimeout)
@@ -306,7 +337,7 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 	}
 	raised := m.raisedLocked(endpoints)
 	for _, e := range raised {
-		e.upSince = now // arrived at its new rank: its switching delay counts from here (F2)
+		m.arriveLocked(e, now) // at its new rank: its switching delay counts from here (F2)
 	}
 	if p := m.pending; p != nil && (!keep[p.target] || slices.Contains(raised, m.endpoints[p.target])) {
 		m.cancelSwitchLocked() // rule 3 chooses again, by the new list
@@ -337,6 +368,7 @@ func (m *MultiEndpoint) raisedLocked(endpoints []string) []*endpoint {
 			minBelow = e.priority
 		}
 	}
+	slices.Reverse(raised) // priority order, as Options.Rand promises
 	return raised
 }
 
@@ -435,7 +467,8 @@ func (m *MultiEndpoint) initialStates(endpoints []string) map[string]State {
 
 // addLocked adds a new endpoint by rule 1. m.mu must be held.
 func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now time.Time) {
-	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, upSince: now, fresh: initial != Available}
+	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: initial != Available}
+	m.arriveLocked(e, now)
 	m.endpoints[id] = e
 	switch {
 	case initial == Available:
@@ -570,9 +603,34 @@ func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
 	}
 }
 
+// arriveLocked starts e's switching delay at now: it returned to Available, was added, or
+// was raised above an endpoint by a reconfiguration. m.mu must be held.
+func (m *MultiEndpoint) arriveLocked(e *endpoint, now time.Time) {
+	e.upSince = now
+	if m.jitter > 0 {
+		e.jitterDraw = clampDraw(m.rand())
+	}
+}
+
 // switchDueLocked is when a switch to Available e lands (rule 3). m.mu must be held.
 func (m *MultiEndpoint) switchDueLocked(e *endpoint) time.Time {
-	return e.upSince.Add(m.switchingDelay)
+	return e.upSince.Add(m.switchingDelay + switchingJitter(m.switchingDelay, m.jitter, e.jitterDraw))
+}
+
+// clampDraw brings a draw of Options.Rand into [0, 1); NaN counts as 0.
+func clampDraw(u float64) float64 {
+	switch {
+	case !(u >= 0): // negative or NaN
+		return 0
+	case u >= 1:
+		return math.Nextafter(1, 0)
+	}
+	return u
+}
+
+// switchingJitter is the random part of a switch's delay: switchingDelay×jitter×draw.
+func switchingJitter(switchingDelay time.Duration, jitter, draw float64) time.Duration {
+	return time.Duration(float64(switchingDelay) * jitter * draw)
 }
 
 // armSwitchLocked (re)starts p's timer for d. m.mu must be held.

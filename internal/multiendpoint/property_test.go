@@ -3,6 +3,7 @@ package multiendpoint
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +25,9 @@ import (
 // again at once; only a drop after a whole probation starts a fresh clock. Rule 3: a switch
 // lands SwitchingDelay after its target's own last return to Available (at once if already
 // past), however often the pending switch was retargeted meanwhile; a reconfiguration that
-// adds an endpoint or moves it above one it was below counts as its arrival (F2).
+// adds an endpoint or moves it above one it was below counts as its arrival (F2). With
+// SwitchingJitter, that delay is SwitchingDelay×(1 + jitter×u), u drawn at each return or
+// arrival from the same seeded source as the implementation's, in priority order.
 
 // refEndpoint is one endpoint in the model.
 type refEndpoint struct {
@@ -38,6 +41,7 @@ type refEndpoint struct {
 	// upSince is when a switch to it starts its SwitchingDelay: its last return to Available,
 	// or the reconfiguration that added it or raised it above an endpoint, whichever is later.
 	upSince time.Time
+	draw    float64 // the jitter draw made with upSince
 }
 
 // refPending is a switch waiting for the switching delay.
@@ -52,7 +56,9 @@ type refModel struct {
 	now     time.Time
 	rt, sd  time.Duration
 	grace   time.Duration // ConnectGrace
-	order   []string      // by priority
+	jitter  float64       // SwitchingJitter
+	rnd     func() float64
+	order   []string // by priority
 	eps     map[string]*refEndpoint
 	current string
 	pending *refPending
@@ -60,8 +66,9 @@ type refModel struct {
 	events  []string // emitted, not yet checked
 }
 
-func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, ready map[string]State) *refModel {
-	m := &refModel{name: name, now: now, rt: rt, sd: sd, grace: grace, eps: map[string]*refEndpoint{}, current: endpoints[0]}
+func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, jitter float64, rnd func() float64,
+	ready map[string]State) *refModel {
+	m := &refModel{name: name, now: now, rt: rt, sd: sd, grace: grace, jitter: jitter, rnd: rnd, eps: map[string]*refEndpoint{}, current: endpoints[0]}
 	for _, id := range endpoints {
 		m.add(id, ready[id])
 	}
@@ -72,7 +79,8 @@ func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace t
 
 // add is rule 1.
 func (m *refModel) add(id string, initial State) {
-	e := &refEndpoint{since: m.now, left: m.now, upSince: m.now, fresh: initial != Available}
+	e := &refEndpoint{since: m.now, left: m.now, fresh: initial != Available}
+	m.arrive(e)
 	switch {
 	case initial == Available:
 		e.state = Available
@@ -87,6 +95,19 @@ func (m *refModel) add(id string, initial State) {
 }
 
 func (m *refModel) priority(id string) int { return slices.Index(m.order, id) }
+
+// arrive starts e's switching delay now, with a fresh jitter draw.
+func (m *refModel) arrive(e *refEndpoint) {
+	e.upSince = m.now
+	if m.jitter > 0 {
+		e.draw = m.rnd()
+	}
+}
+
+// due is when a switch to Available e lands.
+func (m *refModel) due(e *refEndpoint) time.Time {
+	return e.upSince.Add(m.sd + time.Duration(float64(m.sd)*m.jitter*e.draw))
+}
 
 func (m *refModel) emit(to string, reason Reason) {
 	if to == m.current {
@@ -132,7 +153,7 @@ func (m *refModel) choose(cause Reason) {
 		if reason == 0 {
 			reason = Recovery
 		}
-		due := m.eps[best].upSince.Add(m.sd)
+		due := m.due(m.eps[best])
 		if due.After(m.now) {
 			m.pending = &refPending{target: best, due: due, reason: reason}
 			return
@@ -225,7 +246,8 @@ func (m *refModel) setAvailability(id string, available bool) {
 	}
 	switch {
 	case available && e.state != Available:
-		e.state, e.since, e.upSince = Available, m.now, m.now // e.left stays: probation continues it
+		e.state, e.since = Available, m.now // e.left stays: probation continues it
+		m.arrive(e)
 		if m.rt > 0 && !e.fresh {
 			e.stableAt = m.now.Add(m.rt) // probation
 		}
@@ -269,7 +291,7 @@ func (m *refModel) applyEndpoints(list []string, ready map[string]State) {
 		for _, x := range list[i+1:] {
 			if m.eps[x] != nil && m.eps[y] != nil && m.priority(x) < m.priority(y) {
 				raised = append(raised, y)
-				m.eps[y].upSince = m.now
+				m.arrive(m.eps[y])
 				break
 			}
 		}
@@ -310,7 +332,7 @@ func (m *refModel) applyTimeouts(rt, sd time.Duration) {
 		}
 	}
 	if p := m.pending; p != nil {
-		p.due = m.eps[p.target].upSince.Add(sd)
+		p.due = m.due(m.eps[p.target])
 	}
 	if p := m.pending; p != nil && !p.due.After(m.now) {
 		m.pending = nil
@@ -368,12 +390,16 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 		list := drawList(t, "endpoints")
 		rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
 		grace := propDuration(t, "grace")
+		jitter := rapid.SampledFrom([]float64{0, 0, 0.25, 1}).Draw(t, "jitter")
+		seed := rapid.Uint64().Draw(t, "seed")
+		implRand, refRand := rand.New(rand.NewPCG(seed, 1)), rand.New(rand.NewPCG(seed, 1))
 		ready := drawReady(t, "ready")
 		var readyNow map[string]State // what Options.InitialState answers; set before New/SetEndpoints
 		readyNow = ready
 
 		var got []string
 		m, err := New(Options{Name: "p", Endpoints: list, RecoveryTimeout: rt, SwitchingDelay: sd, ConnectGrace: grace, Clock: clk,
+			SwitchingJitter: jitter, Rand: implRand.Float64,
 			InitialState: func(e string) State { return readyNow[e] },
 			OnSwitch: func(ev Event) {
 				got = append(got, fmt.Sprintf("%s>%s %s@%s", ev.From, ev.To, ev.Reason, stamp(ev.At)))
@@ -382,7 +408,7 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		defer m.Close()
-		ref := newRefModel("p", start, list, rt, sd, grace, ready)
+		ref := newRefModel("p", start, list, rt, sd, grace, jitter, refRand.Float64, ready)
 		prevCurrent := list[0]
 
 		check := func() {
