@@ -529,6 +529,18 @@ func (d *fileDecoder) settingsSection(n *yaml.Node, path string) error {
 			return err
 		},
 		"drainTimeout": dur(&s.DrainTimeout, ""),
+		"switchingJitter": func(n *yaml.Node, p string) error {
+			sc, err := d.scalar(n, p, "a number from 0 to 1")
+			if err != nil {
+				return err
+			}
+			v, err := strconv.ParseFloat(sc.Value, 64)
+			if err != nil || !(v >= 0 && v <= 1) {
+				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %q", sc.Value)
+			}
+			s.SwitchingJitter = v
+			return nil
+		},
 	})
 }
 

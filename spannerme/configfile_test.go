@@ -33,7 +33,7 @@ func TestParseConfigExamples(t *testing.T) {
 		t.Errorf("GRPCgcpConfig %v, want NoAffinityConfig(4)", c.Options.GRPCgcpConfig)
 	}
 	wantSettings := Settings{ReconnectMaxDelay: 5 * time.Second, MinConnectTimeout: 10 * time.Second, KeepaliveTime: 120 * time.Second,
-		KeepaliveTimeout: 20 * time.Second, DrainTimeout: 5 * time.Minute,
+		KeepaliveTimeout: 20 * time.Second, DrainTimeout: 5 * time.Minute, SwitchingJitter: 0.2,
 		EndpointOptions: map[string]EndpointOptions{"10.20.0.5:443": {Authority: "spanner.us-east4.rep.googleapis.com"}}}
 	if !reflect.DeepEqual(c.Settings, wantSettings) {
 		t.Errorf("settings %+v\nwant %+v", c.Settings, wantSettings)
@@ -86,6 +86,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "negative duration", in: head + "    recoveryTimeout: -1s\n", line: 5, field: "multiEndpoints.d.recoveryTimeout", want: "negative duration"},
 		{name: "negative keepalive", in: head + "settings:\n  keepaliveTime: -1s\n", line: 6, field: "settings.keepaliveTime", want: "write off to turn keepalive off"},
 		{name: "unknown setting", in: head + "settings:\n  drainTimout: 1s\n", line: 6, field: "settings.drainTimout", want: "did you mean drainTimeout?"},
+		{name: "bad jitter", in: head + "settings:\n  switchingJitter: 1.5\n", line: 6, field: "settings.switchingJitter", want: `want a number from 0 to 1`},
 		{name: "bad bool", in: head + "sessionAffinity: yes\n", line: 5, field: "sessionAffinity", want: `want true or false, got "yes"`},
 		{name: "bad pool size", in: head + "poolSize: 0\n", line: 5, field: "poolSize", want: "from 1 to 1024"},
 		{name: "twice", in: head + "default: d\n", line: 5, field: "default", want: "given twice (first at line 1)"},

@@ -276,6 +276,7 @@ func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
 		{"keepaliveWithoutCalls", want.KeepaliveWithoutCalls, have.KeepaliveWithoutCalls},
 		{"minConnectTimeout", want.MinConnectTimeout, have.MinConnectTimeout},
 		{"reconnectMaxDelay", want.ReconnectMaxDelay, have.ReconnectMaxDelay},
+		{"switchingJitter", want.SwitchingJitter, have.SwitchingJitter},
 	} {
 		if f.want != f.have {
 			out = append(out, "settings."+f.name)

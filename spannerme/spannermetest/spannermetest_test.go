@@ -25,8 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// go.opencensus.io, a dependency of the Spanner client (spanner.go), starts its worker in
-	// an init function.
+	// The Spanner client (frontend tests, spanner.go) starts OpenCensus's worker once per
+	// process; it never stops.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
