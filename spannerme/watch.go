@@ -96,9 +96,12 @@ type ConfigWatcher struct {
 // is tried as usual.
 //
 // The status is in ConfigWatcher.Status and in gme.Status().Config. Use one ConfigWatcher
-// per GCPMultiEndpoint. Errors: those of LoadConfig and UpdateMultiEndpoints for the first
-// reading, and fsnotify's when the directory cannot be watched; nothing runs then.
+// per GCPMultiEndpoint. Errors: a nil gme; those of LoadConfig and UpdateMultiEndpoints for
+// the first reading; fsnotify's when the directory cannot be watched. Nothing runs then.
 func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*ConfigWatcher, error) {
+	if gme == nil {
+		return nil, errors.New("spannerme: WatchConfig: nil GCPMultiEndpoint")
+	}
 	if opts.Debounce <= 0 {
 		opts.Debounce = 200 * time.Millisecond
 	}

@@ -305,6 +305,9 @@ func TestWatchConfigErrors(t *testing.T) {
 	if _, err := WatchConfig(gme, filepath.Join(dir, "missing.yaml"), WatchOptions{}); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("WatchConfig(missing file) = %v", err)
 	}
+	if w, err := WatchConfig(nil, bad, WatchOptions{}); err == nil || w != nil {
+		t.Errorf("WatchConfig(nil) = %v, %v", w, err)
+	}
 	if s := gme.Status().Config; s != nil {
 		t.Errorf("a failed WatchConfig published a status: %+v", s)
 	}
