@@ -67,14 +67,14 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     GCPMultiEndpoint as well is harmless.
 //
 // gmeCfg and config are not modified. On any error everything dialed is closed. Errors: a
-// *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg or settings.Health; a dial error naming the
-// endpoint; any error of spanner.NewClientWithConfig.
+// *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg or settings; a dial error
+// naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
 	if _, err := parseConfig(gmeCfg); err != nil {
 		return nil, nil, err
 	}
-	if err := settings.Health.validate(); err != nil {
+	if err := settings.validate(); err != nil {
 		return nil, nil, err
 	}
 	if settings.Health.Probe == nil {

@@ -362,7 +362,7 @@ func (q *eventQueue) deliverHealth(ev HealthEvent) {
 		q.log.Info("spannerme: endpoint readmitted: its probe passed",
 			"endpoint", ev.Endpoint, "ejected_for", ev.Reason.String())
 	}
-	if q.onHealth != nil {
+	if q.onHealth != nil && q.open() { // as for OnSwitch: none starts after close
 		q.onHealth(ev)
 	}
 }

@@ -29,6 +29,11 @@ import (
 // on it wait until one ends.
 const GoogleFrontendMaxConcurrentStreams = 100
 
+// keepaliveMinTime is the shortest interval between a client's keepalive
+// pings the frontend accepts; below gRPC clients' 10 s minimum
+// (keepalive.ClientParameters), so that no client is refused.
+const keepaliveMinTime = time.Second
+
 // FrontendMode is what a [Frontend] does with the calls that start while it
 // is in that mode. The zero value is [FrontendPass].
 type FrontendMode int
@@ -80,7 +85,8 @@ type CallStats struct {
 	// Received is the number of calls that reached the frontend.
 	Received int64
 	// Forwarded is the number of calls passed to the backend, whatever the
-	// backend answered (a backend error is the backend's answer, forwarded).
+	// backend answered (a backend error is the backend's answer, forwarded),
+	// including calls that failed because the backend was unreachable.
 	Forwarded int64
 	// Failed is the number of calls failed by injection ([Frontend.FailAll],
 	// [Frontend.FailFraction]); the backend never saw them.
@@ -156,10 +162,14 @@ func WithSeed(seed int64) FrontendOption {
 }
 
 // WithServerOptions adds options to the frontend's grpc.Server, after its
-// own (the unknown-service handler, the codec, message size limits and the
-// options above), so they can override them; for example a
-// keepalive.EnforcementPolicy. Options that replace the codec or the
-// unknown-service handler break forwarding.
+// own, so they can override them. The frontend's own are: the
+// unknown-service handler and codec that forward calls (replacing them
+// breaks forwarding), no message size limits (the caller and the backend
+// enforce theirs), a keepalive enforcement policy that accepts pings every
+// second, also on connections without calls (grpc-go's default would end
+// connections whose client pings more often than every 5 minutes; override
+// it with grpc.KeepaliveEnforcementPolicy to test that), and the options
+// above.
 func WithServerOptions(opts ...grpc.ServerOption) FrontendOption {
 	return func(o *frontendOptions) { o.serverOptions = append(o.serverOptions, opts...) }
 }
@@ -178,7 +188,10 @@ func WithServerOptions(opts ...grpc.ServerOption) FrontendOption {
 // grpc-accept-encoding, :authority), the deadline, response headers,
 // messages, trailers and the backend's status (code, message and details)
 // pass unchanged, for unary, server-streaming, client-streaming and
-// bidirectional calls. Messages are passed as opaque bytes, never decoded.
+// bidirectional calls. Messages are passed as opaque bytes, never decoded;
+// compressed requests are decompressed at the frontend and forwarded
+// uncompressed (a compressor must be registered in the process, as for any
+// gRPC server).
 // A call whose caller cancels it, or whose deadline passes, is cancelled on
 // the backend too. Every call goes through one shared backend connection
 // (plaintext gRPC), dialed when the first call is forwarded; if the backend
@@ -291,6 +304,13 @@ func NewFrontend(backend string, opts ...FrontendOption) (*Frontend, error) {
 		// Stop waits for the handlers, so that Close leaves no goroutine.
 		grpc.WaitForHandlers(true),
 	}
+	// Accept keepalive pings as often as gRPC clients may send them (every
+	// 10 s at most, also without calls), as Google frontends accept the
+	// Spanner client's 2-minute pings; grpc-go's default policy (one ping per
+	// 5 minutes, none without calls; internal/transport/defaults.go) would
+	// end such connections with GOAWAY "too_many_pings".
+	sopts = append(sopts, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+		MinTime: keepaliveMinTime, PermitWithoutStream: true}))
 	if o.maxStreams > 0 {
 		sopts = append(sopts, grpc.MaxConcurrentStreams(o.maxStreams))
 	}

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/encoding/gzip"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -38,7 +38,7 @@ import (
 //   - StreamingInputCall answers the sum of the payload sizes;
 //   - FullDuplexCall echoes each payload until the client half-closes.
 type testBackend struct {
-	testgrpc.UnimplementedTestServiceServer
+	testpb.UnimplementedTestServiceServer
 	addr string
 
 	calls     atomic.Int64 // calls that reached the backend
@@ -53,7 +53,7 @@ func startTestBackend(tb testing.TB) *testBackend {
 	}
 	b := &testBackend{addr: ln.Addr().String()}
 	srv := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(srv, b)
+	testpb.RegisterTestServiceServer(srv, b)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -153,18 +153,18 @@ func (b *testBackend) FullDuplexCall(s grpc.BidiStreamingServer[testpb.Streaming
 }
 
 // testClient dials addr (plaintext) and closes the connection at cleanup.
-func testClient(tb testing.TB, addr string) testgrpc.TestServiceClient {
+func testClient(tb testing.TB, addr string) testpb.TestServiceClient {
 	tb.Helper()
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = cc.Close() })
-	return testgrpc.NewTestServiceClient(cc)
+	return testpb.NewTestServiceClient(cc)
 }
 
 // unary makes one UnaryCall with body, bounded by waitTimeout.
-func unary(tc testgrpc.TestServiceClient, body string) error {
+func unary(tc testpb.TestServiceClient, body string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	resp, err := tc.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte(body)}})
@@ -178,7 +178,7 @@ func unary(tc testgrpc.TestServiceClient, body string) error {
 }
 
 // openDuplex starts a FullDuplexCall on ctx and checks one echo round trip.
-func openDuplex(tb testing.TB, ctx context.Context, tc testgrpc.TestServiceClient) grpc.BidiStreamingClient[testpb.StreamingOutputCallRequest, testpb.StreamingOutputCallResponse] {
+func openDuplex(tb testing.TB, ctx context.Context, tc testpb.TestServiceClient) grpc.BidiStreamingClient[testpb.StreamingOutputCallRequest, testpb.StreamingOutputCallResponse] {
 	tb.Helper()
 	s, err := tc.FullDuplexCall(ctx)
 	if err != nil {
@@ -780,15 +780,88 @@ func TestFrontendDropConnections(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	s := openDuplex(t, ctx, tc)
+	f.Hang()
+	heldErr := make(chan error, 1)
+	go func() { heldErr <- unary(tc, "held") }()
+	waitFor(t, "a held call", func() bool { return f.Stats().Hung == 1 })
+
 	f.DropConnections()
 	_, err := s.Recv()
 	wantCode(t, "stream on a dropped connection", err, codes.Unavailable)
+	wantCode(t, "held call on a dropped connection", <-heldErr, codes.Unavailable)
 	waitFor(t, "Active == 0", func() bool { return f.Stats().Active == 0 })
+	if f.Mode() != FrontendHang {
+		t.Errorf("Mode() = %v after DropConnections, want hang (kept)", f.Mode())
+	}
+	f.Pass()
 	if err := unary(tc, "after"); err != nil { // the client reconnects
 		t.Fatal(err)
 	}
 	if st := f.Stats(); st.Accepted != 2 || st.Active != 1 {
 		t.Errorf("Stats() connections accepted %d active %d, want 2 and 1", st.Accepted, st.Active)
+	}
+}
+
+func TestFrontendBackendEndsStreamWhileCallerSends(t *testing.T) {
+	b := startTestBackend(t)
+	f := NewFrontendTB(t, b.addr)
+	tc := testClient(t, f.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	s := openDuplex(t, ctx, tc)
+	// The backend fails the call; the caller has not half-closed and keeps
+	// sending until it learns the status.
+	if err := s.Send(&testpb.StreamingOutputCallRequest{ResponseStatus: &testpb.EchoStatus{
+		Code: int32(codes.OutOfRange), Message: "enough"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err := s.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: make([]byte, 1000)}}); err != nil {
+			break // io.EOF: the call has ended
+		}
+	}
+	_, err := s.Recv()
+	if st := status.Convert(err); st.Code() != codes.OutOfRange || st.Message() != "enough" {
+		t.Errorf("status %v, want OutOfRange \"enough\"", st)
+	}
+	// A new call on the same connection works.
+	if err := unary(tc, "next"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFrontendCompressedCalls(t *testing.T) {
+	b := startTestBackend(t)
+	f := NewFrontendTB(t, b.addr)
+	tc := testClient(t, f.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	body := bytes.Repeat([]byte("compressible "), 10000)
+	resp, err := tc.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: body}}, grpc.UseCompressor(gzip.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(resp.GetPayload().GetBody(), body) {
+		t.Error("gzip-compressed call: echo differs")
+	}
+}
+
+func TestContentSubtype(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"application/grpc"}, ""},
+		{[]string{"application/grpc+proto"}, "proto"},
+		{[]string{"application/grpc+json"}, "json"},
+		{[]string{"application/grpc;json"}, "json"},
+		{[]string{"application/grpcx"}, ""},
+		{[]string{"text/plain"}, ""},
+	} {
+		if got := contentSubtype(tc.in); got != tc.want {
+			t.Errorf("contentSubtype(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
 
@@ -950,5 +1023,25 @@ func TestFrontendSpannerQuery(t *testing.T) {
 	}
 	if got := f.Stats().Methods[execute]; got.Forwarded != 2 || got.Failed != 1 {
 		t.Errorf("%s counters %+v, want 2 forwarded and 1 failed", execute, got)
+	}
+}
+
+func TestFrontendBehindEndpoint(t *testing.T) {
+	b := startTestBackend(t)
+	f := NewFrontendTB(t, b.addr)
+	e := NewEndpointTB(t, f.Addr())
+	tc := testClient(t, e.Addr()) // client → Endpoint → Frontend → backend
+	if err := unary(tc, "through both"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "service fault behind a network path", unary(tc, "x"), codes.Unavailable)
+	if st := e.Stats(); st.Accepted != 1 || st.BytesFromBackend == 0 {
+		t.Errorf("Endpoint Stats() = %+v, want one connection that carried answers", st)
+	}
+	if st := f.Stats(); st.Forwarded != 1 || st.Failed != 1 {
+		t.Errorf("Frontend Stats() = %+v, want 1 forwarded and 1 failed", st.CallStats)
 	}
 }
