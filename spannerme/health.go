@@ -404,3 +404,14 @@ func (s *trackedStream) ended(err error) {
 	}
 	s.pool.observe(err, answered)
 }
+
+// healthFields is HealthSettings without Probe, for comparing configurations.
+type healthFields struct {
+	disabled, overload bool
+	cfg                health.Config
+	probeTimeout       time.Duration
+}
+
+func (h HealthSettings) comparable() healthFields {
+	return healthFields{disabled: h.Disabled, overload: h.ResourceExhaustedIsFailure, cfg: h.detectorConfig(), probeTimeout: h.ProbeTimeout}
+}

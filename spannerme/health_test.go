@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -319,4 +320,50 @@ func TestProbes(t *testing.T) {
 			t.Fatalf("SpannerProbe through a hanging frontend: %v", err)
 		}
 	})
+}
+
+// The configuration file's settings.health section maps to Settings.Health; a bad value
+// names its field and line; a change needs a restart (settings are fixed at construction).
+func TestHealthInConfigFile(t *testing.T) {
+	const head = "default: g\nmultiEndpoints:\n  g:\n    endpoints: [\"127.0.0.1:1\"]\nsettings:\n  health:\n"
+	fc, err := ParseConfig([]byte(head + `    disabled: false
+    interval: 5s
+    consecutiveFailures: 7
+    failurePercentage: 60
+    minimumCalls: 30
+    baseEjectionTime: 10s
+    maxEjectionTime: 2m
+    probeTimeout: 1s
+    probeInterval: 20s
+    resourceExhaustedIsFailure: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HealthSettings{Interval: 5 * time.Second, ConsecutiveFailures: 7, FailurePercentage: 60, MinimumCalls: 30,
+		BaseEjectionTime: 10 * time.Second, MaxEjectionTime: 2 * time.Minute, ProbeTimeout: time.Second, ProbeInterval: 20 * time.Second,
+		ResourceExhaustedIsFailure: true}
+	if got := fc.Settings.Health; got.comparable() != want.comparable() || got.Probe != nil {
+		t.Fatalf("Settings.Health = %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct{ body, field string }{
+		{"    failurePercentage: 101\n", "settings.health.failurePercentage"},
+		{"    probeTimeout: -1s\n", "settings.health.probeTimeout"},
+		{"    consecutiveFailures: -2\n", "settings.health.consecutiveFailures"},
+		{"    probeIntervall: 1s\n", "settings.health.probeIntervall"},
+	} {
+		_, err := ParseConfig([]byte(head + tc.body))
+		var fe *ConfigFileError
+		if !errors.As(err, &fe) || fe.Field != tc.field || fe.Line != 7 {
+			t.Errorf("%q: error %v, want one naming %s at line 7", tc.body, err, tc.field)
+		}
+	}
+	gme := newGME(t, fc.Options, fastSettings(nil))
+	if got := restartNeeded(gme, fc); !slices.Contains(got, "settings.health") {
+		t.Fatalf("restartNeeded = %v, want settings.health listed", got)
+	}
+	same := &FileConfig{Options: fc.Options}
+	if got := restartNeeded(gme, same); slices.Contains(got, "settings.health") {
+		t.Fatalf("restartNeeded = %v for unchanged health settings", got)
+	}
 }
