@@ -40,6 +40,14 @@ type pool struct {
 
 	stopMonitor context.CancelFunc
 	monitorDone chan struct{}
+
+	// watch records the pool's connection errors and state changes (connwatch.go); nil for
+	// a pool made without one.
+	watch *connWatch
+	// attrs holds the metric attributes of the pool's calls per group (metrics.go), built on
+	// first use; attrsMu serializes the building.
+	attrs   atomic.Pointer[map[string]*callAttrs]
+	attrsMu sync.Mutex
 }
 
 func newPool(endpoint string, conn *grpc.ClientConn) *pool {
@@ -86,6 +94,9 @@ func (p *pool) close() error {
 			<-p.monitorDone
 		}
 		err = p.conn.Close()
+		if p.watch != nil {
+			p.watch.release()
+		}
 	})
 	return err
 }
