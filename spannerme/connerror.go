@@ -96,7 +96,10 @@ func classifyConnError(err error) ConnErrorKind {
 		errors.As(err, &authorityErr), errors.As(err, &hostErr), errors.As(err, &invalidErr):
 		return ConnTLS
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT),
-		errors.As(err, &netErr) && netErr.Timeout(), strings.Contains(msg, "deadline exceeded"), strings.Contains(msg, "i/o timeout"):
+		errors.As(err, &netErr) && netErr.Timeout(), strings.Contains(msg, "deadline exceeded"), strings.Contains(msg, "i/o timeout"),
+		// gRPC closes the connection when the attempt's deadline passes during the HTTP/2
+		// handshake; the read of the server's preface then fails so.
+		errors.Is(err, net.ErrClosed), strings.Contains(msg, "use of closed network connection"):
 		return ConnTimeout
 	case strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
 		return ConnTLS

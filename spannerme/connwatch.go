@@ -78,12 +78,13 @@ func newConnWatch(endpoint string, now func() time.Time, report func(*connWatch,
 // release forgets the watch: a balancer built later for its id records nothing.
 func (w *connWatch) release() { watches.Delete(w.id) }
 
-// dialOptions returns the per-pool dial options: the service config that names this watch
-// in the spannerme_pool policy around the grpc_gcp configuration childJSON, and the DNS
-// resolver wrapper that reports to this watch.
-func (w *connWatch) dialOptions(childJSON []byte) []grpc.DialOption {
-	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"watch":"%d","child":%s}}]}`, poolBalancerName, w.id, childJSON)
-	return append([]grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}, safeDNS(w)...)
+// poolDialOptions returns the dial options of the pool w watches: its service config (the
+// spannerme_pool policy naming w, around the grpc_gcp configuration), its DNS resolver
+// reporting to w, then gme's dial options (the caller's last).
+func (gme *GCPMultiEndpoint) poolDialOptions(w *connWatch) []grpc.DialOption {
+	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"watch":"%d","child":%s}}]}`, poolBalancerName, w.id, gme.gcpJSON)
+	opts := append([]grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}, safeDNS(w, gme.settings.dns)...)
+	return append(opts, gme.dialOpts...)
 }
 
 // record keeps err as the pool's last connection error and reports it. nil w is a no-op.

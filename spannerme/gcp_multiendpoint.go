@@ -385,7 +385,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 				continue
 			}
 			w := newConnWatch(e, gme.obs.now, gme.obs.connError)
-			conn, err := gme.dial(gme.dialCtx, e, append(w.dialOptions(gme.gcpJSON), gme.dialOpts...)...)
+			conn, err := gme.dial(gme.dialCtx, e, gme.poolDialOptions(w)...)
 			if err == nil && conn == nil {
 				err = errors.New("DialFunc returned no connection and no error")
 			}

@@ -49,9 +49,12 @@ func (c nonEmptyClientConn) ReportError(err error) {
 }
 
 // safeDNS is the dial option that puts nonEmptyBuilder, reporting to w, in front of gRPC's
-// DNS resolver.
-func safeDNS(w *connWatch) []grpc.DialOption {
-	if dns := resolver.Get("dns"); dns != nil {
+// DNS resolver (or of dns, if not nil: tests give a resolver for the "dns" scheme).
+func safeDNS(w *connWatch, dns resolver.Builder) []grpc.DialOption {
+	if dns == nil {
+		dns = resolver.Get("dns")
+	}
+	if dns != nil {
 		return []grpc.DialOption{grpc.WithResolvers(nonEmptyBuilder{Builder: dns, watch: w})}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/resolver"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
@@ -71,6 +72,9 @@ type Settings struct {
 	// emulator, when set (SPANNER_EMULATOR_HOST), replaces every group's endpoints, at
 	// creation and at every UpdateMultiEndpoints.
 	emulator string
+	// dns, if not nil, resolves the "dns" scheme instead of gRPC's resolver. Tests in this
+	// package set it, to fail name resolution without a DNS query.
+	dns resolver.Builder
 }
 
 func (s Settings) withDefaults() Settings {
