@@ -212,3 +212,39 @@ func TestUnreachableEndpointNamedWithReason(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkUnreachableReported measures how long after construction an endpoint that refuses
+// connections is named, with its reason, both in Status and in the log: the time of its first
+// failed connection attempt plus the reporting.
+//
+//	go test -run '^$' -bench UnreachableReported -benchtime 20x ./spannerme/
+func BenchmarkUnreachableReported(b *testing.B) {
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		bad := closedAddr(b)
+		logs := &syncBuffer{}
+		o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(time.Hour, 0, bad)})
+		b.StartTimer()
+		start := time.Now()
+		gme, err := NewGCPMultiEndpointWithSettings(o, fastSettings(logs), insecureDial)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for {
+			p, _ := poolOf(gme, bad)
+			if p.LastError != nil && strings.Contains(logs.String(), "endpoint="+bad) {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				b.Fatalf("not reported within 10s")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		total += time.Since(start)
+		b.StopTimer()
+		gme.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-report")
+}

@@ -31,9 +31,13 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 // context (NewMEContext), else of the default group. It implements grpc.ClientConnInterface.
 //
 // All methods are safe for concurrent use. Invoke and NewStream take no lock; the routing
-// pick allocates nothing, and NewStream adds one small wrapper per stream (about 190 bytes,
-// to count the stream as in flight until it ends). UpdateMultiEndpoints and Close are
-// serialized with each other.
+// pick and the metrics allocate nothing, and NewStream adds one small wrapper per stream
+// (about 250 bytes, to count the stream as in flight until it ends). UpdateMultiEndpoints
+// and Close are serialized with each other.
+//
+// The zero value is a closed GCPMultiEndpoint: Status reports Closed, Close returns nil,
+// calls fail with CANCELED and UpdateMultiEndpoints with ErrClosed. Create one with
+// NewGCPMultiEndpoint* or NewMultiEndpointClient*.
 type GCPMultiEndpoint struct {
 	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
 
