@@ -193,8 +193,11 @@ func (b *poolBalancer) ResolverError(err error) {
 	b.child.ResolverError(err)
 }
 
+// UpdateSubConnState is how gRPC reports the state of a SubConn created without a
+// StateListener, as grpc_gcp v1.6.0 creates them.
 func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
 	b.observe(sc, s)
+	//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
 	b.child.UpdateSubConnState(sc, s)
 }
 
@@ -237,8 +240,8 @@ func (c *poolClientConn) NewSubConn(addrs []resolver.Address, opts balancer.NewS
 			l(s)
 		}
 		var err error
-		sc, err = c.ClientConn.NewSubConn(addrs, opts)
+		sc, err = c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
 		return sc, err
 	}
-	return c.ClientConn.NewSubConn(addrs, opts)
+	return c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
 }

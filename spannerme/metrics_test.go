@@ -67,7 +67,7 @@ func sumBy(rm metricdata.ResourceMetrics, name, key string) map[string]int64 {
 	m, _ := find(rm, name)
 	for _, dp := range int64Points(m) {
 		v, _ := dp.Attributes.Value(attribute.Key(key))
-		out[v.Emit()] += dp.Value
+		out[v.String()] += dp.Value
 	}
 	return out
 }
@@ -241,7 +241,7 @@ func TestSpanAttributes(t *testing.T) {
 	span.End()
 	attrs := map[attribute.Key]string{}
 	for _, kv := range rec.Ended()[0].Attributes() {
-		attrs[kv.Key] = kv.Value.Emit()
+		attrs[kv.Key] = kv.Value.String()
 	}
 	if attrs[AttrMultiEndpoint] != "west" || attrs[AttrEndpoint] != b.Addr() {
 		t.Errorf("span attributes %v, want %s=west, %s=%s", attrs, AttrMultiEndpoint, AttrEndpoint, b.Addr())
