@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 )
 
 // newMetricReader returns an SDK meter provider whose metrics the reader collects on demand.
@@ -406,5 +408,49 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 	}
 	if n := len(rm.ScopeMetrics[0].Metrics); n != seen {
 		t.Errorf("%d instruments reported, %d documented", n, seen)
+	}
+}
+
+// NewMultiEndpointClient* report to Settings.MeterProvider, else to the Spanner client's
+// ClientConfig.OpenTelemetryMeterProvider.
+func TestMeterProviderFromClientConfig(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, b.eps[0].Addr())})
+	ctx := context.Background()
+	configReader, configMP := newMetricReader()
+	settingsReader, settingsMP := newMetricReader()
+	callsIn := func(r *sdkmetric.ManualReader) int64 {
+		return sumBy(collect(t, r), metricCalls, AttrMultiEndpoint)["g"]
+	}
+	for _, tc := range []struct {
+		name      string
+		settings  metric.MeterProvider
+		want, not *sdkmetric.ManualReader
+	}{
+		{"ClientConfig's", nil, configReader, settingsReader},
+		{"Settings' first", settingsMP, settingsReader, configReader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fixture.ClientConfig()
+			cfg.OpenTelemetryMeterProvider = configMP
+			s := fastSettings(nil)
+			s.MeterProvider = tc.settings
+			client, gme, err := NewMultiEndpointClientWithSettings(ctx, b.database, cfg, o, s, clientOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gme.Close()
+			defer client.Close()
+			wantBefore, notBefore := callsIn(tc.want), callsIn(tc.not)
+			if _, err := countAccounts(ctx, client); err != nil {
+				t.Fatal(err)
+			}
+			if got := callsIn(tc.want) - wantBefore; got == 0 {
+				t.Errorf("no call counted in the %s provider", tc.name)
+			}
+			if got := callsIn(tc.not) - notBefore; got != 0 {
+				t.Errorf("%d calls counted in the other provider", got)
+			}
+		})
 	}
 }

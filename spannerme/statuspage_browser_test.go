@@ -29,15 +29,16 @@ var chromiumSkipNotice sync.Once
 // message, or fails when the environment variable CI is true (as the emulator tests do).
 func findChromium(tb testing.TB) string {
 	tb.Helper()
+	names := []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
 	if p := os.Getenv(envChromium); p != "" {
-		return p
+		names = []string{p}
 	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+	for _, name := range names {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
 		}
 	}
-	const how = "Chromium not found: install Debian's chromium package (`apt-get install chromium`; .ci/run does) or set " + envChromium
+	how := fmt.Sprintf("Chromium not found (looked for %v): install Debian's chromium package (`apt-get install chromium`; .ci/run does) or set %s", names, envChromium)
 	if ci, err := strconv.ParseBool(os.Getenv("CI")); err == nil && ci {
 		tb.Fatalf("FAILING (CI=%s): %s", os.Getenv("CI"), how)
 	}
