@@ -80,11 +80,11 @@ func (w *connWatch) release() { watches.Delete(w.id) }
 
 // poolDialOptions returns the dial options of the pool w watches: its service config (the
 // spannerme_pool policy naming w, around the grpc_gcp configuration), its DNS resolver
-// reporting to w, then gme's dial options (the caller's last).
-func (gme *GCPMultiEndpoint) poolDialOptions(w *connWatch) []grpc.DialOption {
+// reporting to w, then the endpoint's other dial options, base (the caller's last).
+func (gme *GCPMultiEndpoint) poolDialOptions(w *connWatch, base []grpc.DialOption) []grpc.DialOption {
 	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"watch":"%d","child":%s}}]}`, poolBalancerName, w.id, gme.gcpJSON)
 	opts := append([]grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}, safeDNS(w, gme.settings.dns)...)
-	return append(opts, gme.dialOpts...)
+	return append(opts, base...)
 }
 
 // record keeps err as the pool's last connection error and reports it. nil w is a no-op.

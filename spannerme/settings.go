@@ -1,7 +1,9 @@
 package spannerme
 
 import (
+	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -47,14 +49,21 @@ type Settings struct {
 	// DrainTimeout is how long an endpoint's pool that is no longer configured keeps serving
 	// its in-flight calls before it is closed anyway. Zero or negative means 5 minutes.
 	DrainTimeout time.Duration
+	// EndpointOptions holds options of single endpoints' pools (such as the authority of a PSC
+	// endpoint dialed by IP address), by endpoint as written in the configuration
+	// ("https://host" forms match their host:port). An endpoint's options apply when its pool is
+	// dialed: at creation, or when UpdateMultiEndpoints adds the endpoint; a pool keeps them
+	// while its endpoint stays configured. Entries of endpoints not configured (yet) are
+	// allowed. Nil means none. A bad entry is a *ConfigError naming the endpoint.
+	EndpointOptions map[string]EndpointOptions
 	// Logger receives one line per transition, never one per call: an endpoint down (Warn,
 	// with the classified connection error), up (Info), a failed connection attempt while it
 	// is down (Warn, once per kind of error), each switch of a group's current endpoint
 	// (Info), unknown group names (Warn, once per name) and pool retirement. Nil means
 	// slog.Default().
 	Logger *slog.Logger
-	// MeterProvider receives the OpenTelemetry metrics (instruments listed in the README and
-	// in metricDocs). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider
+	// MeterProvider receives the OpenTelemetry metrics (the README lists the instruments,
+	// under Observability). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider
 	// for NewMultiEndpointClient*, else otel.GetMeterProvider() (a no-op until an SDK is
 	// installed there). Pass noop.NewMeterProvider() to record nothing. Two
 	// GCPMultiEndpoints with the same group names should not share a provider: their
@@ -65,6 +74,16 @@ type Settings struct {
 	// took effect. It may call the GCPMultiEndpoint (even Close); a slow OnSwitch delays only
 	// later events. Events not yet delivered when Close is called are dropped.
 	OnSwitch func(SwitchEvent)
+	// SwitchingJitter spreads switch-backs over a part of SwitchingDelay, so that a fleet of
+	// clients that see an endpoint recover at the same moment do not all move their traffic
+	// back at the same instant (scenario F22). It is a fraction in [0, 1]: a switch that waits
+	// SwitchingDelay (back to a higher endpoint, or to one a reconfiguration raised) lands at
+	// a random moment, uniform in [SwitchingDelay, SwitchingDelay×(1+SwitchingJitter)), after
+	// the endpoint's return to available: never before SwitchingDelay. The moment is drawn
+	// once per return, in each group on its own. Zero means no jitter (exactly
+	// SwitchingDelay); with SwitchingDelay 0 there is none either. Outside [0, 1] (or NaN) is
+	// a *ConfigError naming the field.
+	SwitchingJitter float64
 
 	// clock is the time source of the state machines; nil means the real clock. Tests in this
 	// package set it.
@@ -75,6 +94,14 @@ type Settings struct {
 	// dns, if not nil, resolves the "dns" scheme instead of gRPC's resolver. Tests in this
 	// package set it, to fail name resolution without a DNS query.
 	dns resolver.Builder
+}
+
+// validate returns a *ConfigError naming the first invalid field.
+func (s Settings) validate() error {
+	if j := s.SwitchingJitter; math.IsNaN(j) || j < 0 || j > 1 {
+		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.SwitchingJitter %v is outside [0, 1]", j)}
+	}
+	return nil
 }
 
 func (s Settings) withDefaults() Settings {

@@ -39,6 +39,23 @@ type Status struct {
 	// which serves nothing). After Close every group has no current endpoint and every
 	// endpoint is Unavailable, every pool is SHUTDOWN: nothing is alive.
 	Closed bool `json:"closed"`
+	// Config is the status of the configuration file a ConfigWatcher applies; nil when no
+	// ConfigWatcher watches one for this GCPMultiEndpoint. In JSON its LastError is the
+	// error's text.
+	Config *ConfigStatus `json:"config,omitempty"`
+}
+
+// MarshalJSON writes a ConfigStatus with its LastError as text ("" when none).
+func (s ConfigStatus) MarshalJSON() ([]byte, error) {
+	type alias ConfigStatus
+	j := struct {
+		alias
+		LastError string `json:",omitempty"`
+	}{alias: alias(s)}
+	if s.LastError != nil {
+		j.LastError = s.LastError.Error()
+	}
+	return json.Marshal(j)
 }
 
 // GroupStatus is one group (MultiEndpoint) in a Status.
@@ -281,7 +298,7 @@ func groupStatusOf(s multiendpoint.Status) GroupStatus {
 func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
 	st := Status{Closed: gme.closed || gme.stop == nil, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
-		Groups: []GroupStatus{}, Pools: []PoolStatus{}}
+		Groups: []GroupStatus{}, Pools: []PoolStatus{}, Config: gme.configStatus.Load().clone()}
 	closedAt := gme.closedAt
 	if s := gme.snap.Load(); s != nil {
 		st.Default = s.defaultName

@@ -3,6 +3,7 @@ package spannerme
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -143,5 +144,25 @@ func TestTimelineLayout(t *testing.T) {
 	tl = newTimeline(st, g)
 	if len(tl.Bars) != 2 || tl.Bars[0].Y != tl.Lanes[1].Y+3 || tl.Bars[0].X != tl.Left || len(tl.Marks) != 1 {
 		t.Errorf("clipped timeline %+v", tl)
+	}
+}
+
+// A configuration file's status (ConfigWatcher) shows on the page and in the JSON, its last
+// error as text.
+func TestStatusHandlerShowsConfigFile(t *testing.T) {
+	e1 := startEndpoint(t, "E1")
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), fastSettings(nil))
+	gme.configStatus.Store(&ConfigStatus{Path: "/etc/spannerme.yaml", Hash: "abc123", Applied: 2,
+		LastError: errors.New("line 3: field recoveryTimeout: bad duration"), RestartNeeded: []string{"poolSize"}})
+	h := StatusHandler(gme)
+	_, page := get(t, h, http.MethodGet, "/", "")
+	for _, want := range []string{"/etc/spannerme.yaml", "abc123", "line 3: field recoveryTimeout: bad duration", "poolSize"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	_, doc := get(t, h, http.MethodGet, "/?format=json", "")
+	if !strings.Contains(doc, `"LastError": "line 3: field recoveryTimeout: bad duration"`) {
+		t.Errorf("JSON:\n%s", doc)
 	}
 }
