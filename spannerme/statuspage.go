@@ -114,6 +114,7 @@ type poolView struct {
 	PoolStatus
 	For       string
 	LastError string // "refused 12s ago: ...", or ""
+	Health    string // "ejected (consecutive failures) for 28s: ...", "suspect", "healthy", "off"
 }
 
 // timeline is one group's SVG: a lane per endpoint, a bar where it was current.
@@ -155,6 +156,7 @@ func newPageView(st Status) pageView {
 		if e := p.LastError; e != nil {
 			pv.LastError = fmt.Sprintf("%s %s ago: %s", e.Kind, ago(st.At, e.At), e.Message)
 		}
+		pv.Health = healthText(st.At, p.Health)
 		v.Pools = append(v.Pools, pv)
 	}
 	for _, g := range st.Groups {
@@ -169,6 +171,8 @@ func newPageView(st Status) pageView {
 				switch {
 				case st.Closed:
 					ev.Reason = "closed"
+				case p.Health.Ejected:
+					ev.Reason = healthText(st.At, p.Health)
 				case p.LastError != nil:
 					ev.Reason = fmt.Sprintf("%s: %s", p.LastError.Kind, p.LastError.Message)
 				case p.Connectivity != "":
@@ -180,6 +184,19 @@ func newPageView(st Status) pageView {
 		v.Groups = append(v.Groups, gv)
 	}
 	return v
+}
+
+// healthText says in a few words what health from call outcomes thinks of a pool.
+func healthText(now time.Time, h PoolHealth) string {
+	switch {
+	case h.Disabled:
+		return "off"
+	case h.Ejected:
+		return fmt.Sprintf("ejected (%s), %s left: %s", h.Reason, h.EjectedUntil.Sub(now).Round(time.Second), h.Detail)
+	case h.Suspect:
+		return "suspect: calls timed out, probing"
+	}
+	return "healthy"
 }
 
 // ago says how long before now t was, "-" for a zero t.

@@ -166,3 +166,35 @@ func TestStatusHandlerShowsConfigFile(t *testing.T) {
 		t.Errorf("JSON:\n%s", doc)
 	}
 }
+
+// The page says why an ejected endpoint is not available, and each pool's health.
+func TestStatusPageHealthText(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		h    PoolHealth
+		want string
+	}{
+		{PoolHealth{Disabled: true}, "off"},
+		{PoolHealth{}, "healthy"},
+		{PoolHealth{Suspect: true}, "suspect: calls timed out, probing"},
+		{PoolHealth{Ejected: true, Reason: ReasonConsecutiveFailures, EjectedUntil: now.Add(28 * time.Second), Detail: "10 failures"},
+			"ejected (consecutive failures), 28s left: 10 failures"},
+	} {
+		if got := healthText(now, tc.h); got != tc.want {
+			t.Errorf("healthText(%+v) = %q, want %q", tc.h, got, tc.want)
+		}
+	}
+	st := Status{At: now,
+		Groups: []GroupStatus{{Name: "g", Current: "b:1", Endpoints: []EndpointStatus{
+			{Endpoint: "a:1", State: Unavailable}, {Endpoint: "b:1", Priority: 1, State: Available}}}},
+		Pools: []PoolStatus{{Endpoint: "a:1", Connectivity: "READY",
+			Health: PoolHealth{Ejected: true, Reason: ReasonFailurePercentage, EjectedUntil: now.Add(time.Minute), Detail: "70% failed"}},
+			{Endpoint: "b:1", Connectivity: "READY"}}}
+	v := newPageView(st)
+	if got := v.Groups[0].Endpoints[0].Reason; !strings.Contains(got, "ejected (failure percentage)") {
+		t.Errorf("reason shown for an ejected endpoint with a READY pool = %q, want the ejection", got)
+	}
+	if got := v.Pools[1].Health; got != "healthy" {
+		t.Errorf("health shown for b:1 = %q, want healthy", got)
+	}
+}
