@@ -291,13 +291,14 @@ func TestCase_F13_ReadyButFailingEndpointIsEjected(t *testing.T) {
 	// after SwitchingDelay.
 	healed := time.Now()
 	e1.Pass()
-	_, readmittedAt := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 20*time.Second)
+	readmission, readmittedAt := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 20*time.Second)
 	ev, backAt := tl.waitSwitch(t, e1.Addr(), 0, 20*time.Second)
 	if ev.Reason != Recovery {
 		t.Fatalf("switched back to E1 for %v, want recovery\n%s", ev.Reason, tl)
 	}
-	if backAt-readmittedAt < sd {
-		t.Fatalf("switched back %v after readmission, before SwitchingDelay %v\n%s", backAt-readmittedAt, sd, tl)
+	// Compare the events' own times: their delivery to the callbacks may lag by a little.
+	if d := ev.At.Sub(readmission.At); d < sd {
+		t.Fatalf("switched back %v after readmission, before SwitchingDelay %v\n%s", d, sd, tl)
 	}
 	back := queries(e1)
 	eventually(t, 10*time.Second, "queries on E1 again", func() bool { return queries(e1) > back+5 })
@@ -638,13 +639,13 @@ func TestCase_AllEndpointsFailingNoPingPong(t *testing.T) {
 	eventually(t, 10*time.Second, "queries served by E2", func() bool { return l.ok.Load() > okBefore+5 && queries(e2) > e2Before })
 	// E1 heals: it takes the traffic back after SwitchingDelay, once.
 	e1.Pass()
-	_, readmitAt := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 15*time.Second)
+	readmission, readmitAt := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 15*time.Second)
 	ev, backAt := tl.waitSwitch(t, e1.Addr(), swAll, 15*time.Second)
 	if ev.Reason != Recovery {
 		t.Fatalf("switched back to E1 for %v, want recovery\n%s", ev.Reason, tl)
 	}
-	if backAt-readmitAt < sd {
-		t.Fatalf("switched back %v after E1's readmission, before SwitchingDelay\n%s", backAt-readmitAt, tl)
+	if d := ev.At.Sub(readmission.At); d < sd { // the events' own times, not their delivery
+		t.Fatalf("switched back %v after E1's readmission, before SwitchingDelay\n%s", d, tl)
 	}
 	l.end()
 	t.Logf("all endpoints failing: %d switches while both failed; E2 healed first and served; E1 took traffic back %v after its readmission\n%s",
