@@ -135,33 +135,51 @@ func (h HealthSettings) validate() error {
 	return nil
 }
 
-// EjectionReason says why an endpoint was ejected. String returns "consecutive failures",
-// "failure percentage", "timeouts" or "probe failed".
-type EjectionReason = health.Reason
+// EjectionReason says why an endpoint was ejected. Its zero value means "never ejected".
+// String (and JSON) gives "consecutive failures", "failure percentage", "timeouts" or
+// "probe failed".
+type EjectionReason int
 
 // The ejection reasons.
 const (
 	// ReasonConsecutiveFailures: HealthSettings.ConsecutiveFailures calls failed in a row.
-	ReasonConsecutiveFailures = health.ConsecutiveFailures
+	ReasonConsecutiveFailures = EjectionReason(health.ConsecutiveFailures)
 	// ReasonFailurePercentage: more than HealthSettings.FailurePercentage percent of an
 	// interval's calls failed.
-	ReasonFailurePercentage = health.FailurePercentage
+	ReasonFailurePercentage = EjectionReason(health.FailurePercentage)
 	// ReasonTimeouts: calls timed out without an answer, and the probe sent at once failed.
-	ReasonTimeouts = health.Timeouts
+	ReasonTimeouts = EjectionReason(health.Timeouts)
 	// ReasonProbeFailed: the probe of an endpoint without successful calls (a standby)
 	// failed.
-	ReasonProbeFailed = health.ProbeFailed
+	ReasonProbeFailed = EjectionReason(health.ProbeFailed)
 )
 
-// HealthEventKind says whether an endpoint was ejected or readmitted. String returns
-// "ejected" or "readmitted".
-type HealthEventKind = health.EventKind
+// String returns the reason in words; "" for the zero value.
+func (r EjectionReason) String() string {
+	if r == 0 {
+		return ""
+	}
+	return health.Reason(r).String()
+}
+
+// MarshalText returns String's result.
+func (r EjectionReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// HealthEventKind says whether an endpoint was ejected or readmitted. String (and JSON)
+// gives "ejected" or "readmitted".
+type HealthEventKind int
 
 // The health event kinds.
 const (
-	EndpointEjected    = health.Ejected
-	EndpointReadmitted = health.Readmitted
+	EndpointEjected    = HealthEventKind(health.Ejected)
+	EndpointReadmitted = HealthEventKind(health.Readmitted)
 )
+
+// String returns "ejected" or "readmitted".
+func (k HealthEventKind) String() string { return health.EventKind(k).String() }
+
+// MarshalText returns String's result.
+func (k HealthEventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // HealthEvent reports one ejection or readmission of an endpoint.
 type HealthEvent struct {
@@ -229,7 +247,7 @@ func (p *pool) poolHealth() PoolHealth {
 		return PoolHealth{Disabled: true}
 	}
 	s := p.health.Status()
-	ph := PoolHealth{Ejected: s.Ejected, EjectedAt: s.EjectedAt, EjectedUntil: s.EjectedUntil, Reason: s.Reason,
+	ph := PoolHealth{Ejected: s.Ejected, EjectedAt: s.EjectedAt, EjectedUntil: s.EjectedUntil, Reason: EjectionReason(s.Reason),
 		Detail: s.Detail, Ejections: s.Ejections, Suspect: s.Suspect,
 		LastProbe:     ProbeStatus{At: s.LastProbe.At, Latency: s.LastProbe.Latency, Passed: s.LastProbe.Passed()},
 		IntervalStart: s.IntervalStart, Calls: s.Calls, Failures: s.Failures, Timeouts: s.Timeouts,
@@ -338,7 +356,7 @@ func (gme *GCPMultiEndpoint) onHealthEvent(p *pool, ev health.Event) {
 	} else {
 		gme.obs.readmitted(p.endpoint, ev.Reason.String())
 	}
-	gme.events.pushHealth(HealthEvent{Endpoint: p.endpoint, Kind: ev.Kind, Reason: ev.Reason, Detail: ev.Detail,
+	gme.events.pushHealth(HealthEvent{Endpoint: p.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason), Detail: ev.Detail,
 		At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
 }
 
