@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	inv = Invariant{Name: "no data race (race detector)"}
 	switch {
 	case !RaceEnabled:
-		inv.Status, inv.Result = NotChecked, "not built with -race (make chaos builds with -race)"
+		inv.Status, inv.Result = NotChecked, "not built with -race (make chaos and make race are)"
 	case cfg.RaceReports == nil:
 		inv.Status, inv.Result = NotChecked, "built with -race; a race fails the test (go test) that runs this"
 	default:
@@ -516,7 +516,8 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 	}
 	r.Invariants = append(r.Invariants, inv)
 	r.Invariants = append(r.Invariants, Invariant{Name: "failed calls while a group had no healthy endpoint", Status: Counted,
-		Result: fmt.Sprintf("%d (%s); allowed: nothing could serve them", r.NoHealthy, countBy(byClass[classNoHealthy]))})
+		Result:  fmt.Sprintf("%d (%s); allowed: nothing could serve them", r.NoHealthy, countBy(byClass[classNoHealthy])),
+		Details: firstLines(list(byClass[classNoHealthy]), 10)})
 }
 
 // countBy summarizes failed calls by code: "DeadlineExceeded x3, Unavailable x1", or "none".
