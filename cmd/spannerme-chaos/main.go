@@ -32,13 +32,14 @@ import (
 )
 
 type flags struct {
-	seed     uint64
-	duration time.Duration
-	emulator bool
-	interval time.Duration
-	plan     bool
-	health   bool
-	verbose  bool
+	seed        uint64
+	duration    time.Duration
+	emulator    bool
+	interval    time.Duration
+	plan        bool
+	health      bool
+	noFrontends bool
+	verbose     bool
 }
 
 func parseFlags(args []string, out io.Writer) (*flags, error) {
@@ -49,6 +50,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.duration, "duration", 2*time.Minute, "length of the run, warm-up and cool-down included (at least 10s)")
 	fs.BoolVar(&f.emulator, "emulator", false, "use the Cloud Spanner emulator (emulator_main from the gcloud SDK, or $SPANNER_EMULATOR_BIN) instead of the in-memory Spanner")
 	fs.DurationVar(&f.interval, "interval", 0, "timeline period (0: duration/120, at least 1s)")
+	fs.BoolVar(&f.noFrontends, "no-frontends", false, "TCP fakes straight in front of the backend: no gRPC frontend, no frontend fault, no GOAWAY storm")
 	fs.BoolVar(&f.plan, "plan", false, "print the schedule the seed and duration give, and exit")
 	fs.BoolVar(&f.health, "health", chaos.HealthDetectionDefault, "the client ejects endpoints from call outcomes: bound failed calls under silent faults instead of only counting them")
 	fs.BoolVar(&f.verbose, "v", false, "also print spannerme's own log lines (stderr)")
@@ -84,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if f.plan {
-		p, err := chaos.NewPlan(f.seed, f.duration, chaos.FrontendsAvailable)
+		p, err := chaos.NewPlan(f.seed, f.duration, !f.noFrontends)
 		if err != nil {
 			fmt.Fprintln(stderr, "spannerme-chaos:", err)
 			return 2
@@ -100,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	cfg := chaos.Config{Seed: f.seed, Duration: f.duration, Emulator: f.emulator, Out: stdout, Logger: logger,
-		Interval: f.interval, NewFrontend: chaos.DefaultFrontend, HealthDetection: f.health, RaceReports: races}
+		Interval: f.interval, NoFrontends: f.noFrontends, HealthDetection: f.health, RaceReports: races}
 	cfg.Reproduce = fmt.Sprintf("make chaos SEED=%d DURATION=%v", f.seed, f.duration)
 	if f.emulator {
 		cfg.Reproduce += " ARGS=-emulator"

@@ -27,7 +27,7 @@ const (
 	KindFrontendHang        // every call accepted and never answered
 	KindFrontendPartial     // a fraction of calls answered UNAVAILABLE
 	KindFrontendLatency     // every call delayed
-	KindFrontendGoAway      // GOAWAY storm: connections recycled every few hundred ms
+	KindFrontendRestart     // instant: the frontend drops every connection without GOAWAY
 	KindFrontendPass        // heals every frontend fault
 	// Configuration.
 	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
@@ -55,13 +55,15 @@ type kindInfo struct {
 	silent bool
 	// heal is the kind that ends it (0 for instant kinds and heals).
 	heal Kind
+	// instant: an action that leaves no fault in force (reset, fe-restart).
+	instant bool
 }
 
 var kinds = [numKinds]kindInfo{
 	KindNone:                {name: "none"},
 	KindDown:                {name: "down", layer: layerTCP, hard: true, heal: KindUp},
 	KindUp:                  {name: "up", layer: layerTCP},
-	KindReset:               {name: "reset", layer: layerTCP},
+	KindReset:               {name: "reset", layer: layerTCP, instant: true},
 	KindBlackhole:           {name: "blackhole", layer: layerTCP, hard: true, heal: KindPass},
 	KindSilentBlackhole:     {name: "silent-blackhole", layer: layerTCP, hard: true, silent: true, heal: KindPass},
 	KindSlow:                {name: "slow", layer: layerTCP, heal: KindPass},
@@ -70,7 +72,7 @@ var kinds = [numKinds]kindInfo{
 	KindFrontendHang:        {name: "fe-hang", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
 	KindFrontendPartial:     {name: "fe-partial", layer: layerFrontend, silent: true, heal: KindFrontendPass},
 	KindFrontendLatency:     {name: "fe-latency", layer: layerFrontend, heal: KindFrontendPass},
-	KindFrontendGoAway:      {name: "fe-goaway-storm", layer: layerFrontend, heal: KindFrontendPass},
+	KindFrontendRestart:     {name: "fe-restart", layer: layerFrontend, instant: true},
 	KindFrontendPass:        {name: "fe-pass", layer: layerFrontend},
 	KindReconfigure:         {name: "reconfigure", layer: layerConfig},
 }
@@ -95,8 +97,6 @@ type Fault struct {
 	Bandwidth int
 	// Fraction is KindFrontendPartial's share of calls that fail.
 	Fraction float64
-	// MaxAge is KindFrontendGoAway's connection age.
-	MaxAge time.Duration
 	// Step is the index of the step that started the fault, to attribute failures to it.
 	Step int
 }
@@ -135,8 +135,6 @@ func (f Fault) String() string {
 		fmt.Fprintf(&b, "(%v)", f.Latency)
 	case KindFrontendPartial:
 		fmt.Fprintf(&b, "(%.0f%%)", 100*f.Fraction)
-	case KindFrontendGoAway:
-		fmt.Fprintf(&b, "(max age %v)", f.MaxAge)
 	}
 	return b.String()
 }

@@ -145,6 +145,24 @@ type Plan struct {
 	Steps []Step
 	// Initial is the state before the first step.
 	Initial State
+	// Storm is the GOAWAY storm of the whole run (with frontends): one endpoint's frontend
+	// ends every connection once it is MaxAge old (gRPC adds ±10% jitter), and cuts the calls
+	// still running Grace later. gRPC fixes the age when the frontend starts, so the storm
+	// lasts the whole run, under every other fault.
+	Storm GoAwayStorm
+}
+
+// GoAwayStorm is a frontend's connection age limit; see Plan.Storm. The zero value is none.
+type GoAwayStorm struct {
+	Endpoint      int
+	MaxAge, Grace time.Duration
+}
+
+func (s GoAwayStorm) String() string {
+	if s.MaxAge == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%s's frontend sends GOAWAY on every connection %v old, cuts its calls %v later", endpointName(s.Endpoint), s.MaxAge, s.Grace)
 }
 
 // Timing of a plan. Durations are drawn uniformly from [min, max].
@@ -179,7 +197,7 @@ var weights = map[Kind]int{
 	KindFrontendHang:        6,
 	KindFrontendPartial:     10,
 	KindFrontendLatency:     6,
-	KindFrontendGoAway:      6,
+	KindFrontendRestart:     4,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -194,6 +212,11 @@ func NewPlan(seed uint64, d time.Duration, frontends bool) (*Plan, error) {
 	}
 	p := &Plan{Seed: seed, Duration: d, Frontends: frontends, Initial: State{Groups: initialGroups}}
 	g := &planner{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), plan: p, state: p.Initial}
+	if frontends {
+		p.Storm = GoAwayStorm{Endpoint: g.rng.IntN(NumEndpoints),
+			MaxAge: g.between(500*time.Millisecond, 2*time.Second).Round(100 * time.Millisecond),
+			Grace:  g.between(2*time.Second, 10*time.Second).Round(time.Second)}
+	}
 	g.run()
 	return p, nil
 }
@@ -246,7 +269,8 @@ func (g *planner) emit(s Step) int {
 	switch info := kinds[s.Kind]; {
 	case s.Kind == KindReconfigure:
 		g.state.Groups = s.Groups
-	case info.layer == layerTCP && s.Kind != KindReset:
+	case info.instant:
+	case info.layer == layerTCP:
 		f := s.Fault
 		f.Step = idx
 		if info.heal == 0 { // a heal
@@ -357,7 +381,7 @@ func (g *planner) eligible(k Kind) []int {
 				continue
 			}
 		case layerFrontend:
-			if g.state.Frontend[e].active() {
+			if k != KindFrontendRestart && g.state.Frontend[e].active() {
 				continue
 			}
 		}
@@ -391,8 +415,6 @@ func (g *planner) params(k Kind) Fault {
 		f.Latency = g.between(10*time.Millisecond, 300*time.Millisecond).Round(time.Millisecond)
 	case KindFrontendPartial:
 		f.Fraction = partialFractions[g.rng.IntN(len(partialFractions))]
-	case KindFrontendGoAway:
-		f.MaxAge = g.between(200*time.Millisecond, time.Second).Round(time.Millisecond)
 	}
 	return f
 }
@@ -421,8 +443,8 @@ func (g *planner) reconfiguration() (Groups, bool) {
 
 // Print writes the plan, one step a line.
 func (p *Plan) Print(w io.Writer) {
-	fmt.Fprintf(w, "schedule of seed %d, duration %v, frontend faults %v: %d steps; initial configuration %v\n",
-		p.Seed, p.Duration, p.Frontends, len(p.Steps), p.Initial.Groups)
+	fmt.Fprintf(w, "schedule of seed %d, duration %v, frontend faults %v: %d steps; initial configuration %v; GOAWAY storm: %v\n",
+		p.Seed, p.Duration, p.Frontends, len(p.Steps), p.Initial.Groups, p.Storm)
 	for _, s := range p.Steps {
 		fmt.Fprintf(w, "%7.1fs %s\n", s.At.Seconds(), s)
 	}

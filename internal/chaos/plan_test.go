@@ -84,6 +84,7 @@ func checkPlan(t *testing.T, p *Plan) {
 			if f := state.TCP[s.Endpoint].Kind; f != KindNone && f != KindSlow {
 				t.Fatalf("%s: step %d (%v) on an endpoint in %v", where, i, s, f)
 			}
+		case info.instant:
 		case info.heal != 0: // a fault: its layer was free
 			cur := state.TCP[s.Endpoint]
 			if info.layer == layerFrontend {

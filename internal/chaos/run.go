@@ -35,9 +35,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Interval is the timeline's period; zero means Duration/120, at least 1s.
 	Interval time.Duration
-	// NewFrontend, when set, puts a gRPC frontend behind each TCP fake and enables frontend
-	// faults; nil means TCP fakes straight in front of the backend.
-	NewFrontend NewFrontendFunc
+	// NoFrontends leaves out the gRPC frontends: the TCP fakes forward straight to the
+	// backend, and no frontend fault or GOAWAY storm is drawn.
+	NoFrontends bool
 	// HealthDetection says that the client under test ejects endpoints from call outcomes
 	// (issue 8), so failed calls under silent faults are bounded (one per worker per fault)
 	// instead of only counted.
@@ -88,7 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = max(time.Second, (cfg.Duration / 120).Round(time.Second))
 	}
-	plan, err := NewPlan(cfg.Seed, cfg.Duration, cfg.NewFrontend != nil)
+	plan, err := NewPlan(cfg.Seed, cfg.Duration, !cfg.NoFrontends)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	if err != nil {
 		return nil, err
 	}
-	topo, err := startTopology(be, cfg.NewFrontend)
+	topo, err := startTopology(be, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -375,8 +375,11 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 		if e.fe != nil {
 			p("  %s: client pool -> TCP fake %s (the PSC address) -> gRPC frontend %s (HTTP/2 ends here, as at a Google frontend) -> backend", endpointName(i), e.tcp.Addr(), e.fe.Addr())
 		} else {
-			p("  %s: client pool -> TCP fake %s (the PSC address) -> backend (no gRPC frontend in this build: frontend faults off)", endpointName(i), e.tcp.Addr())
+			p("  %s: client pool -> TCP fake %s (the PSC address) -> backend (no gRPC frontend: -no-frontends)", endpointName(i), e.tcp.Addr())
 		}
+	}
+	if plan.Frontends {
+		p("  GOAWAY storm for the whole run: %v", plan.Storm)
 	}
 	p("  groups: %v; RecoveryTimeout %v, SwitchingDelay %v; session RPCs use the default group", initialGroups, RecoveryTimeout, SwitchingDelay)
 	p("  load (each worker's calls have its own deadline; west calls are routed with spannerme.NewMEContext):")

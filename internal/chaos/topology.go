@@ -13,38 +13,12 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
-// Frontend is the gRPC layer of one endpoint: HTTP/2 ends at it, as at a Google frontend,
-// and it forwards calls to the backend. The soak uses the fault-injecting frontend of
-// spannermetest through this interface; implementations are safe for concurrent use.
-type Frontend interface {
-	// Addr is its listening address, 127.0.0.1:port.
-	Addr() string
-	// Pass ends every fault: calls are forwarded as they come.
-	Pass()
-	// FailAll answers every call with code, connections kept READY.
-	FailAll(code codes.Code)
-	// FailFraction answers fraction (0..1) of the calls with code and forwards the others.
-	FailFraction(fraction float64, code codes.Code)
-	// Hang accepts every call and never answers it (until the caller gives up).
-	Hang()
-	// SetLatency delays every call by d before it is forwarded.
-	SetLatency(d time.Duration)
-	// GoAwayStorm sends GOAWAY on every connection once it is maxAge old, so that clients
-	// keep reconnecting; 0 ends the storm.
-	GoAwayStorm(maxAge time.Duration)
-	// Close stops it and waits for its goroutines.
-	Close() error
-}
-
-// NewFrontendFunc starts a Frontend on 127.0.0.1 in front of backend ("host:port").
-type NewFrontendFunc func(backend string) (Frontend, error)
-
 // endpoint is one fake PSC endpoint: a TCP fake (the PSC address) in front of a gRPC frontend
 // in front of the backend, or, without frontends, the TCP fake straight in front of the
 // backend.
 type endpoint struct {
 	tcp *spannermetest.Endpoint
-	fe  Frontend // nil without frontends
+	fe  *spannermetest.Frontend // nil without frontends
 }
 
 // topology is the run's network: ONE backend and NumEndpoints endpoints in front of it.
@@ -53,14 +27,19 @@ type topology struct {
 	eps     [NumEndpoints]endpoint
 }
 
-// startTopology starts the endpoints in front of b. Errors: a listener cannot start; what
-// started is closed then.
-func startTopology(b *rig.Backend, newFrontend NewFrontendFunc) (*topology, error) {
+// startTopology starts the endpoints in front of b, with a gRPC frontend behind each TCP
+// fake when p has frontend faults (seeded from p.Seed, the GOAWAY storm p.Storm). Errors: a
+// listener cannot start; what started is closed then.
+func startTopology(b *rig.Backend, p *Plan) (*topology, error) {
 	t := &topology{backend: b}
 	for i := range t.eps {
 		target := b.Addr
-		if newFrontend != nil {
-			fe, err := newFrontend(b.Addr)
+		if p.Frontends {
+			opts := []spannermetest.FrontendOption{spannermetest.WithSeed(int64(p.Seed) + int64(i))}
+			if p.Storm.MaxAge > 0 && p.Storm.Endpoint == i {
+				opts = append(opts, spannermetest.WithMaxConnectionAge(p.Storm.MaxAge, p.Storm.Grace))
+			}
+			fe, err := spannermetest.NewFrontend(b.Addr, opts...)
 			if err != nil {
 				t.close()
 				return nil, fmt.Errorf("chaos: frontend of %s: %w", endpointName(i), err)
@@ -145,18 +124,18 @@ func (t *topology) apply(s Step) error {
 	case KindPass:
 		e.tcp.Pass()
 	case KindFrontendUnavailable:
-		e.fe.FailAll(codes.Unavailable)
+		return e.fe.FailAll(codes.Unavailable)
 	case KindFrontendHang:
 		e.fe.Hang()
 	case KindFrontendPartial:
-		e.fe.FailFraction(s.Fault.Fraction, codes.Unavailable)
+		return e.fe.FailFraction(s.Fault.Fraction, codes.Unavailable)
 	case KindFrontendLatency:
 		e.fe.SetLatency(s.Fault.Latency)
-	case KindFrontendGoAway:
-		e.fe.GoAwayStorm(s.Fault.MaxAge)
+	case KindFrontendRestart:
+		e.fe.DropConnections()
 	case KindFrontendPass:
 		e.fe.Pass()
-		e.fe.GoAwayStorm(0)
+		e.fe.SetLatency(0)
 	default:
 		return fmt.Errorf("chaos: step %v is not an endpoint step", s)
 	}
