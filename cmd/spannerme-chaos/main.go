@@ -47,7 +47,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs := flag.NewFlagSet("spannerme-chaos", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the schedule and the load's choices (0: a random seed, printed)")
-	fs.DurationVar(&f.duration, "duration", 2*time.Minute, "length of the run, warm-up and cool-down included (at least 10s)")
+	fs.DurationVar(&f.duration, "duration", 2*time.Minute, "length of the run, warm-up and cool-down included (at least "+chaos.MinDuration.String()+")")
 	fs.BoolVar(&f.emulator, "emulator", false, "use the Cloud Spanner emulator (emulator_main from the gcloud SDK, or $SPANNER_EMULATOR_BIN) instead of the in-memory Spanner")
 	fs.DurationVar(&f.interval, "interval", 0, "timeline period (0: duration/120, at least 1s)")
 	fs.BoolVar(&f.noFrontends, "no-frontends", false, "TCP fakes straight in front of the backend: no gRPC frontend, no frontend fault, no GOAWAY storm")
@@ -65,6 +65,9 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if f.duration < chaos.MinDuration {
+		return nil, fmt.Errorf("-duration %v is shorter than %v", f.duration, chaos.MinDuration)
 	}
 	if f.seed == 0 {
 		f.seed = rand.Uint64N(1 << 31)
@@ -94,7 +97,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		p.Print(stdout)
 		return 0
 	}
-	races := watchRaces(stderr)
+	races := watchRaces()
+	if races != nil {
+		defer races() // the real stderr back, whatever happens
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	logger := slog.New(slog.DiscardHandler)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"io"
 	"os"
 	"strings"
 	"sync"
@@ -16,16 +15,22 @@ import (
 // raceBanner starts every report of the race detector.
 const raceBanner = "WARNING: DATA RACE"
 
-// watchRaces counts the race detector's reports, when the binary is built with -race: the
-// detector writes them to file descriptor 2, so a pipe takes its place and a goroutine copies
-// every line through to the real stderr, counting the reports. The returned function puts
-// the real stderr back, waits for the copy to drain, and returns the count; it is for the
-// end of the run. It returns nil (not counted) without -race or if the descriptors cannot be
-// rearranged.
-func watchRaces(_ io.Writer) func() int {
+// watchRaces counts the race detector's reports when the binary is built with -race; see
+// watchStderr. It returns nil (not counted) without -race.
+func watchRaces() func() int {
 	if !chaos.RaceEnabled {
 		return nil
 	}
+	return watchStderr(raceBanner)
+}
+
+// watchStderr counts the lines holding banner that anything writes to file descriptor 2,
+// where the race detector writes its reports: a pipe takes the descriptor's place and a
+// goroutine copies every line through to the real stderr, counting. The returned function
+// puts the real stderr back, waits for the copy to drain, and returns the count; call it at
+// the end of the run (later calls return the same count). It returns nil if the descriptors
+// cannot be rearranged.
+func watchStderr(banner string) func() int {
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil
@@ -51,7 +56,7 @@ func watchRaces(_ io.Writer) func() int {
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			if strings.Contains(line, raceBanner) {
+			if strings.Contains(line, banner) {
 				n++
 			}
 			_, _ = realStderr.WriteString(line + "\n")

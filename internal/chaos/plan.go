@@ -171,8 +171,8 @@ const (
 	// (every fault healed) before the load stops, so that the run ends on a settled client.
 	warmup   = 2 * time.Second
 	cooldown = 5 * time.Second
-	// minPlan is the shortest duration a plan accepts.
-	minPlan = warmup + cooldown + 3*time.Second
+	// MinDuration is the shortest run: warm-up, 3s of faults, cool-down.
+	MinDuration = warmup + cooldown + 3*time.Second
 
 	faultMin, faultMax     = 300 * time.Millisecond, 5 * time.Second
 	gapMin, gapMax         = 200 * time.Millisecond, 1500 * time.Millisecond
@@ -207,8 +207,8 @@ var partialFractions = []float64{0.05, 0.2, 0.5, 0.9}
 // NewPlan draws the schedule of a run of duration d from seed. With frontends, frontend
 // faults are drawn too. Errors: d shorter than 10s.
 func NewPlan(seed uint64, d time.Duration, frontends bool) (*Plan, error) {
-	if d < minPlan {
-		return nil, fmt.Errorf("chaos: duration %v is shorter than %v (warm-up %v, cool-down %v)", d, minPlan, warmup, cooldown)
+	if d < MinDuration {
+		return nil, fmt.Errorf("chaos: duration %v is shorter than %v (warm-up %v, cool-down %v)", d, MinDuration, warmup, cooldown)
 	}
 	p := &Plan{Seed: seed, Duration: d, Frontends: frontends, Initial: State{Groups: initialGroups}}
 	g := &planner{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), plan: p, state: p.Initial}

@@ -25,8 +25,8 @@ func TestPlanIsAFunctionOfItsInputs(t *testing.T) {
 	if strings.SplitN(pa.String(), "\n", 2)[1] == strings.SplitN(pc.String(), "\n", 2)[1] {
 		t.Error("seeds 42 and 43 drew the same schedule")
 	}
-	if _, err := NewPlan(1, minPlan-time.Millisecond, false); err == nil {
-		t.Errorf("a plan of %v was accepted", minPlan-time.Millisecond)
+	if _, err := NewPlan(1, MinDuration-time.Millisecond, false); err == nil {
+		t.Errorf("a plan of %v was accepted", MinDuration-time.Millisecond)
 	}
 }
 
@@ -37,7 +37,7 @@ func TestPlanIsAFunctionOfItsInputs(t *testing.T) {
 func TestPlanRules(t *testing.T) {
 	seen := map[Kind]int{}
 	for seed := uint64(1); seed <= 200; seed++ {
-		for _, d := range []time.Duration{minPlan, 20 * time.Second, 3 * time.Minute} {
+		for _, d := range []time.Duration{MinDuration, 20 * time.Second, 3 * time.Minute} {
 			frontends := seed%2 == 0
 			p, err := NewPlan(seed, d, frontends)
 			if err != nil {

@@ -217,7 +217,6 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
 
 	x.run(ctx, start)
-	lastHeal := time.Now()
 	settled, settleErr := settle(ctx, gme, topo)
 	if wait := time.Until(start.Add(cfg.Duration)); wait > 0 && ctx.Err() == nil {
 		select {
@@ -244,7 +243,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	r.Calls, r.FailedCalls = ok+failed, failed
 	r.invariantsOfData(v, verr, l)
 	r.invariantsOfCalls(cfg, l, v, &x.timeline)
-	r.invariantsOfRun(x, settled, settleErr, lastHeal, switches, topo)
+	r.invariantsOfRun(x, settled, settleErr, switches)
 
 	closeClient()
 	topo.close()
@@ -471,7 +470,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 		byClass[c.class] = append(byClass[c.class], c)
 	}
 	r.Unexplained, r.Silent, r.NoHealthy = len(byClass[classUnexplained]), len(byClass[classSilent]), len(byClass[classNoHealthy])
-	list := func(cs []classified) []string {
+	list := func(cs []classified, n int) []string {
 		var out []string
 		for _, c := range cs {
 			msg := c.err.Error()
@@ -481,18 +480,18 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 			out = append(out, fmt.Sprintf("%7.1fs %-16s %v after %v; faults in force: %s; %s",
 				c.start.Sub(tl.start).Seconds(), c.worker, c.code(), c.end.Sub(c.start).Round(time.Millisecond), c.faults, msg))
 		}
-		return firstLines(out, 30)
+		return firstLines(out, n)
 	}
 	inv := Invariant{Name: "failed calls while every group had a healthy endpoint", Status: Pass,
 		Result:  fmt.Sprintf("%d, none allowed (no silent fault on their groups either)", r.Unexplained),
-		Details: list(byClass[classUnexplained])}
+		Details: list(byClass[classUnexplained], 30)}
 	if r.Unexplained > 0 {
 		inv.Status = Fail
 	}
 	r.Invariants = append(r.Invariants, inv)
 
 	silent := byClass[classSilent]
-	inv = Invariant{Name: "failed calls under silent faults (READY but failing/hung)", Details: list(silent)}
+	inv = Invariant{Name: "failed calls under silent faults (READY but failing/hung)", Details: list(silent, 30)}
 	summary := countBy(silent)
 	if !cfg.HealthDetection {
 		inv.Status = Counted
@@ -520,7 +519,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 	r.Invariants = append(r.Invariants, inv)
 	r.Invariants = append(r.Invariants, Invariant{Name: "failed calls while a group had no healthy endpoint", Status: Counted,
 		Result:  fmt.Sprintf("%d (%s); allowed: nothing could serve them", r.NoHealthy, countBy(byClass[classNoHealthy])),
-		Details: firstLines(list(byClass[classNoHealthy]), 10)})
+		Details: list(byClass[classNoHealthy], 10)})
 }
 
 // countBy summarizes failed calls by code: "DeadlineExceeded x3, Unavailable x1", or "none".
@@ -538,7 +537,7 @@ func countBy(cs []classified) string {
 }
 
 // invariantsOfRun adds the rows about the schedule and the client's recovery.
-func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr error, lastHeal time.Time, switches *rig.SwitchLog, topo *topology) {
+func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr error, switches *rig.SwitchLog) {
 	x.mu.Lock()
 	errs := append([]string(nil), x.errs...)
 	n := len(x.timeline.steps)
@@ -570,6 +569,5 @@ func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr e
 	if settleErr != nil {
 		inv.Status, inv.Result = Fail, settleErr.Error()
 	}
-	_ = lastHeal
 	r.Invariants = append(r.Invariants, inv)
 }
