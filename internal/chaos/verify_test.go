@@ -16,18 +16,9 @@ import (
 // TestVerifyFindsEveryKindOfDamage writes a database that breaks each check of verify once
 // and checks that each is reported, and that a failed write that committed is settled.
 func TestVerifyFindsEveryKindOfDamage(t *testing.T) {
+	_, c := rig.StartBackendTB(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	b, err := rig.StartBackend(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	c, err := fixture.NewClient(ctx, b.Addr, b.Database)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	accts, err := fixture.Accounts()
 	if err != nil {
 		t.Fatal(err)

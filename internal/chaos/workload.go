@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
-	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
@@ -291,30 +290,11 @@ func (l *load) sum(ctx context.Context) (anomaly string, err error) {
 // stream reads every Events row with a streaming query and checks each one.
 func (l *load) stream(ctx context.Context) (anomaly string, err error) {
 	it := l.client.Single().Query(ctx, spanner.Statement{SQL: "SELECT EventId, Payload FROM " + fixture.TableEvents + " ORDER BY EventId"})
-	defer it.Stop()
-	var seen int64
-	for {
-		row, err := it.Next()
-		if err == iterator.Done {
-			break
-		}
-		if err != nil {
-			return "", err
-		}
-		var id int64
-		var p string
-		if err := row.Columns(&id, &p); err != nil {
-			return "", err
-		}
-		seen++
-		if anomaly == "" && (id != seen || p != fixture.EventPayload(id, eventPayload)) {
-			anomaly = fmt.Sprintf("stream row %d: EventId %d or its payload is wrong", seen, id)
-		}
+	err = fixture.CheckEvents(it, eventRows, eventPayload)
+	if errors.Is(err, fixture.ErrWrongEvents) {
+		return err.Error(), nil
 	}
-	if anomaly == "" && seen != eventRows {
-		anomaly = fmt.Sprintf("stream read %d rows, want %d", seen, eventRows)
-	}
-	return anomaly, nil
+	return "", err
 }
 
 // totals returns the calls so far: succeeded and failed, all kinds together.

@@ -2,7 +2,6 @@ package rig
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -21,21 +20,11 @@ func TestMain(m *testing.M) {
 }
 
 func TestStartBackendSeeds(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	b, err := StartBackend(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, c := StartBackendTB(t)
+	ctx := t.Context()
 	if b.Emulator || !strings.HasPrefix(b.Addr, "127.0.0.1:") || b.Database == "" {
 		t.Errorf("backend %+v", b)
 	}
-	c, err := fixture.NewClient(ctx, b.Addr, b.Database)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	accts, err := fixture.Accounts()
 	if err != nil {
 		t.Fatal(err)
