@@ -54,3 +54,38 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+func TestSilentBound(t *testing.T) {
+	// silentDetection is 5.5s: the shortest deadline (3s), a probe (2s), RecoveryTimeout.
+	for _, tc := range []struct {
+		worker string
+		want   int
+	}{
+		{"read/default", 3},  // 3s deadline: the call in flight and two more
+		{"sum/default", 3},   // 5s
+		{"insert/west", 2},   // 6s
+		{"transfer/west", 2}, // 20s
+		{"no such worker", 1},
+	} {
+		if got := silentBound(tc.worker); got != tc.want {
+			t.Errorf("silentBound(%s) = %d, want %d", tc.worker, got, tc.want)
+		}
+	}
+}
+
+func TestOverSilentBound(t *testing.T) {
+	fail := func(worker string, steps ...int) classified {
+		return classified{outcome: outcome{worker: worker}, class: classSilent, silentSteps: steps}
+	}
+	// transfer/west may lose 2 calls per fault, read/default 3.
+	cs := []classified{fail("transfer/west", 4), fail("transfer/west", 4, 9), fail("read/default", 4), fail("read/default", 4),
+		fail("read/default", 4), fail("transfer/west", 9)}
+	if over := overSilentBound(cs); len(over) != 0 {
+		t.Errorf("within the bounds, got %q", over)
+	}
+	cs = append(cs, fail("transfer/west", 4), fail("transfer/west", 4))
+	over := overSilentBound(cs)
+	if len(over) != 1 || over[0] != "worker transfer/west failed more than 2 calls under the fault of step 4" {
+		t.Errorf("overSilentBound = %q, want one line for transfer/west and step 4", over)
+	}
+}

@@ -73,8 +73,9 @@
 //   - failed calls while every group had a healthy endpoint and no silent fault was in
 //     force on its endpoints: 0, each listed with its code and the faults in force;
 //   - failed calls under silent faults: counted while the client has no outcome-based
-//     health; with it (HealthDetection), at most one per worker per fault (the call in
-//     flight when a hang began runs to its deadline; later calls go to the next endpoint);
+//     health; with it (HealthDetection), per worker and fault at most the call in flight
+//     when the fault began and the calls started before the group failed over, each held
+//     to the worker's deadline d: 1 + ceil(5.5s / d) (silentBound);
 //   - failed calls while a group had no healthy endpoint: counted (nothing could serve them);
 //   - every scheduled step applied; every group back on an Available, READY endpoint after
 //     the last heal;
