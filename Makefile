@@ -8,10 +8,17 @@ ARGS ?=
 # chaos: length of the run and seed of its schedule (0: a random seed, printed).
 DURATION ?= 2m
 SEED ?= 0
+# Says whether the Cloud Spanner emulator was found: go test ./... prints only "ok" for a
+# package whose emulator tests skipped, so a missing emulator is announced before and after.
+EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 
-.PHONY: all demo chaos test race lint fmt vet staticcheck bench ci
+.PHONY: all check demo chaos test race lint fmt vet staticcheck bench ci
 
 all: ci
+
+## check: `spannerme check` of a configuration file. ARGS: --config FILE --database D [--json ...].
+check:
+	$(GO) run ./cmd/spannerme check $(ARGS)
 
 ## demo: the main job on an embedded default (in-memory Spanner + fake PSC endpoints). ARGS=-h for flags.
 demo:
@@ -25,11 +32,15 @@ chaos:
 
 ## test: every test, including the integration suite against the Cloud Spanner emulator.
 test:
+	@$(EMULATOR_STATUS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(EMULATOR_STATUS) -after
 
 ## race: every test under the race detector.
 race:
+	@$(EMULATOR_STATUS)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(EMULATOR_STATUS) -after
 
 ## lint: formatting, go vet and staticcheck.
 lint: fmt vet staticcheck

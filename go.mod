@@ -6,7 +6,9 @@ require (
 	cloud.google.com/go/compute/metadata v0.10.0
 	cloud.google.com/go/spanner v1.96.1
 	github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp v1.6.0
+	github.com/fsnotify/fsnotify v1.10.1
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/time v0.16.0
 	google.golang.org/api v0.315.0
 	google.golang.org/grpc v1.85.0

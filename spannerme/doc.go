@@ -70,10 +70,19 @@
 // channels (measured: 64 concurrent queries use 1 of 4 channels with the default, 4 of 4
 // with NoAffinityConfig).
 //
+// # Configuration files
+//
+// LoadConfig reads a YAML or JSON file into GCPMultiEndpointOptions and Settings (strictly:
+// mistakes are a *ConfigFileError naming the line and field), and WatchConfig applies every
+// later edit of it through UpdateMultiEndpoints, keeping the last good configuration when an
+// edit is invalid. Settings.EndpointOptions sets the authority (TLS server name) of an
+// endpoint dialed by IP address. The command cmd/spannerme checks a file's endpoints.
+//
 // # Testing and offline use
 //
 // Package spannermetest provides fake PSC endpoints (fault-injecting TCP proxies) to test
-// failover configurations on one machine. A client built without credentials and network
+// failover configurations on one machine, and starts offline backends for them: an in-memory
+// Spanner (NewSpanner) or the installed emulator (StartEmulator). A client built without credentials and network
 // access can hang or fail looking for credentials for its built-in metrics: give it
 // option.WithoutAuthentication() and spanner.ClientConfig{DisableNativeMetrics: true}.
 //

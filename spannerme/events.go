@@ -18,10 +18,11 @@ type eventQueue struct {
 	queue  []SwitchEvent
 	closed bool
 	wake   chan struct{} // capacity 1: there is something to deliver; closed by close
+	done   chan struct{} // closed when the delivering goroutine has ended
 }
 
 func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent)) *eventQueue {
-	q := &eventQueue{log: log, onSwitch: onSwitch, wake: make(chan struct{}, 1)}
+	q := &eventQueue{log: log, onSwitch: onSwitch, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go q.run()
 	return q
 }
@@ -41,6 +42,7 @@ func (q *eventQueue) push(ev SwitchEvent) {
 }
 
 func (q *eventQueue) run() {
+	defer close(q.done)
 	for range q.wake {
 		for {
 			q.mu.Lock()
@@ -57,15 +59,24 @@ func (q *eventQueue) run() {
 			q.mu.Unlock()
 			q.log.Info("spannerme: current endpoint changed",
 				"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
-			if q.onSwitch != nil {
+			if q.onSwitch != nil && q.open() {
+				// Close after the check finds this call already started, as documented.
 				q.onSwitch(ev)
 			}
 		}
 	}
 }
 
-// close drops undelivered events and ends the goroutine once the callback in progress, if
-// any, returns. It does not wait for that callback, so that OnSwitch may call Close.
+// open reports, under q.mu, that close has not been called: the logger may have taken long,
+// and an event not yet handed to OnSwitch at close is dropped.
+func (q *eventQueue) open() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.closed
+}
+
+// close drops undelivered events, those being logged included, and ends the goroutine once
+// the callback in progress, if any, returns: after close returns, OnSwitch starts no more. It does not wait for that callback, so that OnSwitch may call Close.
 // Idempotent.
 func (q *eventQueue) close() {
 	q.mu.Lock()

@@ -2,58 +2,61 @@ package spannerme_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
-// fakeSpanner starts an in-memory Spanner with the test schema and seed rows, and n fake PSC
+// fakeSpanner starts an in-memory Spanner with an Accounts table of 8 rows, and n fake PSC
 // endpoints in front of it. Real code has real endpoints such as "psc-east4:443" instead.
 func fakeSpanner(n int) (database string, endpoints []*spannermetest.Endpoint, opts []option.ClientOption, stop func()) {
-	srv, db, err := fixture.NewSpannertestServer()
+	ctx := context.Background()
+	sp, err := spannermetest.NewSpanner("CREATE TABLE Accounts (AccountId STRING(36) NOT NULL, Balance INT64 NOT NULL) PRIMARY KEY (AccountId)")
 	if err != nil {
 		log.Fatal(err)
 	}
-	direct, err := fixture.NewClient(context.Background(), srv.Addr, db)
+	direct, err := sp.NewClient(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := fixture.Seed(context.Background(), direct); err != nil {
+	var rows []*spanner.Mutation
+	for i := range 8 {
+		rows = append(rows, spanner.Insert("Accounts", []string{"AccountId", "Balance"}, []any{fmt.Sprintf("acct-%d", i), 100}))
+	}
+	if _, err := direct.Apply(ctx, rows); err != nil {
 		log.Fatal(err)
 	}
 	direct.Close()
 	for range n {
-		e, err := spannermetest.NewEndpoint(srv.Addr)
+		e, err := spannermetest.NewEndpoint(sp.Addr())
 		if err != nil {
 			log.Fatal(err)
 		}
 		endpoints = append(endpoints, e)
 	}
 	// Offline: no credentials and plaintext (real PSC endpoints use TLS and credentials).
-	opts = []option.ClientOption{option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
-	return db, endpoints, opts, func() {
+	return sp.Database(), endpoints, spannermetest.ClientOptions(), func() {
 		for _, e := range endpoints {
 			e.Close()
 		}
-		srv.Close()
+		sp.Close()
 	}
 }
 
 // offlineConfig is the Spanner client configuration for a machine without credentials: no
 // built-in metrics export.
-var offlineConfig = spanner.ClientConfig{DisableNativeMetrics: true}
+var offlineConfig = spannermetest.ClientConfig()
 
 func countAccounts(ctx context.Context, client *spanner.Client) int64 {
 	var n int64
@@ -195,4 +198,67 @@ func ExampleGCPMultiEndpoint_UpdateMultiEndpoints() {
 	// accounts: 8
 	// served by the new endpoint: true
 	// invalid MultiEndpoint configuration: group "default": endpoint 1 "no-port": not host:port (address no-port: missing port in address)
+}
+
+// A configuration file, applied at start and again at every edit (a Kubernetes ConfigMap
+// volume works too). An invalid edit changes nothing and is reported.
+func ExampleWatchConfig() {
+	database, eps, opts, stop := fakeSpanner(2)
+	defer stop()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "spannerme-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "spannerme.yaml") // e.g. a ConfigMap mounted at /etc/spannerme
+	write := func(endpoint, extra string) {
+		cfg := fmt.Sprintf("default: default\nmultiEndpoints:\n  default:\n    endpoints: [%s]\n    recoveryTimeout: 2s\n%s", endpoint, extra)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			log.Fatal(err)
+		}
+	}
+	write(eps[0].Addr(), "")
+
+	fc, err := spannerme.LoadConfig(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(ctx, database, offlineConfig, fc.Options, fc.Settings, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	w, err := spannerme.WatchConfig(gme, path, spannerme.WatchOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Close()
+	fmt.Println("accounts:", countAccounts(ctx, client))
+
+	waitFor := func(cond func(spannerme.ConfigStatus) bool) spannerme.ConfigStatus {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if s := w.Status(); cond(s) {
+				return s
+			}
+		}
+		log.Fatal("timed out")
+		return spannerme.ConfigStatus{}
+	}
+	write(eps[1].Addr(), "    recoveryTimout: 2s\n") // a typo
+	s := waitFor(func(s spannerme.ConfigStatus) bool { return s.LastError != nil })
+	var fe *spannerme.ConfigFileError
+	if errors.As(s.LastError, &fe) {
+		fmt.Printf("rejected: line %d: %s: %s\n", fe.Line, fe.Field, fe.Problem)
+	}
+	fmt.Println("still on the first endpoint:", gme.Status().Groups[0].Current == eps[0].Addr())
+
+	write(eps[1].Addr(), "")
+	waitFor(func(s spannerme.ConfigStatus) bool { return s.LastError == nil && s.Applied == 2 })
+	fmt.Println("moved to the second endpoint:", gme.Status().Groups[0].Current == eps[1].Addr())
+	// Output:
+	// accounts: 8
+	// rejected: line 6: multiEndpoints.default.recoveryTimout: unknown field (did you mean recoveryTimeout?)
+	// still on the first endpoint: true
+	// moved to the second endpoint: true
 }

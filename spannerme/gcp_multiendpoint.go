@@ -42,12 +42,24 @@ type GCPMultiEndpoint struct {
 	gcpConfig *pb.ApiConfig
 	settings  Settings
 	log       *slog.Logger
+	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
+	// endpoint's pool was dialed with) are read and written only under updateMu.
+	endpointOpts, dialedOpts endpointOptions
+	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
+	configStatus atomic.Pointer[ConfigStatus]
 
-	unknown      sync.Map     // group name (string) -> *atomic.Int64: calls that named an unknown group
+	unknown sync.Map // group name (string) -> *atomic.Int64: calls that named an unknown group
+	// unknownMu serializes the first call of each unknown name, so that exactly
+	// maxUnknownNames names are kept; unknownNames is written under it, read without it.
+	unknownMu    sync.Mutex
 	unknownNames atomic.Int64 // distinct names in unknown, at most maxUnknownNames
 	events       *eventQueue
 	waiting      atomic.Int64 // calls waiting in pickConnected
 	changed      *broadcast   // signalled when a pool's state or a group's current endpoint changes
+
+	// waitForReadyDefault: the dial options make grpc.WaitForReady(true) a default call
+	// option (grpc.WithDefaultCallOptions); read once at construction.
+	waitForReadyDefault bool
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
@@ -94,13 +106,22 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 // defaults to DefaultPoolSize and MinSize to MaxSize. DialFunc, if set, dials each pool (it
 // receives the endpoint and the dial options); otherwise grpc.NewClient does. opts come after
 // this package's dial options (grpc_gcp balancer, reconnect backoff, keepalive, no channel
-// idleness), so they can override them.
+// idleness), so they can override them. A grpc.WaitForReady(true) among the default call
+// options of opts (grpc.WithDefaultCallOptions) applies to every call as if the call gave it
+// (see Invoke); default call options that only a DialFunc adds are not seen.
 //
 // Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group and endpoint, for any
-// invalid configuration; the dial error, naming the endpoint, if a pool cannot be dialed. On
+// invalid configuration, or the field of an invalid Settings; the dial error, naming the endpoint, if a pool cannot be dialed. On
 // error every pool dialed so far is closed.
 func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...grpc.DialOption) (*GCPMultiEndpoint, error) {
 	cfg, err := parseConfig(gmeCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := settings.validate(); err != nil {
+		return nil, err
+	}
+	endpointOpts, err := parseEndpointOptions(settings.EndpointOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +163,8 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		events:    newEventQueue(settings.Logger, settings.OnSwitch),
 		changed:   newBroadcast(),
 	}
+	gme.waitForReadyDefault = waitForReady(false, defaultCallOptions(gme.dialOpts))
+	gme.endpointOpts = endpointOpts
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
 		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -160,7 +183,9 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 
 // Invoke performs a unary call on the current endpoint of the call's group. While that
 // endpoint's pool is connecting, the call waits (until it connects, fails, or the group
-// switches) instead of queuing in gRPC. Errors: the call's own; CANCELED after Close;
+// switches) instead of queuing in gRPC; so does a call that waits for ready
+// (grpc.WaitForReady(true), per call or as a default call option) while the pool has
+// failed. Errors: the call's own; CANCELED after Close;
 // UNAVAILABLE when reconfigurations kept retiring the picked pool (rare; retryable); the
 // context's error, as a gRPC status, if it ends while the call waits.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
@@ -202,7 +227,9 @@ var errClosedCall = status.Error(codes.Canceled, "spannerme: GCPMultiEndpoint is
 // call waits here instead, holding nothing, until a pool's state or a group's current
 // endpoint changes, and picks again. READY pools take it at once; so do pools in
 // TRANSIENT_FAILURE, where gRPC fails it fast with UNAVAILABLE for the Spanner client to
-// retry. Errors: those of pick, and the context's (as a gRPC status) while waiting.
+// retry; unless the call waits for ready (grpc.WaitForReady(true), given by the call or as a
+// default call option of the dial options), which gRPC would hold in that pool. Errors: those
+// of pick, and the context's (as a gRPC status) while waiting.
 func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.CallOption) (*pool, error) {
 	count := true
 	for {
@@ -214,7 +241,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.Call
 		switch connectivity.State(p.state.Load()) {
 		case connectivity.Connecting, connectivity.Idle:
 		case connectivity.TransientFailure:
-			if !waitForReady(opts) {
+			if !waitForReady(gme.waitForReadyDefault, opts) {
 				return p, nil // gRPC fails it fast, for the Spanner client to retry
 			}
 			// gRPC would hold it in this pool even after the group fails over.
@@ -234,10 +261,12 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.Call
 	}
 }
 
-// waitForReady reports whether the call options ask gRPC to wait for a ready connection
-// (grpc.WaitForReady(true)).
-func waitForReady(opts []grpc.CallOption) bool {
-	wait := false
+// waitForReady reports whether a call with the call options opts asks gRPC to wait for a
+// ready connection (grpc.WaitForReady(true)), given whether the dial options make it the
+// default (def). As in gRPC, the call's own options come after the defaults, and the last
+// one given wins.
+func waitForReady(def bool, opts []grpc.CallOption) bool {
+	wait := def
 	for _, o := range opts {
 		if f, ok := o.(grpc.FailFastCallOption); ok {
 			wait = !f.FailFast
@@ -281,23 +310,48 @@ const (
 )
 
 // noteUnknown counts a call that named a group that is not configured, logging the name once.
+// The first maxUnknownNames distinct names are kept, however many first calls race; only the
+// first call of each of them takes unknownMu.
 func (gme *GCPMultiEndpoint) noteUnknown(name string) {
 	if c, ok := gme.unknown.Load(name); ok {
 		c.(*atomic.Int64).Add(1)
 		return
 	}
-	if gme.unknownNames.Add(1) > maxUnknownNames {
-		gme.unknownNames.Add(-1)
-		c, _ := gme.unknown.LoadOrStore(otherUnknownNames, new(atomic.Int64))
-		c.(*atomic.Int64).Add(1)
-		return
-	}
-	c, loaded := gme.unknown.LoadOrStore(name, new(atomic.Int64))
-	c.(*atomic.Int64).Add(1)
-	if !loaded {
+	c, fresh := gme.unknownCounter(name)
+	c.Add(1)
+	if fresh {
 		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
 			"multiendpoint", name, "default", gme.snap.Load().defaultNameOrEmpty())
 	}
+}
+
+// unknownCounter returns the counter of an unknown name that is not stored yet: its own,
+// stored now if fewer than maxUnknownNames names are kept (fresh), else the shared one.
+func (gme *GCPMultiEndpoint) unknownCounter(name string) (c *atomic.Int64, fresh bool) {
+	other := func() *atomic.Int64 {
+		c, _ := gme.unknown.LoadOrStore(otherUnknownNames, new(atomic.Int64))
+		return c.(*atomic.Int64)
+	}
+	if gme.unknownNames.Load() >= maxUnknownNames { // full: never again a lock
+		// A name is stored before it is counted, so every kept name is visible now, this
+		// one included if a racing first call stored it since the caller looked.
+		if v, ok := gme.unknown.Load(name); ok {
+			return v.(*atomic.Int64), false
+		}
+		return other(), false
+	}
+	gme.unknownMu.Lock()
+	defer gme.unknownMu.Unlock()
+	if v, ok := gme.unknown.Load(name); ok { // stored by a racing first call
+		return v.(*atomic.Int64), false
+	}
+	if gme.unknownNames.Load() >= maxUnknownNames {
+		return other(), false
+	}
+	c = new(atomic.Int64)
+	gme.unknown.Store(name, c)
+	gme.unknownNames.Add(1)
+	return c, true
 }
 
 func (s *snapshot) defaultNameOrEmpty() string {
@@ -356,7 +410,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
-			conn, err := gme.dial(gme.dialCtx, e, gme.dialOpts...)
+			conn, err := gme.dial(gme.dialCtx, e, gme.dialOptionsFor(e)...)
 			if err == nil && conn == nil {
 				err = errors.New("DialFunc returned no connection and no error")
 			}
@@ -395,6 +449,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		me, err := multiendpoint.New(multiendpoint.Options{
 			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
 			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.settings.clock,
+			SwitchingJitter: gme.settings.SwitchingJitter,
 			// With RecoveryTimeout 0, a first connection attempt gets as long as gRPC gives it.
 			ConnectGrace: gme.settings.MinConnectTimeout,
 		})
@@ -455,6 +510,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	}
 	// 6. Retire what is gone.
 	var gone []*pool
+	gme.noteDialed(fresh, want)
 	gme.mu.Lock()
 	gme.groups, gme.pools = groups, pools
 	for e, p := range oldPools {
@@ -600,6 +656,9 @@ type Status struct {
 	WaitingCalls int64
 	// Closed reports whether Close has been called.
 	Closed bool
+	// Config is the status of the configuration file a ConfigWatcher applies; nil when no
+	// ConfigWatcher watches one for this GCPMultiEndpoint.
+	Config *ConfigStatus
 }
 
 // GroupStatus is one group (MultiEndpoint) in a Status. Its fields:
@@ -639,7 +698,8 @@ type PoolStatus struct {
 // Status returns a snapshot of the groups, pools and unknown group names.
 func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
-	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load()}
+	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
+		Config: gme.configStatus.Load().clone()}
 	if s := gme.snap.Load(); s != nil {
 		st.Default = s.defaultName
 	}

@@ -1,7 +1,9 @@
 package spannerme
 
 import (
+	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
@@ -44,6 +46,13 @@ type Settings struct {
 	// DrainTimeout is how long an endpoint's pool that is no longer configured keeps serving
 	// its in-flight calls before it is closed anyway. Zero or negative means 5 minutes.
 	DrainTimeout time.Duration
+	// EndpointOptions holds options of single endpoints' pools (such as the authority of a PSC
+	// endpoint dialed by IP address), by endpoint as written in the configuration
+	// ("https://host" forms match their host:port). An endpoint's options apply when its pool is
+	// dialed: at creation, or when UpdateMultiEndpoints adds the endpoint; a pool keeps them
+	// while its endpoint stays configured. Entries of endpoints not configured (yet) are
+	// allowed. Nil means none. A bad entry is a *ConfigError naming the endpoint.
+	EndpointOptions map[string]EndpointOptions
 	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -52,6 +61,16 @@ type Settings struct {
 	// took effect. It may call the GCPMultiEndpoint (even Close); a slow OnSwitch delays only
 	// later events. Events not yet delivered when Close is called are dropped.
 	OnSwitch func(SwitchEvent)
+	// SwitchingJitter spreads switch-backs over a part of SwitchingDelay, so that a fleet of
+	// clients that see an endpoint recover at the same moment do not all move their traffic
+	// back at the same instant (scenario F22). It is a fraction in [0, 1]: a switch that waits
+	// SwitchingDelay (back to a higher endpoint, or to one a reconfiguration raised) lands at
+	// a random moment, uniform in [SwitchingDelay, SwitchingDelay×(1+SwitchingJitter)), after
+	// the endpoint's return to available: never before SwitchingDelay. The moment is drawn
+	// once per return, in each group on its own. Zero means no jitter (exactly
+	// SwitchingDelay); with SwitchingDelay 0 there is none either. Outside [0, 1] (or NaN) is
+	// a *ConfigError naming the field.
+	SwitchingJitter float64
 
 	// clock is the time source of the state machines; nil means the real clock. Tests in this
 	// package set it.
@@ -59,6 +78,14 @@ type Settings struct {
 	// emulator, when set (SPANNER_EMULATOR_HOST), replaces every group's endpoints, at
 	// creation and at every UpdateMultiEndpoints.
 	emulator string
+}
+
+// validate returns a *ConfigError naming the first invalid field.
+func (s Settings) validate() error {
+	if j := s.SwitchingJitter; math.IsNaN(j) || j < 0 || j > 1 {
+		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.SwitchingJitter %v is outside [0, 1]", j)}
+	}
+	return nil
 }
 
 func (s Settings) withDefaults() Settings {

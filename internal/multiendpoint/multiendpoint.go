@@ -15,10 +15,11 @@
 //     still not available exactly RecoveryTimeout after it left Available, Unavailable. With
 //     RecoveryTimeout 0 it becomes Unavailable at once. Repeated not-available reports never
 //     restart that clock. Flapping does not restart it either: an endpoint that comes back is
-//     on probation for RecoveryTimeout, and if it fails again during probation its clock
-//     continues from its first failure (or from its return, if it had been Unavailable); if
-//     that clock has already run out it becomes Unavailable at once. So an endpoint that
-//     drops every 100ms is Unavailable RecoveryTimeout after its first drop (scenario F4).
+//     on probation for RecoveryTimeout, and a drop during probation continues the clock of
+//     its first drop; so an endpoint that already spent its RecoveryTimeout (it had been
+//     Unavailable) is Unavailable again at once, and one that drops every 100ms is
+//     Unavailable RecoveryTimeout after its first drop and stays so at each later drop
+//     (scenario F4). Only a drop after a whole probation starts a fresh Recovering period.
 //     The first connection of an endpoint added not available is no recovery: no probation.
 //  3. Current is the highest-priority Available endpoint, except that: a Recovering current
 //     endpoint is kept while nothing of higher priority is Available; a switch away from an
@@ -26,6 +27,12 @@
 //     Available (one pending switch at most, retargeted or cancelled as states change); an
 //     Unavailable or removed current endpoint is left at once; when nothing is Available the
 //     current endpoint is kept, or, if it was removed, the top-priority endpoint is taken.
+//     The delay is the target's own: a switch lands SwitchingDelay after its target's last
+//     return to Available (at once if that is already past), never later because another
+//     endpoint came or went meanwhile. A reconfiguration that adds an endpoint, or moves it
+//     above an endpoint it was below, counts as its arrival there: its delay counts from the
+//     reconfiguration (scenario F2). With SwitchingJitter, each such switch lands later by a
+//     random part of SwitchingDelay, drawn once per return (scenario F22).
 //  4. SetEndpoints keeps the states of kept endpoints, adds new ones as in rule 1, reorders,
 //     and applies rule 3. SetTimeouts changes both durations at runtime; running clocks keep
 //     their start and take the new length.
@@ -35,6 +42,9 @@
 package multiendpoint
 
 import (
+	"math"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +72,21 @@ type Options struct {
 	// not-ready endpoint starts Recovering either way (rule 1: time to connect). It is called
 	// without any lock held, before the change is applied.
 	InitialState func(endpoint string) State
+	// SwitchingJitter spreads the switches that wait SwitchingDelay (rule 3): such a switch
+	// lands SwitchingDelay×(1 + SwitchingJitter×u) after its target's return to Available
+	// (or its arrival by reconfiguration), where u is drawn from Rand, uniform in [0, 1), once
+	// per return. So it never lands before SwitchingDelay, and always before
+	// SwitchingDelay×(1 + SwitchingJitter): clients that see one endpoint recover at the same
+	// moment switch back spread over that window instead of all at once (scenario F22).
+	// Retargeting keeps each target's own draw. Zero means no jitter. It must be in [0, 1]:
+	// otherwise (NaN included) New returns a *ConfigError.
+	SwitchingJitter float64
+	// Rand returns the random numbers for SwitchingJitter, uniform in [0, 1); values outside
+	// are clamped into it. It is called only when SwitchingJitter > 0, with the
+	// MultiEndpoint's lock held, once per endpoint return or arrival, in priority order
+	// within one change; if shared by several MultiEndpoints it must be safe for concurrent
+	// use. Nil means math/rand/v2's Float64.
+	Rand func() float64
 	// ConnectGrace applies with RecoveryTimeout 0: how long a new endpoint whose first
 	// connection attempt is under way stays Recovering, unless reported ready or not before.
 	// Zero means no grace: such an endpoint starts Unavailable. Negative is treated as zero.
@@ -84,6 +109,8 @@ type MultiEndpoint struct {
 	onSwitch     func(Event)
 	initial      func(string) State
 	connectGrace time.Duration
+	jitter       float64        // Options.SwitchingJitter
+	rand         func() float64 // Options.Rand, never nil
 
 	current atomic.Pointer[string] // written under mu, read without it
 
@@ -105,11 +132,18 @@ type endpoint struct {
 	state    State
 	since    time.Time
 	// leftAvailable is when the recovery clock started: when the endpoint left a stable
-	// Available, or when it was added not available, or came back from Unavailable.
+	// Available (one not on probation), or when it was added. A return does not move it.
 	leftAvailable time.Time
 	// probation: the endpoint is Available again, but for less than RecoveryTimeout; if it
 	// fails now, its recovery clock continues from leftAvailable instead of restarting.
 	probation bool
+	// upSince is when the switching delay of a switch to this endpoint started: its last
+	// return to Available, or the reconfiguration that added it or moved it above an
+	// endpoint it was below, whichever is later (rule 3).
+	upSince time.Time
+	// jitterDraw is the draw in [0, 1) made with upSince: the switch to this endpoint lands
+	// SwitchingDelay×(1 + SwitchingJitter×jitterDraw) after upSince.
+	jitterDraw float64
 	// fresh: added not available and never Available since.
 	fresh bool
 	gen   uint64 // bumped on every transition; a recovery timer of an older gen is stale
@@ -118,7 +152,7 @@ type endpoint struct {
 
 type pendingSwitch struct {
 	target string
-	since  time.Time
+	due    time.Time // the target's upSince + SwitchingDelay
 	reason Reason
 	timer  clock.Timer
 	gen    uint64
@@ -134,18 +168,26 @@ func New(opts Options) (*MultiEndpoint, error) {
 	if err := ValidateDurations(opts.Name, opts.RecoveryTimeout, opts.SwitchingDelay); err != nil {
 		return nil, err
 	}
+	if err := ValidateSwitchingJitter(opts.Name, opts.SwitchingJitter); err != nil {
+		return nil, err
+	}
 	m := &MultiEndpoint{
 		name:            opts.Name,
 		clock:           opts.Clock,
 		onSwitch:        opts.OnSwitch,
 		initial:         opts.InitialState,
 		connectGrace:    opts.ConnectGrace,
+		jitter:          opts.SwitchingJitter,
+		rand:            opts.Rand,
 		endpoints:       make(map[string]*endpoint, len(opts.Endpoints)),
 		recoveryTimeout: opts.RecoveryTimeout,
 		switchingDelay:  opts.SwitchingDelay,
 	}
 	if m.clock == nil {
 		m.clock = clock.Real
+	}
+	if m.rand == nil {
+		m.rand = rand.Float64
 	}
 	ready := m.initialStates(opts.Endpoints)
 	first := opts.Endpoints[0]
@@ -183,10 +225,9 @@ func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool)
 	now := m.clock.Now()
 	switch {
 	case available && e.state != Available:
-		if e.state == Unavailable {
-			e.leftAvailable = now // a later failure during probation counts from here
-		}
+		// leftAvailable stays: a drop during the probation continues that clock (rule 2).
 		m.setStateLocked(e, Available, now)
+		m.arriveLocked(e, now)
 		if m.recoveryTimeout > 0 && !e.fresh { // a first connection is no recovery
 			e.probation = true
 			m.scheduleStableLocked(e, m.recoveryTimeout)
@@ -229,8 +270,8 @@ func (m *MultiEndpoint) SetEndpoints(endpoints []string) error {
 // SetTimeouts changes RecoveryTimeout and SwitchingDelay at runtime. Clocks already running
 // keep their start: a Recovering endpoint becomes Unavailable at (left Available +
 // recoveryTimeout), at once if that is past; a probation ends at (back Available +
-// recoveryTimeout); a pending switch lands at (scheduled + switchingDelay), at once if that
-// is past. It returns a *ConfigError for a negative duration and ErrClosed after Close; on
+// recoveryTimeout); a pending switch lands at (its target's return + switchingDelay), at once
+// if that is past. It returns a *ConfigError for a negative duration and ErrClosed after Close; on
 // error nothing changes.
 func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duration) error {
 	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
@@ -294,8 +335,12 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 			delete(m.endpoints, id)
 		}
 	}
-	if p := m.pending; p != nil && !keep[p.target] {
-		m.cancelSwitchLocked()
+	raised := m.raisedLocked(endpoints)
+	for _, e := range raised {
+		m.arriveLocked(e, now) // at its new rank: its switching delay counts from here (F2)
+	}
+	if p := m.pending; p != nil && (!keep[p.target] || slices.Contains(raised, m.endpoints[p.target])) {
+		m.cancelSwitchLocked() // rule 3 chooses again, by the new list
 	}
 	for i, id := range endpoints {
 		if _, ok := m.endpoints[id]; !ok {
@@ -303,6 +348,28 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 		}
 	}
 	m.reorderLocked(endpoints)
+}
+
+// raisedLocked returns the kept endpoints that the new list moves above an endpoint they were
+// below. It must run before new endpoints are added, while priorities are the old ones. m.mu
+// must be held.
+func (m *MultiEndpoint) raisedLocked(endpoints []string) []*endpoint {
+	var raised []*endpoint
+	minBelow := -1 // the lowest old priority among kept endpoints listed below, -1: none yet
+	for i := len(endpoints) - 1; i >= 0; i-- {
+		e, ok := m.endpoints[endpoints[i]]
+		if !ok {
+			continue
+		}
+		if minBelow >= 0 && minBelow < e.priority {
+			raised = append(raised, e)
+		}
+		if minBelow < 0 || e.priority < minBelow {
+			minBelow = e.priority
+		}
+	}
+	slices.Reverse(raised) // priority order, as Options.Rand promises
+	return raised
 }
 
 // setTimeoutsLocked changes the durations, keeping the start of every running clock, without
@@ -334,7 +401,8 @@ func (m *MultiEndpoint) setTimeoutsLocked(recoveryTimeout, switchingDelay time.D
 		p.timer.Stop()
 		m.switchGen++
 		p.gen = m.switchGen
-		if left := p.since.Add(switchingDelay).Sub(now); left > 0 {
+		p.due = m.switchDueLocked(m.endpoints[p.target])
+		if left := p.due.Sub(now); left > 0 {
 			m.armSwitchLocked(p, left)
 		} else {
 			m.pending = nil
@@ -358,7 +426,7 @@ func (m *MultiEndpoint) Status() Status {
 		Closed:          m.closed,
 	}
 	if p := m.pending; p != nil {
-		s.PendingSwitch, s.PendingSwitchAt = p.target, p.since.Add(m.switchingDelay)
+		s.PendingSwitch, s.PendingSwitchAt = p.target, p.due
 	}
 	for i, e := range m.order {
 		s.Endpoints[i] = EndpointStatus{Endpoint: e.id, Priority: e.priority, State: e.state, Since: e.since}
@@ -400,6 +468,7 @@ func (m *MultiEndpoint) initialStates(endpoints []string) map[string]State {
 // addLocked adds a new endpoint by rule 1. m.mu must be held.
 func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now time.Time) {
 	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: initial != Available}
+	m.arriveLocked(e, now)
 	m.endpoints[id] = e
 	switch {
 	case initial == Available:
@@ -511,9 +580,16 @@ func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
 			return // already waiting for this target; never restart the wait
 		}
 		m.cancelSwitchLocked()
-		p := &pendingSwitch{target: topAvailable.id, since: now, reason: reason}
+		// The target's own delay: from its last return, not from now (another endpoint may
+		// have come or gone meanwhile and retargeted the switch).
+		due := m.switchDueLocked(topAvailable)
+		if !due.After(now) {
+			m.switchLocked(topAvailable.id, reason, now)
+			return
+		}
+		p := &pendingSwitch{target: topAvailable.id, due: due, reason: reason}
 		m.pending = p
-		m.armSwitchLocked(p, m.switchingDelay)
+		m.armSwitchLocked(p, due.Sub(now))
 	default:
 		m.cancelSwitchLocked()
 		reason := cause
@@ -525,6 +601,36 @@ func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
 		}
 		m.switchLocked(topAvailable.id, reason, now)
 	}
+}
+
+// arriveLocked starts e's switching delay at now: it returned to Available, was added, or
+// was raised above an endpoint by a reconfiguration. m.mu must be held.
+func (m *MultiEndpoint) arriveLocked(e *endpoint, now time.Time) {
+	e.upSince = now
+	if m.jitter > 0 {
+		e.jitterDraw = clampDraw(m.rand())
+	}
+}
+
+// switchDueLocked is when a switch to Available e lands (rule 3). m.mu must be held.
+func (m *MultiEndpoint) switchDueLocked(e *endpoint) time.Time {
+	return e.upSince.Add(m.switchingDelay + switchingJitter(m.switchingDelay, m.jitter, e.jitterDraw))
+}
+
+// clampDraw brings a draw of Options.Rand into [0, 1); NaN counts as 0.
+func clampDraw(u float64) float64 {
+	switch {
+	case !(u >= 0): // negative or NaN
+		return 0
+	case u >= 1:
+		return math.Nextafter(1, 0)
+	}
+	return u
+}
+
+// switchingJitter is the random part of a switch's delay: switchingDelay×jitter×draw.
+func switchingJitter(switchingDelay time.Duration, jitter, draw float64) time.Duration {
+	return time.Duration(float64(switchingDelay) * jitter * draw)
 }
 
 // armSwitchLocked (re)starts p's timer for d. m.mu must be held.

@@ -3,6 +3,7 @@ package multiendpoint
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -16,24 +17,37 @@ import (
 // The property test drives random event sequences against the MultiEndpoint on a fake clock
 // and against refModel, a reference written from DESIGN.md § "The state machine" and the
 // package doc. The model keeps no timers: it keeps, per endpoint, the state, when it entered
-// it and when its recovery clock started, plus the pending switch's target and start, and
-// computes every deadline explicitly when time moves.
+// it, when its recovery clock started and when its switching delay started, plus the pending
+// switch's target and due time, and computes every deadline explicitly when time moves.
+//
+// Rule 2 as DESIGN.md states it: a drop during probation continues the clock of the first
+// drop (a return never moves it), so an endpoint that had been Unavailable is Unavailable
+// again at once; only a drop after a whole probation starts a fresh clock. Rule 3: a switch
+// lands SwitchingDelay after its target's own last return to Available (at once if already
+// past), however often the pending switch was retargeted meanwhile; a reconfiguration that
+// adds an endpoint or moves it above one it was below counts as its arrival (F2). With
+// SwitchingJitter, that delay is SwitchingDelay×(1 + jitter×u), u drawn at each return or
+// arrival from the same seeded source as the implementation's, in priority order.
 
 // refEndpoint is one endpoint in the model.
 type refEndpoint struct {
 	state State
 	since time.Time // when it entered state (or was added)
-	left  time.Time // when its recovery clock started (left a stable Available, was added not ready, or came back from Unavailable)
+	left  time.Time // when its recovery clock started (left a stable Available, or was added); a return never moves it
 	// stableAt is when the probation of an Available endpoint ends (zero: stable). A failure
 	// before then continues the recovery clock from left.
 	stableAt time.Time
 	fresh    bool // added not ready and never Available since: its first connection is no recovery
+	// upSince is when a switch to it starts its SwitchingDelay: its last return to Available,
+	// or the reconfiguration that added it or raised it above an endpoint, whichever is later.
+	upSince time.Time
+	draw    float64 // the jitter draw made with upSince
 }
 
 // refPending is a switch waiting for the switching delay.
 type refPending struct {
 	target string
-	since  time.Time // when the switch to target became desired
+	due    time.Time // the target's upSince + SwitchingDelay
 	reason Reason
 }
 
@@ -42,7 +56,9 @@ type refModel struct {
 	now     time.Time
 	rt, sd  time.Duration
 	grace   time.Duration // ConnectGrace
-	order   []string      // by priority
+	jitter  float64       // SwitchingJitter
+	rnd     func() float64
+	order   []string // by priority
 	eps     map[string]*refEndpoint
 	current string
 	pending *refPending
@@ -50,8 +66,9 @@ type refModel struct {
 	events  []string // emitted, not yet checked
 }
 
-func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, ready map[string]State) *refModel {
-	m := &refModel{name: name, now: now, rt: rt, sd: sd, grace: grace, eps: map[string]*refEndpoint{}, current: endpoints[0]}
+func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, jitter float64, rnd func() float64,
+	ready map[string]State) *refModel {
+	m := &refModel{name: name, now: now, rt: rt, sd: sd, grace: grace, jitter: jitter, rnd: rnd, eps: map[string]*refEndpoint{}, current: endpoints[0]}
 	for _, id := range endpoints {
 		m.add(id, ready[id])
 	}
@@ -63,6 +80,7 @@ func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace t
 // add is rule 1.
 func (m *refModel) add(id string, initial State) {
 	e := &refEndpoint{since: m.now, left: m.now, fresh: initial != Available}
+	m.arrive(e)
 	switch {
 	case initial == Available:
 		e.state = Available
@@ -77,6 +95,19 @@ func (m *refModel) add(id string, initial State) {
 }
 
 func (m *refModel) priority(id string) int { return slices.Index(m.order, id) }
+
+// arrive starts e's switching delay now, with a fresh jitter draw.
+func (m *refModel) arrive(e *refEndpoint) {
+	e.upSince = m.now
+	if m.jitter > 0 {
+		e.draw = m.rnd()
+	}
+}
+
+// due is when a switch to Available e lands.
+func (m *refModel) due(e *refEndpoint) time.Time {
+	return e.upSince.Add(m.sd + time.Duration(float64(m.sd)*m.jitter*e.draw))
+}
 
 func (m *refModel) emit(to string, reason Reason) {
 	if to == m.current {
@@ -113,14 +144,22 @@ func (m *refModel) choose(cause Reason) {
 		return
 	}
 	if kept && cur.state == Available && m.sd > 0 {
-		// best is necessarily higher than an Available current endpoint: wait the delay.
-		if m.pending == nil || m.pending.target != best {
-			reason := cause
-			if reason == 0 {
-				reason = Recovery
-			}
-			m.pending = &refPending{target: best, since: m.now, reason: reason}
+		// best is necessarily higher than an Available current endpoint: wait the rest of
+		// best's own delay, counted from its return, whatever the switch targeted before.
+		if m.pending != nil && m.pending.target == best {
+			return
 		}
+		reason := cause
+		if reason == 0 {
+			reason = Recovery
+		}
+		due := m.due(m.eps[best])
+		if due.After(m.now) {
+			m.pending = &refPending{target: best, due: due, reason: reason}
+			return
+		}
+		m.pending = nil
+		m.emit(best, reason)
 		return
 	}
 	// Unavailable, removed or Recovering current endpoint, or no delay: at once.
@@ -155,7 +194,7 @@ func (m *refModel) nextDeadline() (time.Time, bool) {
 		}
 	}
 	if m.pending != nil {
-		consider(m.pending.since.Add(m.sd))
+		consider(m.pending.due)
 	}
 	return next, found
 }
@@ -179,7 +218,7 @@ func (m *refModel) advanceTo(t time.Time) {
 			}
 		}
 		m.choose(0)
-		if p := m.pending; p != nil && !p.since.Add(m.sd).After(m.now) {
+		if p := m.pending; p != nil && !p.due.After(m.now) {
 			m.pending = nil
 			m.emit(p.target, p.reason)
 			m.choose(0)
@@ -207,10 +246,8 @@ func (m *refModel) setAvailability(id string, available bool) {
 	}
 	switch {
 	case available && e.state != Available:
-		if e.state == Unavailable {
-			e.left = m.now
-		}
-		e.state, e.since = Available, m.now
+		e.state, e.since = Available, m.now // e.left stays: probation continues it
+		m.arrive(e)
 		if m.rt > 0 && !e.fresh {
 			e.stableAt = m.now.Add(m.rt) // probation
 		}
@@ -248,7 +285,18 @@ func (m *refModel) reconfigure(list []string, ready map[string]State, rt, sd tim
 }
 
 func (m *refModel) applyEndpoints(list []string, ready map[string]State) {
-	if m.pending != nil && !slices.Contains(list, m.pending.target) {
+	// An endpoint listed above one it was below arrives at its new rank now (F2).
+	var raised []string
+	for i, y := range list {
+		for _, x := range list[i+1:] {
+			if m.eps[x] != nil && m.eps[y] != nil && m.priority(x) < m.priority(y) {
+				raised = append(raised, y)
+				m.arrive(m.eps[y])
+				break
+			}
+		}
+	}
+	if m.pending != nil && (!slices.Contains(list, m.pending.target) || slices.Contains(raised, m.pending.target)) {
 		m.pending = nil
 	}
 	for id := range m.eps {
@@ -283,7 +331,10 @@ func (m *refModel) applyTimeouts(rt, sd time.Duration) {
 			}
 		}
 	}
-	if p := m.pending; p != nil && !p.since.Add(sd).After(m.now) {
+	if p := m.pending; p != nil {
+		p.due = m.due(m.eps[p.target])
+	}
+	if p := m.pending; p != nil && !p.due.After(m.now) {
 		m.pending = nil
 		if e := m.eps[p.target]; e != nil && e.state == Available {
 			m.emit(p.target, p.reason)
@@ -294,7 +345,7 @@ func (m *refModel) applyTimeouts(rt, sd time.Duration) {
 func (m *refModel) status() Status {
 	s := Status{Name: m.name, Current: m.current, RecoveryTimeout: m.rt, SwitchingDelay: m.sd, Closed: m.closed}
 	if p := m.pending; p != nil {
-		s.PendingSwitch, s.PendingSwitchAt = p.target, p.since.Add(m.sd)
+		s.PendingSwitch, s.PendingSwitchAt = p.target, p.due
 	}
 	for i, id := range m.order {
 		e := m.eps[id]
@@ -339,12 +390,16 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 		list := drawList(t, "endpoints")
 		rt, sd := propDuration(t, "recovery"), propDuration(t, "switching")
 		grace := propDuration(t, "grace")
+		jitter := rapid.SampledFrom([]float64{0, 0, 0.25, 1}).Draw(t, "jitter")
+		seed := rapid.Uint64().Draw(t, "seed")
+		implRand, refRand := rand.New(rand.NewPCG(seed, 1)), rand.New(rand.NewPCG(seed, 1))
 		ready := drawReady(t, "ready")
 		var readyNow map[string]State // what Options.InitialState answers; set before New/SetEndpoints
 		readyNow = ready
 
 		var got []string
 		m, err := New(Options{Name: "p", Endpoints: list, RecoveryTimeout: rt, SwitchingDelay: sd, ConnectGrace: grace, Clock: clk,
+			SwitchingJitter: jitter, Rand: implRand.Float64,
 			InitialState: func(e string) State { return readyNow[e] },
 			OnSwitch: func(ev Event) {
 				got = append(got, fmt.Sprintf("%s>%s %s@%s", ev.From, ev.To, ev.Reason, stamp(ev.At)))
@@ -353,7 +408,7 @@ func TestProperty_MatchesReferenceModel(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		defer m.Close()
-		ref := newRefModel("p", start, list, rt, sd, grace, ready)
+		ref := newRefModel("p", start, list, rt, sd, grace, jitter, refRand.Float64, ready)
 		prevCurrent := list[0]
 
 		check := func() {

@@ -3,6 +3,7 @@ package multiendpoint
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -17,8 +18,9 @@ const (
 	// Available: at least one connection to the endpoint is ready.
 	Available
 	// Recovering: the endpoint is not available, but for less than RecoveryTimeout since it
-	// left Available (or since it was added). A current endpoint that is Recovering stays
-	// current while nothing of higher priority is Available.
+	// left Available (or since it was added; a drop during the probation after a return
+	// counts from the first drop). A current endpoint that is Recovering stays current while
+	// nothing of higher priority is Available.
 	Recovering
 )
 
@@ -167,6 +169,15 @@ func ValidateDurations(group string, recoveryTimeout, switchingDelay time.Durati
 	}
 	if switchingDelay < 0 {
 		return &ConfigError{Group: group, Index: -1, Problem: fmt.Sprintf("negative SwitchingDelay %v", switchingDelay)}
+	}
+	return nil
+}
+
+// ValidateSwitchingJitter checks SwitchingJitter: a fraction in [0, 1] (NaN is not). The
+// error is a *ConfigError naming the field.
+func ValidateSwitchingJitter(group string, jitter float64) error {
+	if math.IsNaN(jitter) || jitter < 0 || jitter > 1 {
+		return &ConfigError{Group: group, Index: -1, Problem: fmt.Sprintf("SwitchingJitter %v is outside [0, 1]", jitter)}
 	}
 	return nil
 }

@@ -56,6 +56,11 @@
 // [Endpoint] (client → Endpoint → Frontend → backend) to combine network
 // faults with service faults.
 //
+// The backend can be started here too: [NewSpanner] starts an in-memory Spanner with a
+// schema, [StartEmulator] the installed Cloud Spanner emulator with an instance and a
+// database; [ClientOptions] and [ClientConfig] configure a client for them (plaintext, no
+// credentials, no metrics export).
+//
 // Everything listens on 127.0.0.1 only. Endpoint.Close and Frontend.Close
 // stop every goroutine the endpoint or frontend started before they return,
 // so tests can check for leaks (for example with go.uber.org/goleak).

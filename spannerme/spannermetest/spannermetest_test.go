@@ -25,8 +25,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The Spanner client (frontend tests) starts OpenCensus's worker once
-	// per process; it never stops.
+	// The Spanner client (frontend tests, spanner.go) starts OpenCensus's worker once per
+	// process; it never stops.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 

@@ -1,0 +1,422 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+)
+
+// The steps of one endpoint's check, in order.
+const (
+	stepResolve = "resolve"
+	stepTCP     = "tcp"
+	stepTLS     = "tls"
+	stepGRPC    = "grpc"
+	stepSpanner = "spanner"
+)
+
+var steps = []string{stepResolve, stepTCP, stepTLS, stepGRPC, stepSpanner}
+
+// Step outcomes.
+const (
+	statusOK      = "ok"
+	statusFailed  = "failed"
+	statusSkipped = "skipped"
+)
+
+// stepResult is one step of one endpoint's check.
+type stepResult struct {
+	Step    string        `json:"step"`
+	Status  string        `json:"status"` // ok, failed or skipped
+	Latency time.Duration `json:"-"`
+	// LatencyMS is Latency in milliseconds, for --json.
+	LatencyMS float64 `json:"latencyMs"`
+	Detail    string  `json:"detail,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// endpointResult is one endpoint's check.
+type endpointResult struct {
+	Endpoint  string `json:"endpoint"`
+	Authority string `json:"authority,omitempty"`
+	OK        bool   `json:"ok"`
+	// TotalMS is the time of every step together, in milliseconds.
+	TotalMS float64      `json:"totalMs"`
+	Steps   []stepResult `json:"steps"`
+}
+
+type groupEndpoint struct {
+	Priority int `json:"priority"`
+	endpointResult
+}
+
+type groupResult struct {
+	Name    string `json:"name"`
+	Default bool   `json:"default"`
+	OK      bool   `json:"ok"`
+	Working int    `json:"working"`
+	// First is the working endpoint of the highest priority, where the group's calls would
+	// go; FirstMS its total time. Empty when none works.
+	First     string          `json:"first,omitempty"`
+	FirstMS   float64         `json:"firstMs,omitempty"`
+	Endpoints []groupEndpoint `json:"endpoints"`
+}
+
+type report struct {
+	Config   string        `json:"config"`
+	Database string        `json:"database"`
+	OK       bool          `json:"ok"`
+	Groups   []groupResult `json:"groups"`
+}
+
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	var c common
+	c.register(fs, 10*time.Second)
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: spannerme check --config FILE --database projects/P/instances/I/databases/D [flags]\n\n"+
+			"Checks every endpoint of every group: name resolution, TCP connect, TLS handshake, gRPC ready and\n"+
+			"one Spanner call (GetSession of a session that does not exist; NOT_FOUND is an answer). --timeout\n"+
+			"bounds each endpoint's check. Exit status: 0 when every group has a working endpoint, 1 when a\n"+
+			"group has none, 2 on a bad configuration file or bad flags.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fc, err := c.parse(fs, args, stderr)
+	if err != nil {
+		return badArgs(err)
+	}
+	rep := check(ctx, &c, fc)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "spannerme check: %v\n", err)
+			return exitFailed
+		}
+	} else {
+		printTable(stdout, rep)
+	}
+	if !rep.OK {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// check checks every endpoint of fc once, concurrently, and reports them per group.
+func check(ctx context.Context, c *common, fc *spannerme.FileConfig) *report {
+	authority := map[string]string{}
+	for e, o := range fc.Settings.EndpointOptions {
+		if t, err := parseTarget(e); err == nil {
+			authority[t.grpc] = o.Authority
+		}
+	}
+	results := map[string]*endpointResult{}
+	var wg sync.WaitGroup
+	for _, g := range fc.Options.MultiEndpoints {
+		for _, e := range g.Endpoints {
+			if results[e] != nil {
+				continue
+			}
+			r := &endpointResult{Endpoint: e}
+			results[e] = r
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(ctx, c.timeout)
+				defer cancel()
+				t, err := parseTarget(e)
+				if err == nil {
+					r.Authority = authority[t.grpc]
+				}
+				r.Steps = checkEndpoint(ctx, c, t, err, r.Authority)
+				r.OK = r.Steps[len(r.Steps)-1].Status == statusOK
+				for _, s := range r.Steps {
+					r.TotalMS += s.LatencyMS
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	rep := &report{Config: c.config, Database: c.database, OK: true}
+	names := make([]string, 0, len(fc.Options.MultiEndpoints))
+	for name := range fc.Options.MultiEndpoints {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool { // the default group first, then by name
+		if (names[i] == fc.Options.Default) != (names[j] == fc.Options.Default) {
+			return names[i] == fc.Options.Default
+		}
+		return names[i] < names[j]
+	})
+	for _, name := range names {
+		g := groupResult{Name: name, Default: name == fc.Options.Default}
+		for i, e := range fc.Options.MultiEndpoints[name].Endpoints {
+			r := results[e]
+			g.Endpoints = append(g.Endpoints, groupEndpoint{Priority: i, endpointResult: *r})
+			if r.OK {
+				g.Working++
+				if g.First == "" {
+					g.First, g.FirstMS = e, r.TotalMS
+				}
+			}
+		}
+		g.OK = g.Working > 0
+		rep.OK = rep.OK && g.OK
+		rep.Groups = append(rep.Groups, g)
+	}
+	return rep
+}
+
+// checkEndpoint runs the steps in order; after a failure the rest are skipped.
+func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, authority string) []stepResult {
+	var out []stepResult
+	failed := false
+	do := func(step string, f func() (detail string, skip bool, err error)) {
+		r := stepResult{Step: step}
+		if failed {
+			r.Status, r.Detail = statusSkipped, "an earlier step failed"
+			out = append(out, r)
+			return
+		}
+		start := time.Now()
+		detail, skip, err := f()
+		r.Latency = time.Since(start)
+		r.LatencyMS = float64(r.Latency.Microseconds()) / 1000
+		r.Detail = detail
+		switch {
+		case err != nil:
+			r.Status, r.Error, failed = statusFailed, err.Error(), true
+		case skip:
+			r.Status, r.Latency, r.LatencyMS = statusSkipped, 0, 0
+		default:
+			r.Status = statusOK
+		}
+		out = append(out, r)
+	}
+
+	var addrs []string
+	do(stepResolve, func() (string, bool, error) {
+		switch {
+		case parseErr != nil:
+			return "", false, parseErr
+		case t.network == "unix":
+			addrs = []string{t.host}
+			return "unix socket: nothing to resolve", true, nil
+		case t.isIP():
+			addrs = []string{net.JoinHostPort(t.host, t.port)}
+			return "IP address: nothing to resolve", true, nil
+		}
+		ips, err := net.DefaultResolver.LookupHost(ctx, t.host)
+		if err != nil {
+			return "", false, err
+		}
+		for _, ip := range ips {
+			addrs = append(addrs, net.JoinHostPort(ip, t.port))
+		}
+		return strings.Join(ips, ", "), false, nil
+	})
+
+	var conn net.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	do(stepTCP, func() (string, bool, error) {
+		var d net.Dialer
+		var err error
+		conn, err = d.DialContext(ctx, t.network, addrs[0])
+		if err != nil {
+			return "", false, err
+		}
+		return "connected to " + addrs[0], false, nil
+	})
+
+	do(stepTLS, func() (string, bool, error) {
+		if c.plaintext {
+			return "--plaintext: no TLS", true, nil
+		}
+		return tlsHandshake(ctx, conn, t, authority)
+	})
+
+	var cc *grpc.ClientConn
+	defer func() {
+		if cc != nil {
+			cc.Close()
+		}
+	}()
+	do(stepGRPC, func() (string, bool, error) {
+		var err error
+		cc, err = dialEndpoint(ctx, c, t.grpc, authority)
+		if err != nil {
+			return "", false, err
+		}
+		cc.Connect()
+		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+			if s == connectivity.TransientFailure || s == connectivity.Shutdown {
+				return "", false, fmt.Errorf("the connection failed (%s)", s)
+			}
+			if !cc.WaitForStateChange(ctx, s) {
+				return "", false, fmt.Errorf("not ready within the time limit (still %s): %w", s, ctx.Err())
+			}
+		}
+		return "READY", false, nil
+	})
+
+	do(stepSpanner, func() (string, bool, error) {
+		return spannerCall(ctx, cc, c.database)
+	})
+	return out
+}
+
+// tlsHandshake runs a TLS handshake on conn as gRPC would: with the authority's host (else
+// the endpoint's) as server name, the system's roots, and ALPN h2.
+func tlsHandshake(ctx context.Context, conn net.Conn, t target, authority string) (string, bool, error) {
+	name := t.host
+	if t.network == "unix" {
+		name = "localhost"
+	}
+	if authority != "" {
+		name = authority
+		if h, _, err := net.SplitHostPort(authority); err == nil {
+			name = h
+		}
+	}
+	tc := tls.Client(conn, &tls.Config{ServerName: strings.Trim(name, "[]"), NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		if net.ParseIP(name) != nil && authority == "" {
+			return "", false, fmt.Errorf("%w (an endpoint dialed by IP address usually needs an authority: endpoints.%q.authority in the configuration file)", err, t.endpoint)
+		}
+		return "", false, err
+	}
+	st := tc.ConnectionState()
+	if st.NegotiatedProtocol != "h2" {
+		return "", false, fmt.Errorf("the server did not negotiate HTTP/2 (ALPN h2), which gRPC needs")
+	}
+	detail := "server name " + name
+	if len(st.PeerCertificates) > 0 {
+		detail += fmt.Sprintf(", certificate valid until %s", st.PeerCertificates[0].NotAfter.UTC().Format(time.DateOnly))
+	}
+	return detail, false, nil
+}
+
+// checkSession names a session that does not exist: its GetSession costs the backend a
+// lookup, creates nothing, and needs no session of the checker's own.
+const checkSession = "spannerme-check-no-such-session"
+
+// spannerCall makes one GetSession call. NOT_FOUND for the session is an answer from the
+// backend; NOT_FOUND for the database is not a working configuration.
+func spannerCall(ctx context.Context, cc *grpc.ClientConn, database string) (string, bool, error) {
+	name := database + "/sessions/" + checkSession
+	ctx = metadata.AppendToOutgoingContext(ctx, "google-cloud-resource-prefix", database,
+		"x-goog-request-params", "name="+url.QueryEscape(name))
+	_, err := spannerpb.NewSpannerClient(cc).GetSession(ctx, &spannerpb.GetSessionRequest{Name: name})
+	switch st, _ := status.FromError(err); {
+	case err == nil:
+		return "GetSession answered", false, nil
+	case st.Code() == codes.NotFound && strings.Contains(strings.ToLower(st.Message()), "database not found"):
+		return "", false, fmt.Errorf("the backend answered, but the database does not exist: %s", st.Message())
+	case st.Code() == codes.NotFound:
+		return "GetSession answered NOT_FOUND, as expected: " + st.Message(), false, nil
+	default:
+		return "", false, fmt.Errorf("GetSession: %s: %s", st.Code(), st.Message())
+	}
+}
+
+// printTable writes the report for people.
+func printTable(w io.Writer, rep *report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\t#\tENDPOINT\tRESOLVE\tTCP\tTLS\tGRPC\tSPANNER\tRESULT")
+	for _, g := range rep.Groups {
+		for _, e := range g.Endpoints {
+			cells := []string{g.Name, fmt.Sprint(e.Priority), e.Endpoint}
+			for _, s := range e.Steps {
+				cells = append(cells, cell(s))
+			}
+			result := "FAILED"
+			if e.OK {
+				result = "ok"
+			}
+			fmt.Fprintln(tw, strings.Join(append(cells, result), "\t"))
+		}
+	}
+	tw.Flush()
+
+	var errs []string
+	seen := map[string]bool{}
+	for _, g := range rep.Groups {
+		for _, e := range g.Endpoints {
+			for _, s := range e.Steps {
+				if s.Status == statusFailed && !seen[e.Endpoint] {
+					seen[e.Endpoint] = true
+					errs = append(errs, fmt.Sprintf("  %s: %s: %s", e.Endpoint, s.Step, s.Error))
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintln(w, "\nErrors:")
+		fmt.Fprintln(w, strings.Join(errs, "\n"))
+	}
+	fmt.Fprintln(w, "\nGroups:")
+	var bad []string
+	for _, g := range rep.Groups {
+		name := g.Name
+		if g.Default {
+			name += " (default)"
+		}
+		fmt.Fprintf(w, "  %-20s %d of %d endpoints working", name, g.Working, len(g.Endpoints))
+		if g.First != "" {
+			fmt.Fprintf(w, "; calls would go to %s (checked in %s)", g.First, formatLatency(time.Duration(g.FirstMS*float64(time.Millisecond))))
+		}
+		fmt.Fprintln(w)
+		if !g.OK {
+			bad = append(bad, g.Name)
+		}
+	}
+	if len(bad) == 0 {
+		fmt.Fprintln(w, "\nOK: every group has a working endpoint.")
+	} else {
+		fmt.Fprintf(w, "\nFAILED: no working endpoint in group %s.\n", strings.Join(bad, ", "))
+	}
+}
+
+// cell is a step in the table: its latency when it passed, FAILED, or "-" when skipped.
+func cell(s stepResult) string {
+	switch s.Status {
+	case statusOK:
+		return formatLatency(s.Latency)
+	case statusFailed:
+		return "FAILED"
+	}
+	return "-"
+}
+
+func formatLatency(d time.Duration) string {
+	switch {
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000)
+	case d < time.Second:
+		return fmt.Sprintf("%.0fms", float64(d.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}

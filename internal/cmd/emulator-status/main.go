@@ -1,0 +1,54 @@
+// Command emulator-status says, before and after `make test`, whether the Cloud Spanner
+// emulator was found, and so whether the tests that need it run or skip. go test ./...
+// shows nothing of a package that passes, skipped tests included, so without this a missing
+// emulator would go unnoticed.
+//
+//	go run ./internal/cmd/emulator-status          # before the tests
+//	go run ./internal/cmd/emulator-status -after   # after them: a one-line reminder
+//
+// It always exits 0: under CI=true the emulator tests fail by themselves.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
+)
+
+func main() {
+	after := flag.Bool("after", false, "print the reminder shown after the tests")
+	flag.Parse()
+	report(os.Stdout, *after)
+}
+
+// report prints where the emulator is, or loudly that it is missing.
+func report(w io.Writer, after bool) {
+	bin, err := emulator.FindBinary()
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	switch {
+	case err == nil && after:
+		fmt.Fprintf(w, "emulator suites ran against %s\n", bin)
+	case err == nil:
+		fmt.Fprintf(w, "Cloud Spanner emulator: %s (the emulator suites run)\n", bin)
+	case after && ci:
+		fmt.Fprintf(w, "Cloud Spanner emulator NOT FOUND: the emulator suites failed (CI=true): %v\n", err)
+	case after:
+		fmt.Fprintf(w, "NOTE: the emulator suites were SKIPPED (their packages still print ok): %v\n", err)
+	default:
+		what := "SKIP (their packages still print ok)"
+		if ci {
+			what = "FAIL, since CI=true"
+		}
+		fmt.Fprintf(w, `==============================================================================
+Cloud Spanner emulator NOT FOUND: the tests that need it will %s.
+  %v
+Install it with "gcloud components install cloud-spanner-emulator" (or the package
+google-cloud-cli-spanner-emulator), or set %s to the path of emulator_main.
+==============================================================================
+`, what, err, emulator.EnvBinary)
+	}
+}

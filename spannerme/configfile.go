@@ -1,0 +1,575 @@
+package spannerme
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.yaml.in/yaml/v3"
+)
+
+// FileConfig is a parsed configuration file (LoadConfig, ParseConfig): what
+// NewMultiEndpointClientWithSettings and NewGCPMultiEndpointWithSettings take. The file's
+// schema is in the README ("Configuration file"); testdata/config-*.yaml and .json are
+// examples.
+type FileConfig struct {
+	// Options holds the groups (MultiEndpoints) and the Default group, and, when the file
+	// sets poolSize or sessionAffinity, GRPCgcpConfig (else nil: the defaults). DialFunc is
+	// nil. Options was validated as NewGCPMultiEndpoint validates it.
+	Options *grpcgcp.GCPMultiEndpointOptions
+	// Settings holds the file's settings section, and EndpointOptions from its endpoints
+	// section. Logger and OnSwitch are nil: set them before use.
+	Settings Settings
+	// Hash is the hex SHA-256 of the file's bytes.
+	Hash string
+}
+
+// ConfigFileError is a mistake in a configuration file: where it is and what is wrong. Use
+// errors.As to get it. It wraps ErrInvalidConfig, and Err when not nil.
+type ConfigFileError struct {
+	// File is the path given to LoadConfig; "" for ParseConfig.
+	File string
+	// Line and Column locate the mistake (1-based); 0 when unknown (Column of a syntax
+	// error) or the mistake is the whole file's.
+	Line, Column int
+	// Field is the path of the offending field, e.g. "multiEndpoints.default.recoveryTimeout"
+	// or "multiEndpoints.default.endpoints[1]"; "" for the whole file.
+	Field string
+	// Problem says what is wrong.
+	Problem string
+	// Err is the *ConfigError of a mistake found by the same validation as
+	// NewGCPMultiEndpoint's, or nil.
+	Err error
+}
+
+func (e *ConfigFileError) Error() string {
+	var b strings.Builder
+	b.WriteString("spannerme configuration: ")
+	switch {
+	case e.File != "" && e.Line > 0 && e.Column > 0:
+		fmt.Fprintf(&b, "%s:%d:%d: ", e.File, e.Line, e.Column)
+	case e.File != "" && e.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	case e.File != "":
+		b.WriteString(e.File + ": ")
+	case e.Line > 0 && e.Column > 0:
+		fmt.Fprintf(&b, "line %d column %d: ", e.Line, e.Column)
+	case e.Line > 0:
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Problem)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidConfig and Err.
+func (e *ConfigFileError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidConfig, e.Err}
+	}
+	return []error{ErrInvalidConfig}
+}
+
+// maxConfigSize bounds a configuration file.
+const maxConfigSize = 1 << 20
+
+// LoadConfig reads and parses the configuration file at path, YAML or JSON, as ParseConfig
+// does. Errors: the read error (wrapping fs.ErrNotExist for a missing file), or a
+// *ConfigFileError naming the file, the line and the field.
+func LoadConfig(path string) (*FileConfig, error) {
+	data, err := readConfigFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(data)
+	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
+		fe.File = path
+	}
+	return c, err
+}
+
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("spannerme configuration: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
+	}
+	if len(data) > maxConfigSize {
+		return nil, &ConfigFileError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigSize)}
+	}
+	return data, nil
+}
+
+// ParseConfig parses a configuration file's content, YAML or JSON (JSON is read as YAML,
+// which it is, tabs included). It is strict: an unknown field, a value of the wrong type, a
+// bad duration, a field given twice or an invalid configuration (as NewGCPMultiEndpoint
+// judges it) is an error. Errors are *ConfigFileError, naming the line and the field.
+func ParseConfig(data []byte) (*FileConfig, error) {
+	sum := sha256.Sum256(data)
+	d := &fileDecoder{}
+	if err := d.decode(data); err != nil {
+		return nil, err
+	}
+	c := &FileConfig{Options: d.options, Settings: d.settings, Hash: hex.EncodeToString(sum[:])}
+	if err := d.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// fileDecoder walks the YAML node tree of a configuration file. It records where each group
+// and endpoint is, to place validation errors.
+type fileDecoder struct {
+	options  *grpcgcp.GCPMultiEndpointOptions
+	settings Settings
+	// poolSize and noAffinity come from poolSize and sessionAffinity: false.
+	poolSize   uint32
+	poolSet    bool
+	noAffinity bool
+	affSet     bool
+	// nodes locates fields by path, for errors found after decoding.
+	nodes map[string]*yaml.Node
+}
+
+// fieldDecoders decode the fields of one mapping, by key.
+type fieldDecoders map[string]func(n *yaml.Node, path string) error
+
+func (d *fileDecoder) errAt(n *yaml.Node, path, format string, args ...any) error {
+	e := &ConfigFileError{Field: path, Problem: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	return e
+}
+
+func (d *fileDecoder) decode(data []byte) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return &ConfigFileError{Problem: "the file is empty"}
+	}
+	if t := bytes.TrimSpace(data); t[0] == '{' || t[0] == '[' {
+		// JSON: a raw tab cannot occur inside a JSON string, so outside strings it is only
+		// white space, which YAML does not always accept.
+		data = bytes.ReplaceAll(data, []byte("\t"), []byte(" "))
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		return yamlSyntaxError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return d.errAt(&extra, "", "more than one YAML document")
+	} else if err != io.EOF {
+		return yamlSyntaxError(err)
+	}
+	d.nodes = map[string]*yaml.Node{}
+	d.options = &grpcgcp.GCPMultiEndpointOptions{}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	var endpointsNode *yaml.Node
+	err := d.mapping(root, "", fieldDecoders{
+		"default": func(n *yaml.Node, p string) (err error) {
+			d.options.Default, err = d.str(n, p)
+			return err
+		},
+		"multiEndpoints": d.groups,
+		"endpoints": func(n *yaml.Node, p string) error {
+			endpointsNode = n
+			return nil // after the groups, which it refers to
+		},
+		"poolSize": func(n *yaml.Node, p string) error {
+			v, err := d.uint(n, p, 1, 1024)
+			d.poolSize, d.poolSet = uint32(v), true
+			return err
+		},
+		"sessionAffinity": func(n *yaml.Node, p string) error {
+			v, err := d.boolean(n, p)
+			d.noAffinity, d.affSet = !v, true
+			return err
+		},
+		"settings": d.settingsSection,
+	})
+	if err != nil {
+		return err
+	}
+	for _, req := range []string{"default", "multiEndpoints"} {
+		if d.nodes[req] == nil {
+			return d.errAt(root, req, "required field missing")
+		}
+	}
+	if endpointsNode != nil {
+		if err := d.endpointOptions(endpointsNode, "endpoints"); err != nil {
+			return err
+		}
+	}
+	if d.poolSet || d.affSet {
+		if d.noAffinity {
+			d.options.GRPCgcpConfig = NoAffinityConfig(d.poolSize)
+		} else {
+			d.options.GRPCgcpConfig = &pb.ApiConfig{ChannelPool: &pb.ChannelPoolConfig{MaxSize: d.poolSize}}
+		}
+	}
+	return nil
+}
+
+// yamlSyntaxError turns the parser's error ("yaml: line 3: ...") into a *ConfigFileError.
+func yamlSyntaxError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	e := &ConfigFileError{Problem: "not valid YAML or JSON: " + msg}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if i := strings.Index(rest, ":"); i > 0 {
+			if line, err := strconv.Atoi(rest[:i]); err == nil {
+				e.Line, e.Problem = line, "not valid YAML or JSON: "+strings.TrimSpace(rest[i+1:])
+			}
+		}
+	}
+	return e
+}
+
+// resolve follows an alias to its anchor.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// mapping decodes a mapping node field by field: unknown and repeated keys are errors.
+func (d *fileDecoder) mapping(n *yaml.Node, path string, fields fieldDecoders) error {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		return d.errAt(n, path, "want a mapping (key: value), got %s", kindName(n))
+	}
+	seen := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := resolve(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return d.errAt(k, path, "want a field name, got %s", kindName(k))
+		}
+		p := join(path, k.Value)
+		if prev := seen[k.Value]; prev != nil {
+			return d.errAt(k, p, "given twice (first at line %d)", prev.Line)
+		}
+		seen[k.Value] = k
+		dec, ok := fields[k.Value]
+		if !ok {
+			return d.errAt(k, p, "unknown field%s", suggest(k.Value, fields))
+		}
+		d.nodes[p] = k
+		if err := dec(v, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// suggest returns " (did you mean X?)" for the known field closest to key, or " (known
+// fields: ...)".
+func suggest(key string, fields fieldDecoders) string {
+	names := make([]string, 0, len(fields))
+	for f := range fields {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	best, bestD := "", 3 // farther than 2 edits is no suggestion, unless one is a prefix
+	lk := strings.ToLower(key)
+	for _, f := range names {
+		lf := strings.ToLower(f)
+		dist := editDistance(lk, lf)
+		if len(lk) >= 4 && (strings.HasPrefix(lf, lk) || strings.HasPrefix(lk, lf)) {
+			dist = min(dist, 2)
+		}
+		if dist < bestD {
+			best, bestD = f, dist
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %s?)", best)
+	}
+	return " (known fields: " + strings.Join(names, ", ") + ")"
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing (null)"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "nothing"
+}
+
+func (d *fileDecoder) scalar(n *yaml.Node, path, want string) (*yaml.Node, error) {
+	n = resolve(n)
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return nil, d.errAt(n, path, "want %s, got %s", want, kindName(n))
+	}
+	return n, nil
+}
+
+func (d *fileDecoder) str(n *yaml.Node, path string) (string, error) {
+	s, err := d.scalar(n, path, "a string")
+	if err != nil {
+		return "", err
+	}
+	if s.Tag != "!!str" {
+		return "", d.errAt(s, path, "want a string, got %s (quote it)", kindName(s))
+	}
+	return s.Value, nil
+}
+
+func (d *fileDecoder) boolean(n *yaml.Node, path string) (bool, error) {
+	s, err := d.scalar(n, path, "true or false")
+	if err != nil {
+		return false, err
+	}
+	switch s.Value {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, d.errAt(s, path, "want true or false, got %q", s.Value)
+}
+
+func (d *fileDecoder) uint(n *yaml.Node, path string, lo, hi uint64) (uint64, error) {
+	s, err := d.scalar(n, path, "a whole number")
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(s.Value, 10, 32)
+	if err != nil || v < lo || v > hi {
+		return 0, d.errAt(s, path, "want a whole number from %d to %d, got %q", lo, hi, s.Value)
+	}
+	return v, nil
+}
+
+// duration reads a Go duration ("2s", "300ms", "1m30s"; "0" is zero). Negative values are
+// an error unless off is not empty: then the word off means -1.
+func (d *fileDecoder) duration(n *yaml.Node, path string, off string) (time.Duration, error) {
+	s, err := d.scalar(n, path, `a duration such as "2s"`)
+	if err != nil {
+		return 0, err
+	}
+	if off != "" && s.Value == "off" {
+		return -1, nil
+	}
+	v, err := time.ParseDuration(s.Value)
+	if err != nil {
+		return 0, d.errAt(s, path, "invalid duration %q (write e.g. 2s, 300ms, 1m30s)", s.Value)
+	}
+	if v < 0 {
+		if off != "" {
+			return 0, d.errAt(s, path, "negative duration %q (write off to %s)", s.Value, off)
+		}
+		return 0, d.errAt(s, path, "negative duration %q", s.Value)
+	}
+	return v, nil
+}
+
+func (d *fileDecoder) groups(n *yaml.Node, path string) error {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		return d.errAt(n, path, "want a mapping of group names to groups, got %s", kindName(n))
+	}
+	d.options.MultiEndpoints = map[string]*multiendpoint.MultiEndpointOptions{}
+	fields := fieldDecoders{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		name := resolve(n.Content[i]).Value
+		fields[name] = func(v *yaml.Node, p string) error { return d.group(name, v, p) }
+	}
+	return d.mapping(n, path, fields)
+}
+
+func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
+	g := &multiendpoint.MultiEndpointOptions{}
+	d.options.MultiEndpoints[name] = g
+	err := d.mapping(n, path, fieldDecoders{
+		"endpoints": func(n *yaml.Node, p string) error {
+			n = resolve(n)
+			if n.Kind != yaml.SequenceNode {
+				return d.errAt(n, p, "want a list of endpoints, got %s", kindName(n))
+			}
+			for i, e := range n.Content {
+				ep := fmt.Sprintf("%s[%d]", p, i)
+				s, err := d.str(e, ep)
+				if err != nil {
+					return err
+				}
+				d.nodes[ep] = resolve(e)
+				g.Endpoints = append(g.Endpoints, s)
+			}
+			return nil
+		},
+		"recoveryTimeout": func(n *yaml.Node, p string) (err error) {
+			g.RecoveryTimeout, err = d.duration(n, p, "")
+			return err
+		},
+		"switchingDelay": func(n *yaml.Node, p string) (err error) {
+			g.SwitchingDelay, err = d.duration(n, p, "")
+			return err
+		},
+	})
+	if err == nil && d.nodes[join(path, "endpoints")] == nil {
+		return d.errAt(resolve(n), join(path, "endpoints"), "required field missing")
+	}
+	return err
+}
+
+func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		return d.errAt(n, path, "want a mapping of endpoints to their options, got %s", kindName(n))
+	}
+	listed := map[string]bool{}
+	for _, g := range d.options.MultiEndpoints {
+		for _, e := range g.Endpoints {
+			if ne, p := normalizeEndpoint(e); p == "" {
+				listed[ne] = true
+			}
+		}
+	}
+	d.settings.EndpointOptions = map[string]EndpointOptions{}
+	fields := fieldDecoders{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := resolve(n.Content[i])
+		fields[key.Value] = func(v *yaml.Node, p string) error {
+			ne, problem := normalizeEndpoint(key.Value)
+			if problem != "" {
+				return d.errAt(key, p, "%s", problem)
+			}
+			if !listed[ne] {
+				return d.errAt(key, p, "endpoint is not listed in any group")
+			}
+			var eo EndpointOptions
+			err := d.mapping(v, p, fieldDecoders{
+				"authority": func(n *yaml.Node, p string) (err error) {
+					if eo.Authority, err = d.str(n, p); err == nil {
+						if problem := checkAuthority(eo.Authority); problem != "" {
+							err = d.errAt(resolve(n), p, "%q: %s", eo.Authority, problem)
+						}
+					}
+					return err
+				},
+			})
+			d.settings.EndpointOptions[key.Value] = eo
+			return err
+		}
+	}
+	return d.mapping(n, path, fields)
+}
+
+func (d *fileDecoder) settingsSection(n *yaml.Node, path string) error {
+	s := &d.settings
+	dur := func(dst *time.Duration, off string) func(*yaml.Node, string) error {
+		return func(n *yaml.Node, p string) (err error) {
+			*dst, err = d.duration(n, p, off)
+			return err
+		}
+	}
+	return d.mapping(n, path, fieldDecoders{
+		"reconnectMaxDelay": dur(&s.ReconnectMaxDelay, ""),
+		"minConnectTimeout": dur(&s.MinConnectTimeout, ""),
+		"keepaliveTime":     dur(&s.KeepaliveTime, "turn keepalive off"),
+		"keepaliveTimeout":  dur(&s.KeepaliveTimeout, ""),
+		"keepaliveWithoutCalls": func(n *yaml.Node, p string) (err error) {
+			s.KeepaliveWithoutCalls, err = d.boolean(n, p)
+			return err
+		},
+		"drainTimeout": dur(&s.DrainTimeout, ""),
+		"switchingJitter": func(n *yaml.Node, p string) error {
+			sc, err := d.scalar(n, p, "a number from 0 to 1")
+			if err != nil {
+				return err
+			}
+			v, err := strconv.ParseFloat(sc.Value, 64)
+			if err != nil || !(v >= 0 && v <= 1) {
+				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %q", sc.Value)
+			}
+			s.SwitchingJitter = v
+			return nil
+		},
+	})
+}
+
+// validate runs NewGCPMultiEndpoint's validation and places its error in the file.
+func (d *fileDecoder) validate() error {
+	_, err := parseConfig(d.options)
+	if err == nil {
+		_, err = parseEndpointOptions(d.settings.EndpointOptions)
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	path := ""
+	switch {
+	case strings.HasPrefix(ce.Problem, "Default"):
+		path = "default"
+	case strings.HasPrefix(ce.Problem, "no MultiEndpoints"):
+		path = "multiEndpoints"
+	case ce.Group != "" && ce.Index >= 0:
+		path = fmt.Sprintf("multiEndpoints.%s.endpoints[%d]", ce.Group, ce.Index)
+	case ce.Group != "" && d.nodes["multiEndpoints."+ce.Group] != nil:
+		path = "multiEndpoints." + ce.Group
+	case ce.Endpoint != "":
+		path = "endpoints." + ce.Endpoint
+	}
+	fe := &ConfigFileError{Field: path, Problem: strings.TrimPrefix(ce.Error(), ErrInvalidConfig.Error()+": "), Err: ce}
+	if n := d.nodes[path]; n != nil {
+		fe.Line, fe.Column = n.Line, n.Column
+	}
+	return fe
+}

@@ -1,0 +1,306 @@
+package spannerme
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
+	"github.com/fsnotify/fsnotify"
+)
+
+// ConfigStatus is the status of a configuration file that a ConfigWatcher applies
+// (ConfigWatcher.Status, and Status.Config of its GCPMultiEndpoint).
+type ConfigStatus struct {
+	// Path is the watched file, as given to WatchConfig.
+	Path string
+	// Hash is the hex SHA-256 (FileConfig.Hash) of the configuration in force, and AppliedAt
+	// when it was applied.
+	Hash      string
+	AppliedAt time.Time
+	// Applied counts the configurations applied, the first (by WatchConfig) included.
+	Applied int64
+	// LastError is the error of the last reload: nil when it applied the file or found the
+	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
+	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
+	LastError error
+	// LastErrorAt is when LastError happened; zero when there was none yet.
+	LastErrorAt time.Time
+	// RestartNeeded lists what the configuration in force asks for but a running
+	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
+	// "sessionAffinity", and "endpoints.<endpoint>" for an endpoint whose pool was dialed
+	// with other EndpointOptions. They take effect when the GCPMultiEndpoint is created
+	// again (an endpoint's options also when it is removed and added again). Empty when none.
+	RestartNeeded []string
+}
+
+func (s *ConfigStatus) clone() *ConfigStatus {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.RestartNeeded = append([]string(nil), s.RestartNeeded...)
+	return &c
+}
+
+// WatchOptions tunes WatchConfig. The zero value is ready to use.
+type WatchOptions struct {
+	// Debounce is how long the file's directory must stay quiet after a change before the
+	// file is read: an editor's or kubelet's several steps become one reload. Zero or
+	// negative means 200ms.
+	Debounce time.Duration
+	// Resync is the interval of a re-read that does not wait for a file system event, which
+	// catches changes the events missed (a symlink into another directory, an event queue
+	// overflow). Zero means one minute; negative means never.
+	Resync time.Duration
+	// Logger receives applied configurations (Info), rejected edits (Error) and changes that
+	// need a restart (Warn). Nil means the GCPMultiEndpoint's Settings.Logger.
+	Logger *slog.Logger
+}
+
+// ConfigWatcher applies a configuration file to a GCPMultiEndpoint each time the file
+// changes (WatchConfig). Its methods are safe for concurrent use.
+type ConfigWatcher struct {
+	gme      *GCPMultiEndpoint
+	path     string
+	base     string // the file's name in its directory
+	opts     WatchOptions
+	log      *slog.Logger
+	fw       *fsnotify.Watcher
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	mu     sync.Mutex // guards status
+	status ConfigStatus
+}
+
+// WatchConfig reads the configuration file at path (LoadConfig), applies it to gme, and
+// then applies it again each time it changes, until Close. It watches the file's directory,
+// so it sees editors that write a new file and rename it over the old one, a file deleted and
+// created again, and Kubernetes ConfigMap volumes, where the file is a symlink through
+// "..data", a symlink kubelet swaps atomically. Changes within WatchOptions.Debounce of each
+// other make one reload, and a reload of content equal to the configuration in force does
+// nothing.
+//
+// Each reload applies the groups, endpoints, durations and Default through
+// UpdateMultiEndpoints, with the file's EndpointOptions for pools it dials. What a running
+// GCPMultiEndpoint cannot change (settings, pool size, session affinity, the options of an
+// endpoint already dialed) is logged and listed in ConfigStatus.RestartNeeded. An edit that
+// cannot be read, parsed, validated or applied changes nothing: the last good configuration
+// stays in force, the error is logged and kept in ConfigStatus.LastError, and the next edit
+// is tried as usual.
+//
+// The status is in ConfigWatcher.Status and in gme.Status().Config. Use one ConfigWatcher
+// per GCPMultiEndpoint. Errors: a nil gme; those of LoadConfig and UpdateMultiEndpoints for
+// the first reading; fsnotify's when the directory cannot be watched. Nothing runs then.
+func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*ConfigWatcher, error) {
+	if gme == nil {
+		return nil, errors.New("spannerme: WatchConfig: nil GCPMultiEndpoint")
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = 200 * time.Millisecond
+	}
+	if opts.Resync == 0 {
+		opts.Resync = time.Minute
+	}
+	w := &ConfigWatcher{gme: gme, path: path, base: filepath.Base(path), opts: opts, log: opts.Logger,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if w.log == nil {
+		w.log = gme.log
+	}
+	w.status.Path = path
+	if err := w.reload(); err != nil {
+		return nil, err
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
+	}
+	if err := fw.Add(filepath.Dir(path)); err != nil {
+		fw.Close()
+		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
+	}
+	w.fw = fw
+	w.publish()
+	go w.run()
+	return w, nil
+}
+
+// Status returns the watched file's status.
+func (w *ConfigWatcher) Status() ConfigStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return *w.status.clone()
+}
+
+// Close stops watching and waits until a reload in progress has finished. The configuration
+// in force stays. Close is idempotent; it returns fsnotify's error from closing the watch.
+func (w *ConfigWatcher) Close() error {
+	var err error
+	w.stopOnce.Do(func() {
+		close(w.stop)
+		err = w.fw.Close()
+	})
+	<-w.done
+	return err
+}
+
+// run is the watcher's goroutine: it turns events into debounced reloads.
+func (w *ConfigWatcher) run() {
+	defer close(w.done)
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	var resync <-chan time.Time
+	if w.opts.Resync > 0 {
+		t := time.NewTicker(w.opts.Resync)
+		defer t.Stop()
+		resync = t.C
+	}
+	for {
+		select {
+		case <-w.stop:
+			return
+		case ev, ok := <-w.fw.Events:
+			if !ok {
+				return
+			}
+			if w.concerns(ev) {
+				debounce.Reset(w.opts.Debounce)
+			}
+		case err, ok := <-w.fw.Errors:
+			if !ok {
+				return
+			}
+			w.log.Warn("spannerme: configuration watch: "+err.Error()+"; reading the file again", "path", w.path)
+			debounce.Reset(w.opts.Debounce) // e.g. fsnotify.ErrEventOverflow: events were lost
+		case <-debounce.C:
+			_ = w.reload()
+		case <-resync:
+			_ = w.reload()
+		}
+	}
+}
+
+// concerns reports whether ev may have changed the file: an event on its name, or on a
+// Kubernetes ConfigMap's "..data" symlink, "..data_tmp" or timestamped directory.
+func (w *ConfigWatcher) concerns(ev fsnotify.Event) bool {
+	b := filepath.Base(ev.Name)
+	return b == w.base || strings.HasPrefix(b, "..")
+}
+
+// reload reads and applies the file unless its content is in force, and records the result.
+// Only WatchConfig and then run call it, one at a time.
+func (w *ConfigWatcher) reload() error {
+	data, err := readConfigFile(w.path)
+	if err != nil {
+		return w.fail(err)
+	}
+	fc, err := ParseConfig(data)
+	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
+		fe.File = w.path
+	}
+	w.mu.Lock()
+	unchanged := w.status.Applied > 0 && fc != nil && fc.Hash == w.status.Hash
+	if unchanged {
+		w.status.LastError = nil
+	}
+	w.mu.Unlock()
+	if unchanged {
+		w.publish()
+		return nil
+	}
+	if err != nil {
+		return w.fail(err)
+	}
+	stale, err := w.gme.updateWithEndpointOptions(fc.Options, fc.Settings.EndpointOptions)
+	if err != nil {
+		return w.fail(fmt.Errorf("spannerme configuration: %s: applying: %w", w.path, err))
+	}
+	restart := restartNeeded(w.gme, fc)
+	for _, e := range stale {
+		restart = append(restart, "endpoints."+e)
+	}
+	// Logged before the status changes, so that whoever sees the status finds the log.
+	w.log.Info("spannerme: configuration applied", "path", w.path, "sha256", fc.Hash)
+	if len(restart) > 0 {
+		w.log.Warn("spannerme: configuration changes that take effect only when the GCPMultiEndpoint is created again",
+			"path", w.path, "fields", strings.Join(restart, ", "))
+	}
+	now := time.Now()
+	w.mu.Lock()
+	w.status.Hash, w.status.AppliedAt, w.status.LastError = fc.Hash, now, nil
+	w.status.Applied++
+	w.status.RestartNeeded = restart
+	w.mu.Unlock()
+	w.publish()
+	return nil
+}
+
+// fail records a reload error; the configuration in force stays.
+func (w *ConfigWatcher) fail(err error) error {
+	w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
+	w.mu.Lock()
+	w.status.LastError, w.status.LastErrorAt = err, time.Now()
+	w.mu.Unlock()
+	w.publish()
+	return err
+}
+
+// publish copies the status into the GCPMultiEndpoint's Status, once WatchConfig has
+// succeeded (w.fw is set before run starts).
+func (w *ConfigWatcher) publish() {
+	if w.fw == nil {
+		return
+	}
+	w.mu.Lock()
+	s := w.status.clone()
+	w.mu.Unlock()
+	w.gme.configStatus.Store(s)
+}
+
+// restartNeeded lists what fc asks for that differs from what gme was created with.
+func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
+	var out []string
+	want, have := fc.Settings.withDefaults(), gme.settings
+	off := func(d time.Duration) time.Duration { return max(d, -1) }
+	for _, f := range []struct {
+		name       string
+		want, have any
+	}{
+		{"drainTimeout", want.DrainTimeout, have.DrainTimeout},
+		{"keepaliveTime", off(want.KeepaliveTime), off(have.KeepaliveTime)},
+		{"keepaliveTimeout", want.KeepaliveTimeout, have.KeepaliveTimeout},
+		{"keepaliveWithoutCalls", want.KeepaliveWithoutCalls, have.KeepaliveWithoutCalls},
+		{"minConnectTimeout", want.MinConnectTimeout, have.MinConnectTimeout},
+		{"reconnectMaxDelay", want.ReconnectMaxDelay, have.ReconnectMaxDelay},
+		{"switchingJitter", want.SwitchingJitter, have.SwitchingJitter},
+	} {
+		if f.want != f.have {
+			out = append(out, "settings."+f.name)
+		}
+	}
+	if c := fc.Options.GRPCgcpConfig; c != nil {
+		if n := c.GetChannelPool().GetMaxSize(); n != 0 && n != gme.gcpConfig.GetChannelPool().GetMaxSize() {
+			out = append(out, "poolSize")
+		}
+		if isNoAffinity(c) != isNoAffinity(gme.gcpConfig) {
+			out = append(out, "sessionAffinity")
+		}
+	}
+	return out
+}
+
+// noAffinityMethod is the one method name of NoAffinityConfig.
+const noAffinityMethod = "/spannerme.NoAffinity/None"
+
+// isNoAffinity reports whether c is a NoAffinityConfig.
+func isNoAffinity(c *pb.ApiConfig) bool {
+	m := c.GetMethod()
+	return len(m) == 1 && len(m[0].GetName()) == 1 && m[0].GetName()[0] == noAffinityMethod
+}

@@ -1,0 +1,328 @@
+package spannerme
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+)
+
+// watchConfigYAML is a configuration file with one group "g" of the given endpoints.
+func watchConfigYAML(extra string, endpoints ...string) string {
+	return fmt.Sprintf("default: g\nmultiEndpoints:\n  g:\n    endpoints: [%s]\n%s", strings.Join(endpoints, ", "), extra)
+}
+
+func hashOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// writeFile writes content to path as editors that save in place do.
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeByRename writes content to path as editors that save by rename do (vim, most IDEs).
+func writeByRename(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp~"
+	writeFile(t, tmp, content)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watchFixture is a GCPMultiEndpoint over three named endpoints, watched from a file that
+// first lists the first one.
+type watchFixture struct {
+	gme  *GCPMultiEndpoint
+	w    *ConfigWatcher
+	eps  []endpoint
+	path string
+	log  *syncBuffer
+}
+
+func newWatchFixture(t *testing.T, path string) *watchFixture {
+	t.Helper()
+	f := &watchFixture{path: path, log: &syncBuffer{}}
+	for _, name := range []string{"one", "two", "three"} {
+		f.eps = append(f.eps, startEndpoint(t, name))
+	}
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		writeFile(t, path, watchConfigYAML("", f.eps[0].Addr()))
+	}
+	fc, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := fc.Settings
+	settings.Logger = fastSettings(nil).Logger
+	f.gme = newGME(t, fc.Options, settings)
+	f.w, err = WatchConfig(f.gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1,
+		Logger: slog.New(slog.NewTextHandler(f.log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.w.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return f
+}
+
+// waitStatus polls the watcher's status until cond holds, within a deadline.
+func (f *watchFixture) waitStatus(t *testing.T, what string, cond func(ConfigStatus) bool) ConfigStatus {
+	t.Helper()
+	var s ConfigStatus
+	eventually(t, 20*time.Second, what, func() bool {
+		s = f.w.Status()
+		return cond(s)
+	})
+	return s
+}
+
+func (f *watchFixture) waitApplied(t *testing.T, content string) ConfigStatus {
+	t.Helper()
+	h := hashOf(content)
+	return f.waitStatus(t, "the configuration "+h[:8]+" applied", func(s ConfigStatus) bool { return s.Hash == h && s.LastError == nil })
+}
+
+// servedBy checks that calls go to the endpoint named want.
+func (f *watchFixture) servedBy(t *testing.T, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitServedBy(t, ctx, f.gme, want, 15*time.Second)
+}
+
+func TestWatchAppliesFirstAndPublishesStatus(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	content, _ := os.ReadFile(f.path)
+	s := f.w.Status()
+	if s.Path != f.path || s.Hash != hashOf(string(content)) || s.Applied != 1 || s.AppliedAt.IsZero() || s.LastError != nil || len(s.RestartNeeded) != 0 {
+		t.Errorf("status after WatchConfig = %+v", s)
+	}
+	if gs := f.gme.Status().Config; gs == nil || gs.Hash != s.Hash || gs.Applied != 1 {
+		t.Errorf("gme.Status().Config = %+v, want the watcher's status", gs)
+	}
+	f.servedBy(t, "one")
+}
+
+// TestWatchRapidEdits: many edits in a row, in place and by rename, end with the last one
+// in force.
+func TestWatchRapidEdits(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	var last string
+	for i := range 30 {
+		last = watchConfigYAML(fmt.Sprintf("    recoveryTimeout: %dms\n", i), f.eps[i%3].Addr(), f.eps[(i+1)%3].Addr())
+		if i%2 == 0 {
+			writeFile(t, f.path, last)
+		} else {
+			writeByRename(t, f.path, last)
+		}
+	}
+	s := f.waitApplied(t, last) // 29: eps[2] first, then eps[0]
+	if s.Applied > 31 {
+		t.Errorf("%d configurations applied for 30 edits", s.Applied)
+	}
+	f.servedBy(t, "three")
+	if g := groupOf(f.gme, "g"); g.RecoveryTimeout != 29*time.Millisecond || len(g.Endpoints) != 2 {
+		t.Errorf("group after the last edit: %+v", g)
+	}
+	t.Logf("30 edits, %d applied", s.Applied-1)
+}
+
+// TestWatchInvalidEditKeepsPrevious: an invalid edit is logged and reported, traffic stays
+// on the configuration in force; the next valid edit is applied.
+func TestWatchInvalidEditKeepsPrevious(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	good := f.w.Status()
+	f.servedBy(t, "one")
+
+	bad := watchConfigYAML("    recoveryTime: 2s\n", f.eps[1].Addr())
+	writeFile(t, f.path, bad)
+	s := f.waitStatus(t, "the invalid edit reported", func(s ConfigStatus) bool { return s.LastError != nil })
+	var fe *ConfigFileError
+	if !errors.As(s.LastError, &fe) || fe.Line != 5 || fe.Field != "multiEndpoints.g.recoveryTime" || fe.File != f.path {
+		t.Errorf("LastError = %v, want a *ConfigFileError at line 5 naming the field and file", s.LastError)
+	}
+	if s.Hash != good.Hash || s.Applied != good.Applied || s.LastErrorAt.IsZero() {
+		t.Errorf("status after an invalid edit = %+v; want the previous configuration in force", s)
+	}
+	if gs := f.gme.Status().Config; gs == nil || !errors.Is(gs.LastError, ErrInvalidConfig) {
+		t.Errorf("gme.Status().Config = %+v, want the edit's error", gs)
+	}
+	if !strings.Contains(f.log.String(), "configuration edit rejected") {
+		t.Errorf("the rejection was not logged:\n%s", f.log.String())
+	}
+	for range 5 {
+		if got, err := call(context.Background(), f.gme); err != nil || got != "one" {
+			t.Fatalf("after an invalid edit a call was served by %q, %v; want one", got, err)
+		}
+	}
+	if g := groupOf(f.gme, "g"); len(g.Endpoints) != 1 || g.Endpoints[0].Endpoint != f.eps[0].Addr() {
+		t.Errorf("the invalid edit changed the group: %+v", g)
+	}
+
+	// So is a configuration that NewGCPMultiEndpoint's validation rejects.
+	dup := watchConfigYAML("", f.eps[1].Addr(), f.eps[1].Addr())
+	writeFile(t, f.path, dup)
+	f.waitStatus(t, "the duplicate endpoint reported", func(s ConfigStatus) bool {
+		return s.LastError != nil && strings.Contains(s.LastError.Error(), "duplicate endpoint")
+	})
+
+	next := watchConfigYAML("", f.eps[1].Addr())
+	writeFile(t, f.path, next)
+	s = f.waitApplied(t, next)
+	if s.Applied != good.Applied+1 {
+		t.Errorf("Applied = %d, want %d", s.Applied, good.Applied+1)
+	}
+	f.servedBy(t, "two")
+}
+
+// TestWatchConfigMapSymlinkSwap: a Kubernetes ConfigMap volume: the file is a symlink
+// through "..data", which kubelet replaces atomically by renaming a new symlink over it.
+func TestWatchConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	ts := 0
+	// publish writes content as kubelet's AtomicWriter does.
+	publish := func(content string) {
+		t.Helper()
+		ts++
+		version := fmt.Sprintf("..2026_01_01_00_00_%02d.%d", ts, ts)
+		if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, version, "spannerme.yaml"), content)
+		old, _ := os.Readlink(filepath.Join(dir, "..data"))
+		if err := os.Symlink(version, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "spannerme.yaml")); errors.Is(err, fs.ErrNotExist) {
+			if err := os.Symlink(filepath.Join("..data", "spannerme.yaml"), filepath.Join(dir, "spannerme.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if old != "" {
+			if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The fixture starts the endpoints, so the first version names a placeholder (a port
+	// that refuses); the first real version follows.
+	publish(watchConfigYAML("", "127.0.0.1:1"))
+	f := newWatchFixture(t, filepath.Join(dir, "spannerme.yaml"))
+	first := watchConfigYAML("", f.eps[0].Addr())
+	publish(first)
+	f.waitApplied(t, first)
+	f.servedBy(t, "one")
+
+	second := watchConfigYAML("", f.eps[2].Addr())
+	publish(second)
+	f.waitApplied(t, second)
+	f.servedBy(t, "three")
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 3 { // ..data, one version directory, the file's symlink
+		t.Errorf("directory after the swap: %v", entries)
+	}
+}
+
+// TestWatchFileDeletedAndRecreated: while the file is missing the configuration in force
+// stays and the read error is reported; a new file is applied.
+func TestWatchFileDeletedAndRecreated(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	good := f.w.Status()
+	if err := os.Remove(f.path); err != nil {
+		t.Fatal(err)
+	}
+	s := f.waitStatus(t, "the missing file reported", func(s ConfigStatus) bool { return s.LastError != nil })
+	if !errors.Is(s.LastError, fs.ErrNotExist) || s.Hash != good.Hash {
+		t.Errorf("status with the file missing = %+v", s)
+	}
+	if got, err := call(context.Background(), f.gme); err != nil || got != "one" {
+		t.Errorf("with the file missing a call was served by %q, %v; want one", got, err)
+	}
+	// Recreated with the same content: nothing to apply, the error clears.
+	content := watchConfigYAML("", f.eps[0].Addr())
+	writeFile(t, f.path, content)
+	s = f.waitStatus(t, "the error cleared", func(s ConfigStatus) bool { return s.LastError == nil })
+	if s.Applied != good.Applied {
+		t.Errorf("the same content was applied again: Applied %d -> %d", good.Applied, s.Applied)
+	}
+	// Deleted and recreated with new content.
+	if err := os.Remove(f.path); err != nil {
+		t.Fatal(err)
+	}
+	next := watchConfigYAML("", f.eps[1].Addr(), f.eps[0].Addr())
+	writeFile(t, f.path, next)
+	f.waitApplied(t, next)
+	f.servedBy(t, "two")
+}
+
+func TestWatchRestartNeeded(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	next := watchConfigYAML("poolSize: 2\nsessionAffinity: false\nsettings:\n  drainTimeout: 1s\n  keepaliveTime: 120s\n",
+		f.eps[1].Addr())
+	writeFile(t, f.path, next)
+	s := f.waitApplied(t, next)
+	want := []string{"settings.drainTimeout", "poolSize", "sessionAffinity"}
+	if !slices.Equal(s.RestartNeeded, want) {
+		t.Errorf("RestartNeeded = %v, want %v", s.RestartNeeded, want)
+	}
+	if !strings.Contains(f.log.String(), "take effect only when the GCPMultiEndpoint is created again") {
+		t.Errorf("not logged:\n%s", f.log.String())
+	}
+	f.servedBy(t, "two") // the groups were applied all the same
+}
+
+func TestWatchConfigErrors(t *testing.T) {
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}), fastSettings(nil))
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "default: g\n")
+	if w, err := WatchConfig(gme, bad, WatchOptions{}); !errors.Is(err, ErrInvalidConfig) || w != nil {
+		t.Errorf("WatchConfig(invalid file) = %v, %v", w, err)
+	}
+	if _, err := WatchConfig(gme, filepath.Join(dir, "missing.yaml"), WatchOptions{}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("WatchConfig(missing file) = %v", err)
+	}
+	if w, err := WatchConfig(nil, bad, WatchOptions{}); err == nil || w != nil {
+		t.Errorf("WatchConfig(nil) = %v, %v", w, err)
+	}
+	if s := gme.Status().Config; s != nil {
+		t.Errorf("a failed WatchConfig published a status: %+v", s)
+	}
+	// After Close of the GCPMultiEndpoint, an edit fails to apply and is reported.
+	good := filepath.Join(dir, "good.yaml")
+	writeFile(t, good, watchConfigYAML("", "127.0.0.1:1"))
+	w, err := WatchConfig(gme, good, WatchOptions{Debounce: time.Millisecond, Resync: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	gme.Close()
+	writeFile(t, good, watchConfigYAML("", "127.0.0.1:2"))
+	eventually(t, 20*time.Second, "ErrClosed reported", func() bool { return errors.Is(w.Status().LastError, ErrClosed) })
+	if err := w.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
