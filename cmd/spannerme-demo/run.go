@@ -70,7 +70,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 		fmt.Fprintf(out, "  >> %s: %s -> %s (%s)\n", ev.Name, nameOf[ev.From], nameOf[ev.To], ev.Reason)
 	}}
 	// Offline: no credentials, plaintext to the loopback endpoints (F9).
-	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(), opts, settings, rig.OfflineOptions()...)
+	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(), opts, settings, spannermetest.ClientOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/internal/rig"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // Config is one run.
@@ -233,7 +234,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	defer topo.close()
 	switches := &rig.SwitchLog{}
 	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(),
-		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches), rig.OfflineOptions()...)
+		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches), spannermetest.ClientOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: client: %w", err)
 	}

@@ -7,20 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
-
-// OfflineOptions returns the client options for endpoints on loopback: no
-// credentials, plaintext gRPC (F9). The endpoints come from the
-// MultiEndpoint configuration. Each call returns a new slice.
-func OfflineOptions() []option.ClientOption {
-	return []option.ClientOption{option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
-}
 
 // WaitReady polls gme's status every 20ms until at least n pools are READY, so
 // that a run starts from a warm state. Errors: ctx ends first (wrapped).
