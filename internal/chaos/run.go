@@ -498,6 +498,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 	l.mu.Lock()
 	failures := append([]outcome(nil), l.failures...)
 	l.mu.Unlock()
+	sort.Slice(failures, func(i, j int) bool { return failures[i].start.Before(failures[j].start) })
 	var byClass [3][]classified
 	for _, f := range failures {
 		if v != nil && f.kind.isWrite() && v.settled[f.id] {
