@@ -56,10 +56,16 @@ type Report struct {
 	Served [NumEndpoints]int64
 	// Reproduce is the command that replays the run.
 	Reproduce string
+	// Interrupted is how far the schedule got when the run was interrupted (its context
+	// ended); zero for a whole run. An interrupted run is not OK, whatever the table says.
+	Interrupted time.Duration
 }
 
-// OK reports whether no invariant failed.
+// OK reports whether the whole schedule ran and no invariant failed.
 func (r *Report) OK() bool {
+	if r.Interrupted > 0 {
+		return false
+	}
 	for _, inv := range r.Invariants {
 		if inv.Status == Fail {
 			return false
@@ -70,15 +76,18 @@ func (r *Report) OK() bool {
 
 // Summary is the closing line.
 func (r *Report) Summary() string {
-	verdict := "PASS: every invariant held"
-	if !r.OK() {
-		var failed []string
-		for i, inv := range r.Invariants {
-			if inv.Status == Fail {
-				failed = append(failed, fmt.Sprint(i+1))
-			}
+	var failed []string
+	for i, inv := range r.Invariants {
+		if inv.Status == Fail {
+			failed = append(failed, fmt.Sprint(i+1))
 		}
+	}
+	verdict := "PASS: every invariant held"
+	switch {
+	case len(failed) > 0:
 		verdict = "FAIL: invariants " + strings.Join(failed, ", ") + " broken"
+	case r.Interrupted > 0:
+		verdict = fmt.Sprintf("INTERRUPTED at %v: the invariants held for the part that ran, not a whole soak", r.Interrupted.Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("lost: %d (acknowledged commits, of %d, not present exactly once at the end); calls %d, failed %d (%d unexplained); %s; seed %d; reproduce: %s",
 		r.Lost, r.Acked, r.Calls, r.FailedCalls, r.Unexplained, verdict, r.Seed, r.Reproduce)

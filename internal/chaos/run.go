@@ -253,7 +253,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
 
-	x.run(ctx, start)
+	interrupted := x.run(ctx, start)
 	settled, settleErr := settle(ctx, gme, topo)
 	if wait := time.Until(start.Add(cfg.Duration)); wait > 0 && ctx.Err() == nil {
 		select {
@@ -269,7 +269,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	defer vcancel()
 	v, verr := verify(vctx, direct, l)
 
-	r := &Report{Seed: cfg.Seed, Duration: cfg.Duration, Backend: be.Name, Reproduce: cfg.Reproduce, Applied: map[Kind]int{}}
+	r := &Report{Seed: cfg.Seed, Duration: cfg.Duration, Backend: be.Name, Reproduce: cfg.Reproduce, Applied: map[Kind]int{}, Interrupted: interrupted}
 	for _, a := range x.timeline.steps {
 		r.Applied[a.step.Kind]++
 	}
@@ -350,18 +350,19 @@ func (x *executor) state() State {
 	return x.timeline.initial
 }
 
-// run applies every step at start + its At, in order; when ctx ends it heals what is in
-// force and returns.
-func (x *executor) run(ctx context.Context, start time.Time) {
+// run applies every step at start + its At, in order. When ctx ends first it heals what is
+// in force and returns how long the schedule ran; it returns 0 after the whole schedule.
+func (x *executor) run(ctx context.Context, start time.Time) (interrupted time.Duration) {
 	for _, s := range x.plan.Steps {
 		select {
 		case <-time.After(time.Until(start.Add(s.At))):
 		case <-ctx.Done():
 			x.healNow(start)
-			return
+			return max(time.Since(start), time.Nanosecond)
 		}
 		x.apply(start, s)
 	}
+	return 0
 }
 
 // apply performs s and records it.
@@ -578,7 +579,13 @@ func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr e
 	}
 	inv := Invariant{Name: "every scheduled step applied", Status: Pass,
 		Result: fmt.Sprintf("%d of %d steps: %s", n, len(x.plan.Steps), strings.Join(applied, ", ")), Details: firstLines(errs, 20)}
-	if len(errs) > 0 || n < len(x.plan.Steps) {
+	switch {
+	case len(errs) > 0:
+		inv.Status = Fail
+	case r.Interrupted > 0:
+		inv.Status = NotChecked
+		inv.Result = fmt.Sprintf("interrupted at %v: ", r.Interrupted.Round(100*time.Millisecond)) + inv.Result
+	case n < len(x.plan.Steps):
 		inv.Status = Fail
 	}
 	r.Invariants = append(r.Invariants, inv)
