@@ -83,6 +83,10 @@ func benchTargets(b *testing.B) []benchTarget {
 	}
 	up := newUpstreamGME(b, benchOptions("default", groups()))
 	ours := newGME(b, benchOptions("default", groups()), fastSettings(nil))
+	// The same without health from call outcomes: the cost of outcome tracking, same run.
+	offSettings := fastSettings(nil)
+	offSettings.Health.Disabled = true
+	healthOff := newGME(b, benchOptions("default", groups()), offSettings)
 	bg := context.Background()
 	toRouted := NewMEContext(bg, "routed")
 	targets := []benchTarget{
@@ -91,6 +95,7 @@ func benchTargets(b *testing.B) []benchTarget {
 		{"upstream/routed", up, toRouted, "routed"},
 		{"spannerme", ours, bg, "primary"},
 		{"spannerme/routed", ours, toRouted, "routed"},
+		{"spannerme/health-off", healthOff, bg, "primary"},
 	}
 	for _, t := range targets {
 		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)

@@ -61,16 +61,24 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //   - With SPANNER_EMULATOR_HOST set, every group's endpoints are replaced by the emulator,
 //     plaintext and without authentication, as the upstream client does, and a warning is
 //     logged: failover is then not exercised.
+//   - Endpoint health from call outcomes is on unless settings.Health.Disabled; its probe is
+//     SpannerProbe(database) unless settings.Health.Probe is set (HealthSettings).
 //   - Closing the Spanner client closes the GCPMultiEndpoint and every pool; closing the
 //     GCPMultiEndpoint as well is harmless.
 //
 // gmeCfg and config are not modified. On any error everything dialed is closed. Errors: a
-// *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg; a dial error naming the
-// endpoint; any error of spanner.NewClientWithConfig.
+// *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg or settings; a dial error
+// naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
 	if _, err := parseConfig(gmeCfg); err != nil {
 		return nil, nil, err
+	}
+	if err := settings.validate(); err != nil {
+		return nil, nil, err
+	}
+	if settings.Health.Probe == nil {
+		settings.Health.Probe = SpannerProbe(database)
 	}
 	settings = settings.withDefaults()
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written

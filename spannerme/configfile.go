@@ -541,6 +541,43 @@ func (d *fileDecoder) settingsSection(n *yaml.Node, path string) error {
 			s.SwitchingJitter = v
 			return nil
 		},
+		"health": func(n *yaml.Node, p string) error { return d.healthSection(n, p) },
+	})
+}
+
+// healthSection reads settings.health into Settings.Health (health.go).
+func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
+	h := &d.settings.Health
+	dur := func(dst *time.Duration) func(*yaml.Node, string) error {
+		return func(n *yaml.Node, p string) (err error) {
+			*dst, err = d.duration(n, p, "")
+			return err
+		}
+	}
+	count := func(dst *int, hi uint64) func(*yaml.Node, string) error {
+		return func(n *yaml.Node, p string) error {
+			v, err := d.uint(n, p, 0, hi)
+			*dst = int(v)
+			return err
+		}
+	}
+	flag := func(dst *bool) func(*yaml.Node, string) error {
+		return func(n *yaml.Node, p string) (err error) {
+			*dst, err = d.boolean(n, p)
+			return err
+		}
+	}
+	return d.mapping(n, path, fieldDecoders{
+		"disabled":                   flag(&h.Disabled),
+		"interval":                   dur(&h.Interval),
+		"consecutiveFailures":        count(&h.ConsecutiveFailures, 1<<31-1),
+		"failurePercentage":          count(&h.FailurePercentage, 100),
+		"minimumCalls":               count(&h.MinimumCalls, 1<<31-1),
+		"baseEjectionTime":           dur(&h.BaseEjectionTime),
+		"maxEjectionTime":            dur(&h.MaxEjectionTime),
+		"probeTimeout":               dur(&h.ProbeTimeout),
+		"probeInterval":              dur(&h.ProbeInterval),
+		"resourceExhaustedIsFailure": flag(&h.ResourceExhaustedIsFailure),
 	})
 }
 

@@ -6,29 +6,42 @@ import (
 	"sync/atomic"
 )
 
-// eventQueue hands switch events to the logger and to Settings.OnSwitch on a goroutine of
-// its own, in the order the groups emitted them. The state machines and the update path push
-// without waiting, so a slow or re-entrant callback (one that calls UpdateMultiEndpoints or
-// Close) can neither block them nor deadlock.
+// eventQueue hands switch and health events to the logger and to Settings.OnSwitch and
+// Settings.OnHealth on a goroutine of its own, in the order they were emitted. The state
+// machines, the health detectors and the update path push without waiting, so a slow or
+// re-entrant callback (one that calls UpdateMultiEndpoints or Close) can neither block them
+// nor deadlock.
 type eventQueue struct {
 	log      *slog.Logger
 	onSwitch func(SwitchEvent)
+	onHealth func(HealthEvent)
 
 	mu     sync.Mutex // guards queue and closed
-	queue  []SwitchEvent
+	queue  []queuedEvent
 	closed bool
 	wake   chan struct{} // capacity 1: there is something to deliver; closed by close
 	done   chan struct{} // closed when the delivering goroutine has ended
 }
 
-func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent)) *eventQueue {
-	q := &eventQueue{log: log, onSwitch: onSwitch, wake: make(chan struct{}, 1), done: make(chan struct{})}
+// queuedEvent is a switch event, or a health event when health is not nil.
+type queuedEvent struct {
+	sw     SwitchEvent
+	health *HealthEvent
+}
+
+func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent), onHealth func(HealthEvent)) *eventQueue {
+	q := &eventQueue{log: log, onSwitch: onSwitch, onHealth: onHealth, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go q.run()
 	return q
 }
 
 // push queues ev. It never blocks. Events pushed after close are dropped.
-func (q *eventQueue) push(ev SwitchEvent) {
+func (q *eventQueue) push(ev SwitchEvent) { q.add(queuedEvent{sw: ev}) }
+
+// pushHealth queues ev like push.
+func (q *eventQueue) pushHealth(ev HealthEvent) { q.add(queuedEvent{health: &ev}) }
+
+func (q *eventQueue) add(ev queuedEvent) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -54,9 +67,14 @@ func (q *eventQueue) run() {
 				}
 				break
 			}
-			ev := q.queue[0]
+			qe := q.queue[0]
 			q.queue = q.queue[1:]
 			q.mu.Unlock()
+			if qe.health != nil {
+				q.deliverHealth(*qe.health)
+				continue
+			}
+			ev := qe.sw
 			q.log.Info("spannerme: current endpoint changed",
 				"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
 			if q.onSwitch != nil && q.open() {

@@ -13,6 +13,7 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/api/option"
+	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
@@ -261,4 +262,71 @@ func ExampleWatchConfig() {
 	// rejected: line 6: multiEndpoints.default.recoveryTimout: unknown field (did you mean recoveryTimeout?)
 	// still on the first endpoint: true
 	// moved to the second endpoint: true
+}
+
+// Health from call outcomes: the primary's frontend answers every call UNAVAILABLE while its
+// connections stay up (its region is down). Its calls eject it, the group fails over after
+// RecoveryTimeout, and once it heals a probe readmits it and traffic returns after
+// SwitchingDelay.
+func ExampleHealthSettings() {
+	database, eps, opts, stop := fakeSpanner(1)
+	defer stop()
+	backend := eps[0].Backend()
+	primary, err := spannermetest.NewFrontend(backend) // HTTP/2 ends here, as at a Google frontend
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer primary.Close()
+	fallback, err := spannermetest.NewFrontend(backend)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer fallback.Close()
+	ctx := context.Background()
+
+	health := make(chan spannerme.HealthEvent, 10)
+	switched := make(chan spannerme.SwitchEvent, 10)
+	client, _, err := spannerme.NewMultiEndpointClientWithSettings(ctx, database, offlineConfig, &grpcgcp.GCPMultiEndpointOptions{
+		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
+			"default": {
+				Endpoints:       []string{primary.Addr(), fallback.Addr()},
+				RecoveryTimeout: 300 * time.Millisecond,
+				SwitchingDelay:  300 * time.Millisecond,
+			},
+		},
+		Default: "default",
+	}, spannerme.Settings{
+		Health: spannerme.HealthSettings{
+			BaseEjectionTime: 500 * time.Millisecond, // default 30s
+			ProbeInterval:    200 * time.Millisecond, // default 10s
+		},
+		OnHealth: func(ev spannerme.HealthEvent) { health <- ev },
+		OnSwitch: func(ev spannerme.SwitchEvent) { switched <- ev },
+	}, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	countAccounts(ctx, client)
+
+	if err := primary.FailAll(codes.Unavailable); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("accounts:", countAccounts(ctx, client)) // retried by the Spanner client, served by the fallback
+	ev := <-health
+	fmt.Println("primary", ev.Kind, ev.Endpoint == primary.Addr()) // ev.Reason, ev.Detail say why
+	sw := <-switched
+	fmt.Println(sw.Reason, "to the fallback:", sw.To == fallback.Addr())
+
+	primary.Pass()
+	ev = <-health
+	fmt.Println("primary", ev.Kind, ev.Endpoint == primary.Addr())
+	sw = <-switched
+	fmt.Println(sw.Reason, "to the primary:", sw.To == primary.Addr())
+	// Output:
+	// accounts: 8
+	// primary ejected true
+	// fallback to the fallback: true
+	// primary readmitted true
+	// recovery to the primary: true
 }

@@ -31,9 +31,10 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 // context (NewMEContext), else of the default group. It implements grpc.ClientConnInterface.
 //
 // All methods are safe for concurrent use. Invoke and NewStream take no lock; the routing
-// pick allocates nothing, and NewStream adds one small wrapper per stream (about 190 bytes,
-// to count the stream as in flight until it ends). UpdateMultiEndpoints and Close are
-// serialized with each other.
+// pick and the recording of a successful call's outcome (HealthSettings) allocate nothing,
+// and NewStream adds one small wrapper per stream (about 200 bytes, to count the stream as in
+// flight until it ends and see its outcome). UpdateMultiEndpoints and Close are serialized
+// with each other.
 type GCPMultiEndpoint struct {
 	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
 
@@ -110,9 +111,14 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 // options of opts (grpc.WithDefaultCallOptions) applies to every call as if the call gave it
 // (see Invoke); default call options that only a DialFunc adds are not seen.
 //
+// Each pool tracks its calls' outcomes and probes its endpoint (settings.Health, with
+// UnimplementedMethodProbe unless settings.Health.Probe is set): an endpoint whose calls fail
+// or stall is ejected, not available to any group, until a probe readmits it.
+//
 // Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group and endpoint, for any
-// invalid configuration, or the field of an invalid Settings; the dial error, naming the endpoint, if a pool cannot be dialed. On
-// error every pool dialed so far is closed.
+// invalid configuration, or naming the field of an invalid Settings (settings.Health
+// included); the dial error, naming the endpoint, if a pool cannot be dialed. On error every
+// pool dialed so far is closed.
 func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...grpc.DialOption) (*GCPMultiEndpoint, error) {
 	cfg, err := parseConfig(gmeCfg)
 	if err != nil {
@@ -160,7 +166,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		pools:     make(map[string]*pool),
 		retired:   make(map[*pool]bool),
 		stop:      make(chan struct{}),
-		events:    newEventQueue(settings.Logger, settings.OnSwitch),
+		events:    newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:   newBroadcast(),
 	}
 	gme.waitForReadyDefault = waitForReady(false, defaultCallOptions(gme.dialOpts))
@@ -194,7 +200,9 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		return err
 	}
 	defer p.release()
-	return p.conn.Invoke(ctx, method, args, reply, opts...)
+	err = p.conn.Invoke(ctx, method, args, reply, opts...)
+	p.observe(err, false)
+	return err
 }
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
@@ -210,6 +218,7 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 	}
 	cs, err := p.conn.NewStream(ctx, desc, method, opts...)
 	if err != nil {
+		p.observe(err, false)
 		p.release()
 		return nil, err
 	}
@@ -402,7 +411,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	fresh := make(map[string]*pool)
 	closeFresh := func() {
 		for _, p := range fresh {
-			p.conn.Close()
+			p.close()
 		}
 	}
 	for _, g := range cfg.groups {
@@ -419,6 +428,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
 			}
 			fresh[e] = newPool(e, conn)
+			gme.startHealth(fresh[e])
 		}
 	}
 	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);
@@ -431,15 +441,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		if s := gme.snap.Load(); s != nil {
 			p = s.pools[e]
 		}
-		switch {
-		case p == nil: // a fresh pool: its first attempt is under way
-			return multiendpoint.Recovering
-		case p.ready.Load():
-			return multiendpoint.Available
-		case p.settled.Load():
-			return multiendpoint.Unavailable
-		}
-		return multiendpoint.Recovering
+		return initialState(p)
 	}
 	created := make(map[string]*multiendpoint.MultiEndpoint)
 	for _, g := range cfg.groups {
@@ -538,7 +540,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 func (gme *GCPMultiEndpoint) publish(p *pool) {
 	p.publishMu.Lock()
 	defer p.publishMu.Unlock()
-	ready := p.ready.Load()
+	ready := p.available() // connected and not ejected
 	s := gme.snap.Load()
 	if s == nil || s.pools[p.endpoint] != p {
 		return // closed, or a retired pool: its news concern nobody
@@ -562,6 +564,7 @@ func (gme *GCPMultiEndpoint) onSwitch(ev SwitchEvent) {
 // starts a goroutine counted by gme.wg).
 func (gme *GCPMultiEndpoint) retire(p *pool) {
 	p.retire()
+	p.stopHealth()
 	gme.wg.Add(1)
 	go func() {
 		defer gme.wg.Done()
@@ -693,6 +696,9 @@ type PoolStatus struct {
 	// Retired reports that no group lists the endpoint any more: the pool takes no new calls
 	// and closes once InFlight reaches zero (or after Settings.DrainTimeout).
 	Retired bool
+	// Health is the endpoint's health from call outcomes: ejection, last probe, the
+	// interval's calls and failures.
+	Health PoolHealth
 }
 
 // Status returns a snapshot of the groups, pools and unknown group names.
@@ -721,7 +727,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	sort.Slice(st.Groups, func(i, j int) bool { return st.Groups[i].Name < st.Groups[j].Name })
 	for _, p := range pools {
 		st.Pools = append(st.Pools, PoolStatus{Endpoint: p.endpoint, Connectivity: connectivityString(p.state.Load()),
-			InFlight: p.inFlight(), Retired: p.retired()})
+			InFlight: p.inFlight(), Retired: p.retired(), Health: p.poolHealth()})
 	}
 	sort.SliceStable(st.Pools, func(i, j int) bool {
 		a, b := st.Pools[i], st.Pools[j]

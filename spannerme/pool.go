@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
 // retiringBit marks a pool's ref count once the pool is retired: no new call may acquire it.
@@ -40,6 +42,16 @@ type pool struct {
 
 	stopMonitor context.CancelFunc
 	monitorDone chan struct{}
+
+	// Health from call outcomes (health.go); health is nil when it is disabled. Set before
+	// the pool is published, never changed after.
+	health            *health.Detector
+	overloadIsFailure bool
+	probeCtx          context.Context // cancelled by stopHealth
+	cancelProbes      context.CancelFunc
+	probeMu           sync.Mutex // guards probesStopped and the Add of probes
+	probesStopped     bool
+	probes            sync.WaitGroup // probe goroutines
 }
 
 func newPool(endpoint string, conn *grpc.ClientConn) *pool {
@@ -85,6 +97,7 @@ func (p *pool) close() error {
 			p.stopMonitor()
 			<-p.monitorDone
 		}
+		p.stopHealth()
 		err = p.conn.Close()
 	})
 	return err

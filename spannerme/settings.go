@@ -53,7 +53,8 @@ type Settings struct {
 	// while its endpoint stays configured. Entries of endpoints not configured (yet) are
 	// allowed. Nil means none. A bad entry is a *ConfigError naming the endpoint.
 	EndpointOptions map[string]EndpointOptions
-	// Logger receives failovers, switch-backs, unknown group names and pool retirement. Nil
+	// Logger receives failovers, switch-backs, ejections and readmissions of endpoints
+	// (HealthSettings), unknown group names and pool retirement. Nil
 	// means slog.Default().
 	Logger *slog.Logger
 	// OnSwitch, if not nil, is called for every change of a group's current endpoint, in order,
@@ -61,6 +62,14 @@ type Settings struct {
 	// took effect. It may call the GCPMultiEndpoint (even Close); a slow OnSwitch delays only
 	// later events. Events not yet delivered when Close is called are dropped.
 	OnSwitch func(SwitchEvent)
+	// Health tunes endpoint health from call outcomes: ejection of endpoints whose calls fail
+	// or stall on live connections, and probes. On by default; see HealthSettings.
+	Health HealthSettings
+	// OnHealth, if not nil, is called for every ejection and readmission of an endpoint, in
+	// order with the switch events, on the goroutine that calls OnSwitch, with no lock held
+	// (it may call the GCPMultiEndpoint). Events not yet delivered when Close is called are
+	// dropped. Each is also logged (ejection at Warn, readmission at Info).
+	OnHealth func(HealthEvent)
 	// SwitchingJitter spreads switch-backs over a part of SwitchingDelay, so that a fleet of
 	// clients that see an endpoint recover at the same moment do not all move their traffic
 	// back at the same instant (scenario F22). It is a fraction in [0, 1]: a switch that waits
@@ -85,7 +94,7 @@ func (s Settings) validate() error {
 	if j := s.SwitchingJitter; math.IsNaN(j) || j < 0 || j > 1 {
 		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.SwitchingJitter %v is outside [0, 1]", j)}
 	}
-	return nil
+	return s.Health.validate()
 }
 
 func (s Settings) withDefaults() Settings {
@@ -110,6 +119,7 @@ func (s Settings) withDefaults() Settings {
 	if s.clock == nil {
 		s.clock = clock.Real
 	}
+	s.Health = s.Health.withDefaults()
 	return s
 }
 

@@ -20,6 +20,7 @@ type trackedStream struct {
 	serverStreams bool
 	done          atomic.Bool
 	stopAfter     func() bool
+	health        atomic.Uint32 // streamSent, streamAnswered, streamReported (health.go)
 }
 
 func newTrackedStream(ctx context.Context, cs grpc.ClientStream, p *pool) *trackedStream {
@@ -45,8 +46,11 @@ func (s *trackedStream) finish() {
 func (s *trackedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if err != nil || !s.serverStreams {
+		s.ended(err)
 		s.stopAfter()
 		s.finish()
+	} else {
+		s.mark(streamAnswered)
 	}
 	return err
 }
@@ -58,8 +62,11 @@ func (s *trackedStream) RecvMsg(m any) error {
 func (s *trackedStream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err != nil && !errors.Is(err, io.EOF) {
+		s.ended(err)
 		s.stopAfter()
 		s.finish()
+	} else {
+		s.mark(streamSent)
 	}
 	return err
 }

@@ -280,6 +280,7 @@ func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
 		{"minConnectTimeout", want.MinConnectTimeout, have.MinConnectTimeout},
 		{"reconnectMaxDelay", want.ReconnectMaxDelay, have.ReconnectMaxDelay},
 		{"switchingJitter", want.SwitchingJitter, have.SwitchingJitter},
+		{"health", want.Health.comparable(), have.Health.comparable()},
 	} {
 		if f.want != f.have {
 			out = append(out, "settings."+f.name)

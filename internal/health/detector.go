@@ -1,0 +1,428 @@
+// Package health decides, from call outcomes and probes, whether one endpoint is ejected: no
+// longer available for calls although its connections may be up (DESIGN.md § "Endpoint
+// health from call outcomes").
+//
+// The rules, in the terms of gRPC's outlier detection (gRFC A50) and Envoy's:
+//
+//  1. Calls are classified by Classify. A Success resets the consecutive-failure count; a
+//     Failure adds to it and to the interval's failures; a Timeout makes the endpoint
+//     suspect; Ignore counts for nothing.
+//  2. ConsecutiveFailures failures in a row eject the endpoint.
+//  3. Calls are counted per Interval (the counters restart at every interval and at
+//     readmission). When at least MinimumCalls calls (successes plus failures) of the current
+//     interval are known and more than FailurePercentage percent of them failed, the endpoint
+//     is ejected: checked at every failure and at the end of the interval.
+//  4. A Timeout makes the endpoint suspect and starts a probe at once (unless one is under
+//     way, or one ended less than ProbeInterval/10 ago); the endpoint is ejected only if that
+//     probe fails. A passing probe clears the suspicion. So slow calls with short deadlines
+//     never eject an endpoint that answers probes.
+//  5. An endpoint that had no successful call for a whole ProbeInterval is probed (a standby,
+//     or an idle current endpoint); a failed probe ejects it.
+//  6. Ejection number n lasts BaseEjectionTime x n, at most max(BaseEjectionTime,
+//     MaxEjectionTime) (A50). n is the multiplier: it grows by one per ejection and shrinks
+//     by one after every whole Interval the endpoint spends not ejected.
+//  7. When the ejection time is over, the endpoint is probed, and again every ProbeInterval
+//     until a probe passes; the first probe that passes at or after the end of the ejection
+//     time readmits it. Without a Probe function it is readmitted when the ejection time is
+//     over (A50's behaviour) and Timeouts never eject.
+//  8. Outcomes keep being recorded while the endpoint is ejected (for Status), but eject
+//     nothing more.
+//
+// Every duration comes from the injected clock; every timer is owned, stopped on Close, and
+// carries a generation so that a superseded callback is a no-op.
+package health
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+// ErrProbeSkipped, given to ProbeDone, ends a probe without a verdict: it was not sent, or its
+// result says nothing about the endpoint (the endpoint was not connected). An ejected
+// endpoint is then probed again after ProbeInterval.
+var ErrProbeSkipped = errors.New("health: probe skipped")
+
+// Options configures a Detector.
+type Options struct {
+	// Config holds the thresholds; zero fields take Defaults.
+	Config Config
+	// Clock is the time source. Nil means the real clock.
+	Clock clock.Clock
+	// Probe, if not nil, starts probe number seq of the endpoint and returns at once; the
+	// result must come back through ProbeDone(seq, ...). It is called with no lock held, on
+	// the goroutine that decided the probe (one reporting an outcome, or a timer's). At most
+	// one probe is under way at a time.
+	Probe func(seq uint64)
+	// OnEvent, if not nil, receives every ejection and readmission, in order, one at a time,
+	// with no lock held (it may call the Detector): on the goroutine that caused it or on one
+	// already delivering events. Events still queued when Close is called are dropped.
+	OnEvent func(Event)
+}
+
+// Detector tracks one endpoint's health. Create it with New. All methods are safe for
+// concurrent use. Success and Ejected take no lock and allocate nothing.
+type Detector struct {
+	cfg     Config
+	clock   clock.Clock
+	probe   func(uint64)
+	onEvent func(Event)
+
+	// Written on the call path without the lock.
+	successes   atomic.Int64 // successes since New
+	consecutive atomic.Int64 // failures since the last success (or ejection, or readmission)
+	ejected     atomic.Bool  // mirrors out, for Ejected
+
+	mu     sync.Mutex // guards every field below
+	closed bool
+	out    bool // ejected
+	// The current or last ejection.
+	ejectedAt, until time.Time
+	reason           Reason
+	detail           string
+	ejections        int
+	multiplier       int
+	suspect          bool
+	// The probe under way (seq 0: none) and the last one that ended.
+	probeSeq     uint64
+	lastSeq      uint64
+	probeStarted time.Time
+	lastProbeEnd time.Time
+	lastProbe    ProbeResult
+	// The counting interval.
+	intervalStart      time.Time
+	successesAtStart   int64
+	failures, timeouts int64
+	// successes at the last idle check (rule 5).
+	successesAtCheck int64
+	tickTimer        clock.Timer
+	probeTimer       clock.Timer
+	tickGen          uint64
+	probeGen         uint64
+	events           []Event
+	delivering       bool
+}
+
+// New returns a Detector whose endpoint is not ejected, and starts its interval timer and,
+// with a Probe function, its idle-probe timer. Close stops them.
+func New(o Options) *Detector {
+	d := &Detector{cfg: o.Config.WithDefaults(), clock: o.Clock, probe: o.Probe, onEvent: o.OnEvent}
+	if d.clock == nil {
+		d.clock = clock.Real
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.startIntervalLocked(d.clock.Now())
+	d.armIdleProbeLocked()
+	return d
+}
+
+// Ejected reports whether the endpoint is ejected now. It takes no lock.
+func (d *Detector) Ejected() bool { return d.ejected.Load() }
+
+// Success records a call the backend answered (rule 1). It takes no lock and allocates
+// nothing.
+func (d *Detector) Success() {
+	d.successes.Add(1)
+	if d.consecutive.Load() != 0 {
+		d.consecutive.Store(0)
+	}
+}
+
+// Record records one call's outcome; err is the call's error, quoted in the ejection's
+// Detail.
+func (d *Detector) Record(o Outcome, err error) {
+	switch o {
+	case Success:
+		d.Success()
+	case Failure:
+		d.Failure(err)
+	case Timeout:
+		d.Timeout()
+	}
+}
+
+// Failure records a call whose path to the backend failed (rules 2 and 3).
+func (d *Detector) Failure(err error) {
+	n := d.consecutive.Add(1)
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.failures++
+	if !d.out {
+		switch {
+		case n >= int64(d.cfg.ConsecutiveFailures):
+			d.ejectLocked(ConsecutiveFailures, fmt.Sprintf("%d consecutive failures, the last: %v", n, err))
+		case d.overPercentageLocked():
+			d.ejectLocked(FailurePercentage, d.percentageDetailLocked(err))
+		}
+	}
+	d.mu.Unlock()
+	d.deliver()
+}
+
+// Timeout records a call whose deadline passed before any answer (rule 4).
+func (d *Detector) Timeout() {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.timeouts++
+	var seq uint64
+	switch {
+	case d.out || d.probe == nil:
+		// Nothing to decide, or nothing to decide with.
+	case d.probeSeq != 0:
+		d.suspect = true // the probe under way decides
+	case d.lastProbeEnd.IsZero() || !d.clock.Now().Before(d.lastProbeEnd.Add(d.cfg.ProbeInterval/10)):
+		d.suspect = true
+		seq = d.startProbeLocked()
+	default:
+		// A probe ended a moment ago: the calls that keep timing out will make it suspect
+		// again soon; this bounds the probes slow calls cause.
+	}
+	d.mu.Unlock()
+	if seq != 0 {
+		d.probe(seq)
+	}
+}
+
+// ProbeDone reports the result of probe seq: err nil if it passed, ErrProbeSkipped if it
+// says nothing, else why it failed; latency is how long it took. Results of a probe that is
+// not the one under way (after Close, say) are ignored.
+func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
+	d.mu.Lock()
+	if d.closed || seq == 0 || seq != d.probeSeq {
+		d.mu.Unlock()
+		return
+	}
+	now := d.clock.Now()
+	d.probeSeq = 0
+	d.lastProbeEnd = now
+	skipped := errors.Is(err, ErrProbeSkipped)
+	if !skipped {
+		d.lastProbe = ProbeResult{At: d.probeStarted, Latency: latency, Err: err}
+	}
+	switch {
+	case d.out:
+		switch {
+		case now.Before(d.until):
+			// It started before the ejection time was over: the timer set for the end of
+			// the ejection time probes again.
+		case err == nil:
+			d.readmitLocked(now)
+		default:
+			d.armProbeLocked(d.cfg.ProbeInterval)
+		}
+	case skipped:
+	case err == nil:
+		d.suspect = false
+	case d.suspect:
+		d.ejectLocked(Timeouts, fmt.Sprintf("calls timed out without an answer and the probe failed: %v", err))
+	default:
+		d.ejectLocked(ProbeFailed, fmt.Sprintf("the probe of an endpoint without successful calls failed: %v", err))
+	}
+	d.mu.Unlock()
+	d.deliver()
+}
+
+// Status returns a snapshot of the endpoint's health.
+func (d *Detector) Status() Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	succ := d.successes.Load() - d.successesAtStart
+	return Status{
+		Ejected: d.out, EjectedAt: d.ejectedAt, EjectedUntil: d.until, Reason: d.reason, Detail: d.detail,
+		Ejections: d.ejections, Multiplier: d.multiplier, Suspect: d.suspect,
+		ProbeInFlight: d.probeSeq != 0, LastProbe: d.lastProbe,
+		IntervalStart: d.intervalStart, Calls: succ + d.failures, Failures: d.failures, Timeouts: d.timeouts,
+		ConsecutiveFailures: d.consecutive.Load(),
+	}
+}
+
+// Close stops the timers; afterwards nothing is recorded, no probe starts and no event is
+// delivered (an OnEvent call under way may still be finishing). Idempotent.
+func (d *Detector) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	d.tickGen++
+	d.probeGen++
+	if d.tickTimer != nil {
+		d.tickTimer.Stop()
+	}
+	if d.probeTimer != nil {
+		d.probeTimer.Stop()
+	}
+	d.events = nil
+}
+
+// overPercentageLocked applies rule 3 to the current interval. d.mu must be held.
+func (d *Detector) overPercentageLocked() bool {
+	calls := d.successes.Load() - d.successesAtStart + d.failures
+	return calls >= int64(d.cfg.MinimumCalls) && d.failures*100 > int64(d.cfg.FailurePercentage)*calls
+}
+
+func (d *Detector) percentageDetailLocked(err error) string {
+	calls := d.successes.Load() - d.successesAtStart + d.failures
+	s := fmt.Sprintf("%d of %d calls failed in the interval (more than %d%%)", d.failures, calls, d.cfg.FailurePercentage)
+	if err != nil {
+		s += fmt.Sprintf(", the last: %v", err)
+	}
+	return s
+}
+
+// ejectLocked ejects the endpoint (rule 6) and sets the readmission probe for the end of the
+// ejection time. d.mu must be held.
+func (d *Detector) ejectLocked(r Reason, detail string) {
+	now := d.clock.Now()
+	d.multiplier++
+	d.ejections++
+	d.out = true
+	d.ejected.Store(true)
+	d.ejectedAt, d.until = now, now.Add(d.cfg.ejectionTime(d.multiplier))
+	d.reason, d.detail = r, detail
+	d.suspect = false
+	d.consecutive.Store(0)
+	d.armProbeLocked(d.until.Sub(now))
+	d.queueLocked(Event{Kind: Ejected, Reason: r, Detail: detail, At: now, Until: d.until, Ejections: d.ejections})
+}
+
+// readmitLocked readmits the endpoint with fresh counters and a fresh interval (rule 7).
+// d.mu must be held.
+func (d *Detector) readmitLocked(now time.Time) {
+	d.out = false
+	d.ejected.Store(false)
+	d.consecutive.Store(0)
+	d.suspect = false
+	d.startIntervalLocked(now)
+	d.armIdleProbeLocked()
+	d.queueLocked(Event{Kind: Readmitted, Reason: d.reason, Detail: d.detail, At: now, Until: d.until, Ejections: d.ejections})
+}
+
+// startIntervalLocked starts a counting interval at now and sets the timer for its end.
+// d.mu must be held.
+func (d *Detector) startIntervalLocked(now time.Time) {
+	d.intervalStart = now
+	d.successesAtStart = d.successes.Load()
+	d.failures, d.timeouts = 0, 0
+	d.tickGen++
+	gen := d.tickGen
+	if d.tickTimer != nil {
+		d.tickTimer.Stop()
+	}
+	d.tickTimer = d.clock.AfterFunc(d.cfg.Interval, func() { d.tick(gen) })
+}
+
+// tick ends a counting interval (rules 3 and 6).
+func (d *Detector) tick(gen uint64) {
+	d.mu.Lock()
+	if d.closed || gen != d.tickGen {
+		d.mu.Unlock()
+		return
+	}
+	if !d.out {
+		if d.overPercentageLocked() {
+			d.ejectLocked(FailurePercentage, d.percentageDetailLocked(nil))
+		} else if d.multiplier > 0 {
+			// A whole interval not ejected: the interval restarts at readmission, so this
+			// one saw no ejection.
+			d.multiplier--
+		}
+	}
+	d.startIntervalLocked(d.clock.Now())
+	d.mu.Unlock()
+	d.deliver()
+}
+
+// armIdleProbeLocked sets the idle check of rule 5 for ProbeInterval from now. d.mu must be
+// held.
+func (d *Detector) armIdleProbeLocked() {
+	d.successesAtCheck = d.successes.Load()
+	d.armProbeLocked(d.cfg.ProbeInterval)
+}
+
+// armProbeLocked replaces the probe timer: it fires after delay. d.mu must be held.
+func (d *Detector) armProbeLocked(delay time.Duration) {
+	d.probeGen++
+	gen := d.probeGen
+	if d.probeTimer != nil {
+		d.probeTimer.Stop()
+	}
+	d.probeTimer = d.clock.AfterFunc(delay, func() { d.probeDue(gen) })
+}
+
+// probeDue runs when the probe timer fires: the end of an ejection time or of a wait after a
+// failed readmission probe (rule 7), or an idle check (rule 5).
+func (d *Detector) probeDue(gen uint64) {
+	d.mu.Lock()
+	if d.closed || gen != d.probeGen {
+		d.mu.Unlock()
+		return
+	}
+	var seq uint64
+	switch {
+	case d.out && d.probe == nil:
+		d.readmitLocked(d.clock.Now())
+	case d.out:
+		if d.probeSeq == 0 {
+			seq = d.startProbeLocked()
+		} // else the probe under way ends after the ejection time and decides
+	default:
+		succ := d.successes.Load()
+		if succ == d.successesAtCheck && d.probe != nil && d.probeSeq == 0 {
+			seq = d.startProbeLocked()
+		}
+		d.armIdleProbeLocked()
+	}
+	d.mu.Unlock()
+	d.deliver()
+	if seq != 0 {
+		d.probe(seq)
+	}
+}
+
+// startProbeLocked marks a probe as under way and returns its number; the caller calls
+// d.probe with it once d.mu is released. d.mu must be held.
+func (d *Detector) startProbeLocked() uint64 {
+	d.lastSeq++
+	d.probeSeq = d.lastSeq
+	d.probeStarted = d.clock.Now()
+	return d.probeSeq
+}
+
+func (d *Detector) queueLocked(ev Event) {
+	if d.onEvent != nil {
+		d.events = append(d.events, ev)
+	}
+}
+
+// deliver hands queued events to OnEvent, in order, with no lock held. Only one goroutine
+// delivers at a time; others leave their events to it.
+func (d *Detector) deliver() {
+	if d.onEvent == nil {
+		return
+	}
+	d.mu.Lock()
+	if d.delivering {
+		d.mu.Unlock()
+		return
+	}
+	d.delivering = true
+	for len(d.events) > 0 && !d.closed {
+		ev := d.events[0]
+		d.events = d.events[1:]
+		d.mu.Unlock()
+		d.onEvent(ev)
+		d.mu.Lock()
+	}
+	d.delivering = false
+	d.mu.Unlock()
+}

@@ -1,0 +1,407 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+// testConfig has small, distinct numbers so that each rule is seen apart.
+var testConfig = Config{
+	Interval:            10 * time.Second,
+	ConsecutiveFailures: 5,
+	FailurePercentage:   50,
+	MinimumCalls:        10,
+	BaseEjectionTime:    30 * time.Second,
+	MaxEjectionTime:     70 * time.Second,
+	ProbeInterval:       20 * time.Second,
+}
+
+var errUnavailable = status.Error(codes.Unavailable, "backend down")
+
+// harness is a Detector on a fake clock whose probes and events are recorded.
+type harness struct {
+	t      fatalfer
+	clock  *clock.Fake
+	start  time.Time
+	d      *Detector
+	mu     sync.Mutex // guards probes and events
+	probes []uint64   // probes started and not yet answered by the test
+	events []Event
+}
+
+// fatalfer is what harness needs of *testing.T and *rapid.T.
+type fatalfer interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// newHarness returns a harness; the caller closes h.d.
+func newHarness(t fatalfer, cfg Config, withProbe bool) *harness {
+	t.Helper()
+	h := &harness{t: t, clock: clock.NewFake(time.Time{})}
+	h.start = h.clock.Now()
+	o := Options{Config: cfg, Clock: h.clock, OnEvent: func(ev Event) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.events = append(h.events, ev)
+	}}
+	if withProbe {
+		o.Probe = func(seq uint64) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.probes = append(h.probes, seq)
+		}
+	}
+	h.d = New(o)
+	return h
+}
+
+// answer ends the oldest probe under way with err.
+func (h *harness) answer(err error) {
+	h.t.Helper()
+	h.mu.Lock()
+	if len(h.probes) == 0 {
+		h.mu.Unlock()
+		h.t.Fatalf("at %v: no probe under way to answer", h.clock.Now().Sub(h.start))
+	}
+	seq := h.probes[0]
+	h.probes = h.probes[1:]
+	h.mu.Unlock()
+	h.d.ProbeDone(seq, err, time.Millisecond)
+}
+
+func (h *harness) takeEvents() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, ev := range h.events {
+		s := ev.Kind.String()
+		if ev.Kind == Ejected {
+			s += fmt.Sprintf(":%s:%v", ev.Reason, ev.Until.Sub(ev.At))
+		}
+		out = append(out, s)
+	}
+	h.events = nil
+	return out
+}
+
+func (h *harness) probing() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.probes)
+}
+
+// step is one line of a step table: move the clock to at (from the start), do ev n times,
+// then check.
+type step struct {
+	at time.Duration
+	// ev: "ok", "fail", "timeout", "pass" (answer the probe: passed), "probefail", "skip", or
+	// "" (only move the clock).
+	ev string
+	n  int
+	// wantOut: ejected after the step. wantProbes: probes under way. wantEvents: the
+	// events since the previous step ("ejected:<reason>:<ejection time>", "readmitted").
+	wantOut    bool
+	wantProbes int
+	wantEvents []string
+}
+
+func runSteps(t *testing.T, cfg Config, withProbe bool, steps []step) *harness {
+	t.Helper()
+	h := newHarness(t, cfg, withProbe)
+	t.Cleanup(h.d.Close)
+	for i, s := range steps {
+		h.clock.Set(h.start.Add(s.at))
+		for range max(s.n, 1) {
+			switch s.ev {
+			case "ok":
+				h.d.Success()
+			case "fail":
+				h.d.Failure(errUnavailable)
+			case "timeout":
+				h.d.Timeout()
+			case "pass":
+				h.answer(nil)
+			case "probefail":
+				h.answer(errors.New("probe: deadline exceeded"))
+			case "skip":
+				h.answer(ErrProbeSkipped)
+			case "":
+			default:
+				t.Fatalf("step %d: unknown event %q", i, s.ev)
+			}
+		}
+		got := h.takeEvents()
+		if h.d.Ejected() != s.wantOut || h.probing() != s.wantProbes || !slices.Equal(got, s.wantEvents) {
+			t.Fatalf("step %d (at %v, %q x%d): ejected=%v probes=%d events=%q; want ejected=%v probes=%d events=%q\nstatus: %+v",
+				i, s.at, s.ev, max(s.n, 1), h.d.Ejected(), h.probing(), got, s.wantOut, s.wantProbes, s.wantEvents, h.d.Status())
+		}
+	}
+	return h
+}
+
+func TestDetectorSteps(t *testing.T) {
+	const s = time.Second
+	ms := time.Millisecond
+	ejCons30 := []string{"ejected:consecutive failures:30s"}
+	for _, tc := range []struct {
+		name      string
+		withProbe bool
+		steps     []step
+	}{
+		{"consecutive failures eject; a success between them resets the count", true, []step{
+			{at: 1 * s, ev: "fail", n: 4},
+			{at: 1 * s, ev: "ok"},
+			{at: 2 * s, ev: "fail", n: 4},
+			{at: 2 * s, ev: "fail", wantOut: true, wantEvents: ejCons30},
+			{at: 2 * s, ev: "fail", n: 20, wantOut: true}, // more failures eject nothing more
+		}},
+		{"failure percentage: more than the threshold among at least MinimumCalls", true, []step{
+			{at: 1 * s, ev: "ok", n: 5},
+			{at: 1 * s, ev: "fail", n: 4},
+			{at: 1 * s, ev: "ok"},
+			{at: 1 * s, ev: "fail", n: 1}, // 5 of 11: 45%
+			{at: 2 * s, ev: "fail", n: 1}, // 6 of 12: 50%, not more
+			{at: 2 * s, ev: "fail", n: 1, wantOut: true, wantEvents: []string{"ejected:failure percentage:30s"}}, // 7 of 13
+		}},
+		{"too few calls: no percentage ejection; the next interval starts from zero", true, []step{
+			{at: 1 * s, ev: "fail", n: 4},
+			{at: 1 * s, ev: "ok"},
+			{at: 1 * s, ev: "fail", n: 4}, // 8 of 9
+			{at: 10 * s},                  // the interval ends below MinimumCalls
+			{at: 11 * s, ev: "ok"},
+			{at: 11 * s, ev: "fail", n: 4}, // 4 of 5 in this interval, below MinimumCalls
+			{at: 11 * s, ev: "ok", n: 20},
+		}},
+		{"failure percentage checked at the end of the interval", true, []step{
+			{at: 1 * s, ev: "fail", n: 4},
+			{at: 1 * s, ev: "ok"},
+			{at: 1 * s, ev: "fail", n: 4},
+			{at: 1 * s, ev: "ok"}, // 8 of 10, the last call a success
+			{at: 9*s + 999*ms},    // still in the interval
+			{at: 10 * s, wantOut: true, wantEvents: []string{"ejected:failure percentage:30s"}},
+		}},
+		{"a timeout makes the endpoint suspect; the probe decides", true, []step{
+			{at: 1 * s, ev: "timeout", wantProbes: 1},
+			{at: 1 * s, ev: "timeout", n: 50, wantProbes: 1}, // one probe at a time
+			{at: 2 * s, ev: "pass"},
+			{at: 3 * s, ev: "timeout"},                // a probe passed 1s ago: ProbeInterval/10 = 2s
+			{at: 4 * s, ev: "timeout", wantProbes: 1}, // 2s after it
+			{at: 5 * s, ev: "probefail", wantOut: true, wantEvents: []string{"ejected:timeouts:30s"}},
+		}},
+		{"ejection time, readmission probes until one passes, multiplier", true, []step{
+			{at: 0, ev: "fail", n: 5, wantOut: true, wantEvents: ejCons30},
+			{at: 29 * s, wantOut: true},
+			{at: 30 * s, wantOut: true, wantProbes: 1},
+			{at: 31 * s, ev: "probefail", wantOut: true},
+			{at: 50 * s, wantOut: true},
+			{at: 51 * s, wantOut: true, wantProbes: 1}, // ProbeInterval after the failed probe
+			{at: 52 * s, ev: "pass", wantEvents: []string{"readmitted"}},
+			{at: 53 * s, ev: "fail", n: 5, wantOut: true, wantEvents: []string{"ejected:consecutive failures:1m0s"}},
+			{at: 113 * s, wantOut: true, wantProbes: 1},
+			{at: 113 * s, ev: "pass", wantEvents: []string{"readmitted"}},
+			{at: 114 * s, ev: "fail", n: 5, wantOut: true, wantEvents: []string{"ejected:consecutive failures:1m10s"}}, // 90s, capped at 70s
+		}},
+		{"the multiplier decays after whole intervals not ejected", true, []step{
+			{at: 0, ev: "fail", n: 5, wantOut: true, wantEvents: ejCons30},
+			{at: 30 * s, wantOut: true, wantProbes: 1},
+			{at: 30 * s, ev: "pass", wantEvents: []string{"readmitted"}}, // multiplier 1
+			{at: 39 * s, ev: "ok"},
+			{at: 40 * s, ev: "ok"}, // one whole interval after readmission: multiplier 0
+			{at: 41 * s, ev: "fail", n: 5, wantOut: true, wantEvents: ejCons30},
+		}},
+		{"the multiplier does not decay in an interval cut short", true, []step{
+			{at: 0, ev: "fail", n: 5, wantOut: true, wantEvents: ejCons30},
+			{at: 30 * s, wantOut: true, wantProbes: 1},
+			{at: 30 * s, ev: "pass", wantEvents: []string{"readmitted"}},
+			{at: 39 * s, ev: "fail", n: 5, wantOut: true, wantEvents: []string{"ejected:consecutive failures:1m0s"}},
+		}},
+		{"an endpoint without successful calls is probed; a failed probe ejects", true, []step{
+			{at: 10 * s, ev: "ok"},
+			{at: 20 * s},                // a success in the last ProbeInterval: no probe
+			{at: 40 * s, wantProbes: 1}, // none since 20s
+			{at: 40 * s, ev: "pass"},
+			{at: 60 * s, wantProbes: 1},
+			{at: 61 * s, ev: "probefail", wantOut: true, wantEvents: []string{"ejected:probe failed:30s"}},
+		}},
+		{"a probe result that ends before the ejection time is over readmits nothing", true, []step{
+			{at: 1 * s, ev: "timeout", wantProbes: 1},
+			{at: 1 * s, ev: "fail", n: 5, wantOut: true, wantProbes: 1, wantEvents: ejCons30},
+			{at: 2 * s, ev: "pass", wantOut: true},
+			{at: 31 * s, wantOut: true, wantProbes: 1},
+			{at: 31 * s, ev: "pass", wantEvents: []string{"readmitted"}},
+		}},
+		{"a skipped readmission probe is tried again after ProbeInterval", true, []step{
+			{at: 0, ev: "fail", n: 5, wantOut: true, wantEvents: ejCons30},
+			{at: 30 * s, wantOut: true, wantProbes: 1},
+			{at: 30 * s, ev: "skip", wantOut: true},
+			{at: 50 * s, wantOut: true, wantProbes: 1},
+			{at: 50 * s, ev: "pass", wantEvents: []string{"readmitted"}},
+		}},
+		{"a skipped suspicion probe ejects nothing", true, []step{
+			{at: 1 * s, ev: "timeout", wantProbes: 1},
+			{at: 1 * s, ev: "skip"},
+		}},
+		{"without probes: timeouts never eject, readmission when the ejection time is over", false, []step{
+			{at: 1 * s, ev: "timeout", n: 100},
+			{at: 100 * s},
+			{at: 100 * s, ev: "fail", n: 5, wantOut: true, wantEvents: ejCons30},
+			{at: 130 * s, wantEvents: []string{"readmitted"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runSteps(t, testConfig, tc.withProbe, tc.steps)
+		})
+	}
+}
+
+// Application errors are the backend's answers: thousands of them, with probes passing,
+// eject nothing (F16).
+func TestApplicationErrorsNeverEject(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	appErrs := []codes.Code{codes.NotFound, codes.InvalidArgument, codes.Aborted, codes.AlreadyExists,
+		codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated, codes.OutOfRange,
+		codes.Unimplemented, codes.ResourceExhausted, codes.Canceled, codes.Internal}
+	for i := range 5000 {
+		err := status.Error(appErrs[i%len(appErrs)], "application error")
+		h.d.Record(Classify(err, true, false), err)
+		if i%100 == 0 {
+			h.clock.Advance(time.Second)
+			if h.probing() > 0 {
+				h.answer(nil)
+			}
+		}
+	}
+	if h.d.Ejected() || len(h.takeEvents()) != 0 {
+		t.Fatalf("application errors ejected the endpoint: %+v", h.d.Status())
+	}
+}
+
+func TestStatus(t *testing.T) {
+	h := runSteps(t, testConfig, true, []step{
+		{at: 1 * time.Second, ev: "ok", n: 3},
+		{at: 2 * time.Second, ev: "timeout", wantProbes: 1},
+		{at: 2 * time.Second, ev: "fail", n: 2, wantProbes: 1},
+	})
+	st := h.d.Status()
+	want := Status{Suspect: true, ProbeInFlight: true, IntervalStart: h.start, Calls: 5, Failures: 2, Timeouts: 1, ConsecutiveFailures: 2}
+	if st.Ejected != want.Ejected || st.Suspect != want.Suspect || st.ProbeInFlight != want.ProbeInFlight ||
+		!st.IntervalStart.Equal(want.IntervalStart) || st.Calls != want.Calls || st.Failures != want.Failures ||
+		st.Timeouts != want.Timeouts || st.ConsecutiveFailures != want.ConsecutiveFailures {
+		t.Fatalf("Status = %+v, want %+v", st, want)
+	}
+	h.clock.Set(h.start.Add(3 * time.Second))
+	h.answer(errors.New("no answer"))
+	st = h.d.Status()
+	if !st.Ejected || st.Reason != Timeouts || st.Ejections != 1 || st.Multiplier != 1 ||
+		!st.EjectedAt.Equal(h.start.Add(3*time.Second)) || !st.EjectedUntil.Equal(h.start.Add(33*time.Second)) ||
+		st.LastProbe.Passed() || !st.LastProbe.At.Equal(h.start.Add(2*time.Second)) || st.LastProbe.Latency != time.Millisecond ||
+		!strings.Contains(st.Detail, "no answer") || st.Suspect {
+		t.Fatalf("Status after the failed probe = %+v", st)
+	}
+}
+
+func TestCloseStopsEverything(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	h.d.Timeout()
+	h.d.Close()
+	h.d.Close()
+	if n := h.clock.Pending(); n != 0 {
+		t.Fatalf("%d timers pending after Close", n)
+	}
+	h.answer(errors.New("failed")) // ignored
+	for range 20 {
+		h.d.Failure(errUnavailable)
+	}
+	h.d.Timeout()
+	h.clock.Advance(time.Hour)
+	if h.d.Ejected() || h.probing() != 0 || len(h.takeEvents()) != 0 {
+		t.Fatalf("the detector acted after Close: %+v", h.d.Status())
+	}
+}
+
+func TestEjectionTime(t *testing.T) {
+	c := Config{BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second}
+	for _, tc := range []struct {
+		base, max time.Duration
+		n         int
+		want      time.Duration
+	}{
+		{c.BaseEjectionTime, c.MaxEjectionTime, 1, 30 * time.Second},
+		{c.BaseEjectionTime, c.MaxEjectionTime, 3, 90 * time.Second},
+		{c.BaseEjectionTime, c.MaxEjectionTime, 10, 300 * time.Second},
+		{c.BaseEjectionTime, c.MaxEjectionTime, 11, 300 * time.Second},
+		{c.BaseEjectionTime, c.MaxEjectionTime, 1 << 40, 300 * time.Second}, // no overflow
+		{time.Minute, time.Second, 5, time.Minute},                          // max below base: base
+	} {
+		got := Config{BaseEjectionTime: tc.base, MaxEjectionTime: tc.max}.ejectionTime(tc.n)
+		if got != tc.want {
+			t.Errorf("ejectionTime(base %v, max %v, %d) = %v, want %v", tc.base, tc.max, tc.n, got, tc.want)
+		}
+	}
+}
+
+// Success is the call path: no allocation, no lock.
+func TestSuccessAllocatesNothing(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	h.d.Failure(errUnavailable)
+	if n := testing.AllocsPerRun(1000, func() { h.d.Success(); _ = h.d.Ejected() }); n != 0 {
+		t.Fatalf("Success allocates %v times per call", n)
+	}
+}
+
+// Concurrent outcomes, probes and status reads on the real clock, for the race detector.
+func TestConcurrentUse(t *testing.T) {
+	var mu sync.Mutex
+	var d *Detector
+	pending := map[uint64]bool{}
+	d = New(Options{Config: Config{Interval: time.Millisecond, ConsecutiveFailures: 3, FailurePercentage: 10, MinimumCalls: 5,
+		BaseEjectionTime: time.Millisecond, MaxEjectionTime: 3 * time.Millisecond, ProbeInterval: time.Millisecond},
+		Probe: func(seq uint64) { mu.Lock(); pending[seq] = true; mu.Unlock() },
+		OnEvent: func(Event) {
+			_ = d.Status()
+		}})
+	defer d.Close()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				switch (i + g) % 4 {
+				case 0, 1:
+					d.Success()
+				case 2:
+					d.Failure(errUnavailable)
+				case 3:
+					d.Timeout()
+				}
+				if i%50 == 0 {
+					mu.Lock()
+					for seq := range pending {
+						delete(pending, seq)
+						mu.Unlock()
+						d.ProbeDone(seq, nil, 0)
+						mu.Lock()
+					}
+					mu.Unlock()
+					_ = d.Status()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

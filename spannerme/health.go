@@ -1,0 +1,417 @@
+package spannerme
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+)
+
+// HealthSettings tunes endpoint health from call outcomes (README § Failure semantics): an
+// endpoint whose calls fail or stall while its connections stay up is ejected, so that every
+// group that lists it counts it as not available (RecoveryTimeout, then failover, as for a
+// lost connection), and it is readmitted when a probe passes. It is on by default; the zero
+// value takes every default. Settings are fixed when the GCPMultiEndpoint is created.
+//
+// What counts: UNAVAILABLE (returned by the backend or by gRPC for a failed transport) and a
+// stream reset are failures; a call whose deadline passed before any answer is a timeout,
+// which only makes the endpoint suspect (a probe decides); everything else the backend
+// answered is a success, application errors included (NOT_FOUND, INVALID_ARGUMENT,
+// ABORTED, ALREADY_EXISTS, FAILED_PRECONDITION, PERMISSION_DENIED, ...); a call the caller
+// cancelled counts for nothing, and so does a call that failed while the endpoint's pool
+// had no ready connection (the connectivity monitor handles that).
+//
+// Negative durations and counts, and a FailurePercentage above 100, are configuration
+// errors (*ConfigError naming the field).
+type HealthSettings struct {
+	// Disabled turns health from call outcomes off: no outcome is tracked, no probe is
+	// sent, no endpoint is ejected; availability is connectivity alone.
+	Disabled bool
+	// Interval is the counting interval of FailurePercentage, and an endpoint's ejection
+	// multiplier shrinks by one after each whole Interval it spends not ejected. Zero means
+	// 10s (gRPC outlier detection's default interval, gRFC A50).
+	Interval time.Duration
+	// ConsecutiveFailures failures in a row, with no success between them, eject the
+	// endpoint. Zero means 10: the Spanner client retries UNAVAILABLE within about a second
+	// (backoff from 20ms, x1.3; cloud.google.com/go/spanner, retry.go), so a dead endpoint
+	// reaches 10 at once, while independent failures at 5% reach it with probability 1e-13
+	// per call.
+	ConsecutiveFailures int
+	// FailurePercentage: when more than this percentage of the calls of one Interval failed,
+	// with at least MinimumCalls calls, the endpoint is ejected. Zero means 50 (Envoy's
+	// default is 85; a Spanner endpoint failing half its calls makes every query retry).
+	// At most 100.
+	FailurePercentage int
+	// MinimumCalls is the call volume FailurePercentage needs within one Interval. Zero
+	// means 20.
+	MinimumCalls int
+	// BaseEjectionTime is how long a first ejection lasts; the n-th lasts n times longer
+	// (n shrinks after healthy intervals), at most MaxEjectionTime. Then the endpoint is
+	// probed, and readmitted by the first probe that passes. Zero means 30s; zero
+	// MaxEjectionTime means 300s (both gRFC A50's defaults).
+	BaseEjectionTime time.Duration
+	MaxEjectionTime  time.Duration
+	// ProbeTimeout is the deadline of one probe. Zero means 2s.
+	ProbeTimeout time.Duration
+	// ProbeInterval: an endpoint that had no successful call for this long is probed (a
+	// standby, or an idle current endpoint), so that a standby whose path silently died is
+	// ejected before a failover lands on it; an ejected endpoint whose readmission probe
+	// failed is probed again after it. Zero means 10s: at most 6 probes per minute per
+	// idle endpoint, none for an endpoint whose calls succeed.
+	ProbeInterval time.Duration
+	// ResourceExhaustedIsFailure makes RESOURCE_EXHAUSTED a failure. By default it is a
+	// success: it is the backend's answer (Spanner's overload signal), every endpoint of a
+	// group leads to the same Spanner instance, and the Spanner client itself never cools
+	// down its default endpoint on it, only the replica endpoints of its location-aware
+	// routing (cloud.google.com/go/spanner v1.96.1, location_aware_client.go,
+	// maybeMarkEndpointCoolingDown; endpoint_overload_cooldown.go: 10s doubling to 1
+	// minute). Set it when an endpoint's frontend, not the database, is what overloads.
+	ResourceExhaustedIsFailure bool
+	// Probe sends one probe through one endpoint's channel pool, conn, and returns nil if the
+	// backend answered (with any answer that proves the path works), an error otherwise. ctx
+	// carries ProbeTimeout and is cancelled by Close. Probes go to the pool directly, not
+	// through routing, and are not counted as calls. Nil means SpannerProbe for
+	// NewMultiEndpointClient*, and UnimplementedMethodProbe for NewGCPMultiEndpoint*.
+	Probe ProbeFunc
+}
+
+// ProbeFunc probes one endpoint through its channel pool; see HealthSettings.Probe.
+type ProbeFunc func(ctx context.Context, conn grpc.ClientConnInterface) error
+
+func (h HealthSettings) withDefaults() HealthSettings {
+	if h.ProbeTimeout <= 0 {
+		h.ProbeTimeout = 2 * time.Second
+	}
+	if h.Probe == nil {
+		h.Probe = UnimplementedMethodProbe
+	}
+	c := h.detectorConfig().WithDefaults()
+	h.Interval, h.ConsecutiveFailures, h.FailurePercentage, h.MinimumCalls = c.Interval, c.ConsecutiveFailures, c.FailurePercentage, c.MinimumCalls
+	h.BaseEjectionTime, h.MaxEjectionTime, h.ProbeInterval = c.BaseEjectionTime, c.MaxEjectionTime, c.ProbeInterval
+	return h
+}
+
+func (h HealthSettings) detectorConfig() health.Config {
+	return health.Config{Interval: h.Interval, ConsecutiveFailures: h.ConsecutiveFailures, FailurePercentage: h.FailurePercentage,
+		MinimumCalls: h.MinimumCalls, BaseEjectionTime: h.BaseEjectionTime, MaxEjectionTime: h.MaxEjectionTime,
+		ProbeInterval: h.ProbeInterval}
+}
+
+// validate returns a *ConfigError naming the first negative field, or a FailurePercentage
+// above 100.
+func (h HealthSettings) validate() error {
+	bad := func(field string, v any) error {
+		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.Health.%s is negative (%v)", field, v)}
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"Interval", h.Interval}, {"BaseEjectionTime", h.BaseEjectionTime}, {"MaxEjectionTime", h.MaxEjectionTime},
+		{"ProbeTimeout", h.ProbeTimeout}, {"ProbeInterval", h.ProbeInterval}} {
+		if d.v < 0 {
+			return bad(d.field, d.v)
+		}
+	}
+	for _, n := range []struct {
+		field string
+		v     int
+	}{{"ConsecutiveFailures", h.ConsecutiveFailures}, {"FailurePercentage", h.FailurePercentage}, {"MinimumCalls", h.MinimumCalls}} {
+		if n.v < 0 {
+			return bad(n.field, n.v)
+		}
+	}
+	if h.FailurePercentage > 100 {
+		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.Health.FailurePercentage is above 100 (%d)", h.FailurePercentage)}
+	}
+	return nil
+}
+
+// EjectionReason says why an endpoint was ejected. String returns "consecutive failures",
+// "failure percentage", "timeouts" or "probe failed".
+type EjectionReason = health.Reason
+
+// The ejection reasons.
+const (
+	// ReasonConsecutiveFailures: HealthSettings.ConsecutiveFailures calls failed in a row.
+	ReasonConsecutiveFailures = health.ConsecutiveFailures
+	// ReasonFailurePercentage: more than HealthSettings.FailurePercentage percent of an
+	// interval's calls failed.
+	ReasonFailurePercentage = health.FailurePercentage
+	// ReasonTimeouts: calls timed out without an answer, and the probe sent at once failed.
+	ReasonTimeouts = health.Timeouts
+	// ReasonProbeFailed: the probe of an endpoint without successful calls (a standby)
+	// failed.
+	ReasonProbeFailed = health.ProbeFailed
+)
+
+// HealthEventKind says whether an endpoint was ejected or readmitted. String returns
+// "ejected" or "readmitted".
+type HealthEventKind = health.EventKind
+
+// The health event kinds.
+const (
+	EndpointEjected    = health.Ejected
+	EndpointReadmitted = health.Readmitted
+)
+
+// HealthEvent reports one ejection or readmission of an endpoint.
+type HealthEvent struct {
+	// Endpoint is the endpoint, as in PoolStatus.
+	Endpoint string
+	// Kind is EndpointEjected or EndpointReadmitted.
+	Kind HealthEventKind
+	// Reason is why the endpoint was ejected (for a readmission: why it had been), and
+	// Detail says it in words, with the last error.
+	Reason EjectionReason
+	Detail string
+	// At is when it happened.
+	At time.Time
+	// Until is when the ejection time ends: the endpoint is probed then, and readmitted by
+	// the first probe that passes.
+	Until time.Time
+	// Ejections counts the endpoint's ejections so far.
+	Ejections int
+}
+
+// PoolHealth is an endpoint's health from call outcomes, in a PoolStatus. Times are zero
+// when the event has not happened.
+type PoolHealth struct {
+	// Disabled reports that health from call outcomes is off (HealthSettings.Disabled, or a
+	// retired pool); the other fields are then zero.
+	Disabled bool
+	// Ejected reports whether the endpoint is ejected: not available to any group although
+	// its connections may be up.
+	Ejected bool
+	// EjectedAt and EjectedUntil bound the current or last ejection; a probe that passes at
+	// or after EjectedUntil readmits the endpoint.
+	EjectedAt, EjectedUntil time.Time
+	// Reason and Detail say why the endpoint is (or was last) ejected.
+	Reason EjectionReason
+	Detail string
+	// Ejections counts the ejections since the pool was created.
+	Ejections int
+	// Suspect reports that calls timed out without an answer and a probe is deciding.
+	Suspect bool
+	// LastProbe is the last probe that ended.
+	LastProbe ProbeStatus
+	// IntervalStart is when the current counting interval began. Calls counts the calls of
+	// the interval that succeeded or failed; Failures and Timeouts those that failed or
+	// timed out.
+	IntervalStart             time.Time
+	Calls, Failures, Timeouts int64
+	// ConsecutiveFailures counts the failures since the last success.
+	ConsecutiveFailures int64
+}
+
+// ProbeStatus is one probe's result.
+type ProbeStatus struct {
+	// At is when the probe started; zero if none has ended.
+	At time.Time
+	// Latency is how long it took.
+	Latency time.Duration
+	// Passed reports whether it passed; Error says why not.
+	Passed bool
+	Error  string
+}
+
+// poolHealth returns p's PoolHealth.
+func (p *pool) poolHealth() PoolHealth {
+	if p.health == nil || p.retired() {
+		return PoolHealth{Disabled: true}
+	}
+	s := p.health.Status()
+	ph := PoolHealth{Ejected: s.Ejected, EjectedAt: s.EjectedAt, EjectedUntil: s.EjectedUntil, Reason: s.Reason,
+		Detail: s.Detail, Ejections: s.Ejections, Suspect: s.Suspect,
+		LastProbe:     ProbeStatus{At: s.LastProbe.At, Latency: s.LastProbe.Latency, Passed: s.LastProbe.Passed()},
+		IntervalStart: s.IntervalStart, Calls: s.Calls, Failures: s.Failures, Timeouts: s.Timeouts,
+		ConsecutiveFailures: s.ConsecutiveFailures}
+	if s.LastProbe.Err != nil {
+		ph.LastProbe.Error = s.LastProbe.Err.Error()
+	}
+	return ph
+}
+
+// available reports whether the groups may use p: it has a ready connection and is not
+// ejected.
+func (p *pool) available() bool {
+	return p.ready.Load() && (p.health == nil || !p.health.Ejected())
+}
+
+// observe records the outcome of one call on p. answered reports that a response (header or
+// message) had arrived. A success takes no lock and allocates nothing. A failure or timeout
+// while p has no ready connection is left to the connectivity monitor: it says nothing
+// about the backend, and it must not keep a reconnected endpoint ejected.
+func (p *pool) observe(err error, answered bool) {
+	h := p.health
+	if h == nil {
+		return
+	}
+	if err == nil {
+		h.Success()
+		return
+	}
+	o := health.Classify(err, answered, p.overloadIsFailure)
+	if (o == health.Failure || o == health.Timeout) && connectivity.State(p.state.Load()) != connectivity.Ready {
+		return
+	}
+	h.Record(o, err)
+}
+
+// startHealth gives p its detector, before p is published. Probes run on goroutines p
+// tracks; stopHealth ends them.
+func (gme *GCPMultiEndpoint) startHealth(p *pool) {
+	hs := gme.settings.Health
+	if hs.Disabled {
+		return
+	}
+	p.overloadIsFailure = hs.ResourceExhaustedIsFailure
+	p.probeCtx, p.cancelProbes = context.WithCancel(context.Background())
+	p.health = health.New(health.Options{
+		Config: hs.detectorConfig(), Clock: gme.settings.clock,
+		Probe:   func(seq uint64) { gme.probe(p, seq) },
+		OnEvent: func(ev health.Event) { gme.onHealthEvent(p, ev) },
+	})
+}
+
+// probe runs probe seq of p on a goroutine of its own and reports its result to p's
+// detector. A probe of a pool without a ready connection is skipped, and so is a failure
+// seen once the pool has lost its ready connection: connectivity is the monitor's business.
+func (gme *GCPMultiEndpoint) probe(p *pool, seq uint64) {
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	if p.probesStopped {
+		return
+	}
+	p.probes.Add(1)
+	go func() {
+		defer p.probes.Done()
+		if connectivity.State(p.state.Load()) != connectivity.Ready {
+			p.health.ProbeDone(seq, health.ErrProbeSkipped, 0)
+			return
+		}
+		clk := gme.settings.clock
+		ctx, cancel := context.WithTimeout(p.probeCtx, gme.settings.Health.ProbeTimeout)
+		start := clk.Now()
+		err := gme.settings.Health.Probe(ctx, p.conn)
+		latency := clk.Now().Sub(start)
+		cancel()
+		if p.probeCtx.Err() != nil {
+			return // stopped: the detector is closed
+		}
+		if err != nil && connectivity.State(p.state.Load()) != connectivity.Ready {
+			err = fmt.Errorf("%w: the pool lost its ready connection: %v", health.ErrProbeSkipped, err)
+		}
+		p.health.ProbeDone(seq, err, latency)
+	}()
+}
+
+// stopHealth closes p's detector and cancels and waits for its probes. Idempotent.
+func (p *pool) stopHealth() {
+	if p.health == nil {
+		return
+	}
+	p.health.Close()
+	p.probeMu.Lock()
+	p.probesStopped = true
+	p.probeMu.Unlock()
+	p.cancelProbes()
+	p.probes.Wait()
+}
+
+// onHealthEvent receives p's ejections and readmissions (no lock held): the groups hear the
+// new availability, waiting calls pick again, and the event goes to the logger and
+// Settings.OnHealth.
+func (gme *GCPMultiEndpoint) onHealthEvent(p *pool, ev health.Event) {
+	gme.publish(p)
+	gme.changed.signal()
+	gme.events.pushHealth(HealthEvent{Endpoint: p.endpoint, Kind: ev.Kind, Reason: ev.Reason, Detail: ev.Detail,
+		At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
+}
+
+// initialState is what a group adding endpoint e knows of it: Available when its pool is
+// available, Unavailable when the pool is known down (or ejected), Recovering while its
+// first connection attempt is under way or for a fresh pool.
+func initialState(p *pool) multiendpoint.State {
+	switch {
+	case p == nil: // a fresh pool: its first attempt is under way
+		return multiendpoint.Recovering
+	case p.available():
+		return multiendpoint.Available
+	case p.settled.Load():
+		return multiendpoint.Unavailable
+	}
+	return multiendpoint.Recovering
+}
+
+// deliverHealth logs ev (ejection at Warn, readmission at Info) and hands it to
+// Settings.OnHealth. It runs on the event queue's goroutine.
+func (q *eventQueue) deliverHealth(ev HealthEvent) {
+	if ev.Kind == EndpointEjected {
+		q.log.Warn("spannerme: endpoint ejected: its calls fail or stall; groups count it as not available",
+			"endpoint", ev.Endpoint, "reason", ev.Reason.String(), "detail", ev.Detail, "until", ev.Until, "ejections", ev.Ejections)
+	} else {
+		q.log.Info("spannerme: endpoint readmitted: its probe passed",
+			"endpoint", ev.Endpoint, "ejected_for", ev.Reason.String())
+	}
+	if q.onHealth != nil && q.open() { // as for OnSwitch: none starts after close
+		q.onHealth(ev)
+	}
+}
+
+// Bits of trackedStream.health.
+const (
+	// streamSent: SendMsg returned nil or io.EOF, so the underlying gRPC stream exists
+	// (grpcgcp's stream interceptor creates it on the first SendMsg).
+	streamSent uint32 = 1 << iota
+	// streamAnswered: a response message arrived.
+	streamAnswered
+	// streamReported: the stream's outcome was recorded.
+	streamReported
+)
+
+// mark sets bit once; later calls only read.
+func (s *trackedStream) mark(bit uint32) {
+	if s.health.Load()&bit == 0 {
+		s.health.Or(bit)
+	}
+}
+
+// ended records the stream's outcome once: err is what RecvMsg or SendMsg returned (io.EOF
+// for a stream that ended well). A stream whose deadline passed counts as answered if it had
+// received a message or its response header: the header is read only then, from a stream
+// that has ended, so a successful stream reads nothing and allocates nothing here.
+func (s *trackedStream) ended(err error) {
+	if s.pool.health == nil || s.health.Or(streamReported)&streamReported != 0 {
+		return
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	flags := s.health.Load()
+	answered := flags&streamAnswered != 0
+	if !answered && flags&streamSent != 0 && status.Code(err) == codes.DeadlineExceeded {
+		md, _ := s.ClientStream.Header()
+		answered = md != nil
+	}
+	s.pool.observe(err, answered)
+}
+
+// healthFields is HealthSettings without Probe, for comparing configurations.
+type healthFields struct {
+	disabled, overload bool
+	cfg                health.Config
+	probeTimeout       time.Duration
+}
+
+func (h HealthSettings) comparable() healthFields {
+	return healthFields{disabled: h.Disabled, overload: h.ResourceExhaustedIsFailure, cfg: h.detectorConfig(), probeTimeout: h.ProbeTimeout}
+}

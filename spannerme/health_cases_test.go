@@ -1,0 +1,652 @@
+package spannerme
+
+// Scenarios F13-F18 of shared/cases: endpoints whose connections stay up while their calls
+// fail or stall, behind fake Google frontends (spannermetest.Frontend, HTTP/2 ends at them)
+// in front of ONE in-memory Spanner, through the Spanner client. Figures are logged with
+// t.Logf (go test -v -run TestCase_F1).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc/codes"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+const (
+	methodQuery      = "/google.spanner.v1.Spanner/ExecuteStreamingSql"
+	methodGetSession = "/google.spanner.v1.Spanner/GetSession"
+)
+
+// frontendBackend is ONE seeded in-memory Spanner with fake Google frontends in front of it.
+type frontendBackend struct {
+	addr     string // the backend's address
+	database string
+	fes      []*spannermetest.Frontend
+}
+
+func startFrontendBackend(t *testing.T, frontends int) *frontendBackend {
+	t.Helper()
+	srv, db := fixture.StartSpannertest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	direct, err := fixture.NewClient(ctx, srv.Addr, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if err := fixture.Seed(ctx, direct); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	b := &frontendBackend{addr: srv.Addr, database: db}
+	for range frontends {
+		b.fes = append(b.fes, spannermetest.NewFrontendTB(t, srv.Addr))
+	}
+	return b
+}
+
+// timeline records when health and switch events happened, relative to marks the test sets.
+type timeline struct {
+	mu     sync.Mutex // guards the fields below
+	start  time.Time
+	health []HealthEvent
+	healAt []time.Duration // since start, by index of health
+	sw     []SwitchEvent
+	swAt   []time.Duration
+}
+
+func newTimeline() *timeline { return &timeline{start: time.Now()} }
+
+func (tl *timeline) settings(s Settings) Settings {
+	s.OnHealth = func(ev HealthEvent) {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		tl.health = append(tl.health, ev)
+		tl.healAt = append(tl.healAt, time.Since(tl.start))
+	}
+	s.OnSwitch = func(ev SwitchEvent) {
+		tl.mu.Lock()
+		defer tl.mu.Unlock()
+		tl.sw = append(tl.sw, ev)
+		tl.swAt = append(tl.swAt, time.Since(tl.start))
+	}
+	return s
+}
+
+// restart makes later times count from now and returns now.
+func (tl *timeline) restart() time.Time {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.start = time.Now()
+	return tl.start
+}
+
+// healthAfter returns the first event of kind for endpoint at or after index from, its
+// time since start and its index, or ok false.
+func (tl *timeline) healthEvent(endpoint string, kind HealthEventKind, from int) (ev HealthEvent, at time.Duration, index int, ok bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for i := from; i < len(tl.health); i++ {
+		if tl.health[i].Endpoint == endpoint && tl.health[i].Kind == kind {
+			return tl.health[i], tl.healAt[i], i, true
+		}
+	}
+	return HealthEvent{}, 0, 0, false
+}
+
+func (tl *timeline) switchTo(to string, from int) (ev SwitchEvent, at time.Duration, index int, ok bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for i := from; i < len(tl.sw); i++ {
+		if tl.sw[i].To == to {
+			return tl.sw[i], tl.swAt[i], i, true
+		}
+	}
+	return SwitchEvent{}, 0, 0, false
+}
+
+func (tl *timeline) counts() (health, switches int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return len(tl.health), len(tl.sw)
+}
+
+func (tl *timeline) String() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var b strings.Builder
+	for i, ev := range tl.health {
+		fmt.Fprintf(&b, "  health %v %s %s (%s)", tl.healAt[i].Round(time.Millisecond), ev.Endpoint, ev.Kind, ev.Detail)
+		if ev.Kind == EndpointEjected {
+			fmt.Fprintf(&b, " for %v", ev.Until.Sub(ev.At).Round(time.Millisecond))
+		}
+		b.WriteString("\n")
+	}
+	for i, ev := range tl.sw {
+		fmt.Fprintf(&b, "  switch %v %s -> %s (%s)\n", tl.swAt[i].Round(time.Millisecond), ev.From, ev.To, ev.Reason)
+	}
+	return b.String()
+}
+
+// waitHealth waits for the first event of kind for endpoint and returns it with its time.
+func (tl *timeline) waitHealth(t *testing.T, endpoint string, kind HealthEventKind, within time.Duration) (HealthEvent, time.Duration) {
+	t.Helper()
+	var ev HealthEvent
+	var at time.Duration
+	eventually(t, within, fmt.Sprintf("%s %s", endpoint, kind), func() bool {
+		var ok bool
+		ev, at, _, ok = tl.healthEvent(endpoint, kind, 0)
+		return ok
+	})
+	return ev, at
+}
+
+// waitSwitch waits for the first switch to endpoint among the switches from index from on.
+func (tl *timeline) waitSwitch(t *testing.T, to string, from int, within time.Duration) (SwitchEvent, time.Duration) {
+	t.Helper()
+	var ev SwitchEvent
+	var at time.Duration
+	eventually(t, within, "switch to "+to, func() bool {
+		var ok bool
+		ev, at, _, ok = tl.switchTo(to, from)
+		return ok
+	})
+	return ev, at
+}
+
+// waitFor polls cond every 10ms until it holds or within passes, and returns how long it
+// took.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	eventually(t, within, what, cond)
+	return time.Since(start)
+}
+
+// newFrontendClient returns a Spanner client over groups of frontends, once every pool is
+// READY. Its sessions exist (one query ran).
+func newFrontendClient(t *testing.T, b *frontendBackend, o *grpcgcp.GCPMultiEndpointOptions, s Settings) (*spanner.Client, *GCPMultiEndpoint) {
+	t.Helper()
+	client, gme := newSpannerClient(t, &spannerBackend{database: b.database}, o, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := countAccounts(ctx, client); err != nil {
+		t.Fatalf("first query: %v", err)
+	}
+	return client, gme
+}
+
+// load runs queries on workers goroutines until stop, each with its own deadline, and counts
+// them. A query that fails is recorded with its error.
+type load struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex // guards errs
+	errs       []error
+	stop       context.CancelFunc
+	done       sync.WaitGroup
+}
+
+func startLoad(client *spanner.Client, workers int, deadline time.Duration) *load {
+	l := &load{}
+	ctx, stop := context.WithCancel(context.Background())
+	l.stop = stop
+	for range workers {
+		l.done.Add(1)
+		go func() {
+			defer l.done.Done()
+			for ctx.Err() == nil {
+				qctx, cancel := context.WithTimeout(context.Background(), deadline)
+				_, err := countAccounts(qctx, client)
+				cancel()
+				if err == nil {
+					l.ok.Add(1)
+					continue
+				}
+				l.failed.Add(1)
+				l.mu.Lock()
+				if len(l.errs) < 5 {
+					l.errs = append(l.errs, err)
+				}
+				l.mu.Unlock()
+				select { // a failing query must not spin
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// end stops the load and waits for its queries.
+func (l *load) end() {
+	l.stop()
+	l.done.Wait()
+}
+
+func (l *load) errors() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return errors.Join(l.errs...)
+}
+
+func queries(fe *spannermetest.Frontend) int64 { return fe.Stats().Methods[methodQuery].Received }
+
+// healthSettings are the defaults with the ejection and probe times of a test that must
+// finish in seconds.
+func healthSettings(base, probeInterval time.Duration) HealthSettings {
+	return HealthSettings{BaseEjectionTime: base, ProbeInterval: probeInterval}
+}
+
+// F13: E1's frontend answers every call UNAVAILABLE with its connections up. Group [E1, E2],
+// RecoveryTimeout 500ms, queries with a 5s deadline: none fails; from RecoveryTimeout + 2s
+// on no query reaches E1; after E1 heals, probes readmit it and traffic returns after
+// SwitchingDelay.
+func TestCase_F13_ReadyButFailingEndpointIsEjected(t *testing.T) {
+	const rt, sd = 500 * time.Millisecond, time.Second
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newTimeline()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(3*time.Second, time.Second)
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(rt, sd, e1.Addr(), e2.Addr()),
+	}), s)
+
+	l := startLoad(client, 4, 5*time.Second)
+	defer l.end()
+	eventually(t, 10*time.Second, "queries on E1", func() bool { return queries(e1) > 20 })
+
+	fault := tl.restart()
+	if err := e1.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	_, ejectedAt := tl.waitHealth(t, e1.Addr(), EndpointEjected, 10*time.Second)
+	_, switchedAt := tl.waitSwitch(t, e2.Addr(), 0, 10*time.Second)
+	// From RecoveryTimeout + 2s after the fault on, no query reaches E1.
+	time.Sleep(time.Until(fault.Add(rt + 2*time.Second)))
+	quiet := queries(e1)
+	e2Before := queries(e2)
+	time.Sleep(3 * time.Second)
+	if got := queries(e1); got != quiet {
+		t.Fatalf("%d queries reached E1 between RecoveryTimeout+2s and RecoveryTimeout+5s after the fault\n%s", got-quiet, tl)
+	}
+	if queries(e2) <= e2Before {
+		t.Fatalf("E2 served no query after the failover\n%s", tl)
+	}
+	failedDuringFault := l.failed.Load()
+
+	// E1 heals: a probe readmits it once its ejection time is over, and traffic returns
+	// after SwitchingDelay.
+	healed := time.Now()
+	e1.Pass()
+	_, readmittedAt := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 20*time.Second)
+	ev, backAt := tl.waitSwitch(t, e1.Addr(), 0, 20*time.Second)
+	if ev.Reason != Recovery {
+		t.Fatalf("switched back to E1 for %v, want recovery\n%s", ev.Reason, tl)
+	}
+	if backAt-readmittedAt < sd {
+		t.Fatalf("switched back %v after readmission, before SwitchingDelay %v\n%s", backAt-readmittedAt, sd, tl)
+	}
+	back := queries(e1)
+	eventually(t, 10*time.Second, "queries on E1 again", func() bool { return queries(e1) > back+5 })
+	l.end()
+	if n := l.failed.Load(); n != 0 {
+		t.Fatalf("%d of %d queries failed (%d during the fault): %v\n%s", n, n+l.ok.Load(), failedDuringFault, l.errors(), tl)
+	}
+	ph, _ := poolOf(gme, e1.Addr())
+	t.Logf("F13 figures (RecoveryTimeout %v, SwitchingDelay %v, BaseEjectionTime 3s, ProbeInterval 1s): ejected %v after the fault, "+
+		"switched to E2 at %v; E1 healed at %v, readmitted at %v, traffic back at %v (%v after readmission); %d queries, none failed; E1 health: %+v\n%s",
+		rt, sd, ejectedAt.Round(time.Millisecond), switchedAt.Round(time.Millisecond), healed.Sub(fault).Round(time.Millisecond),
+		readmittedAt.Round(time.Millisecond), backAt.Round(time.Millisecond), (backAt - readmittedAt).Round(time.Millisecond), l.ok.Load(), ph.Health, tl)
+}
+
+// F14: E1 accepts calls and never answers. Callers use 1s deadlines. Calls are served by E2
+// within the bound RecoveryTimeout + 1s (the first deadline) + ProbeTimeout (the probe that
+// confirms the suspicion) + 2s of slack for the first timeouts to arrive and the loaded
+// machine; with the defaults' 2s ProbeTimeout and RecoveryTimeout 1s that is 6s.
+func TestCase_F14_StalledFrontendIsEjectedByProbe(t *testing.T) {
+	const rt = time.Second
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newTimeline()
+	s := tl.settings(fastSettings(nil))
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(rt, time.Second, e1.Addr(), e2.Addr()),
+	}), s)
+	probeTimeout := gme.settings.Health.ProbeTimeout
+	bound := rt + time.Second + probeTimeout + 2*time.Second
+
+	l := startLoad(client, 4, time.Second)
+	defer l.end()
+	eventually(t, 10*time.Second, "queries on E1", func() bool { return queries(e1) > 20 })
+	tl.restart()
+	e1.Hang()
+	e2Before := queries(e2)
+	okBefore := l.ok.Load()
+	took := waitFor(t, 30*time.Second, "queries served by E2", func() bool {
+		return e2.Stats().Methods[methodQuery].Forwarded > e2Before && l.ok.Load() > okBefore
+	})
+	ev, ejectedAt, _, ok := tl.healthEvent(e1.Addr(), EndpointEjected, 0)
+	if !ok || ev.Reason != ReasonTimeouts {
+		t.Fatalf("E1 not ejected for timeouts: %+v\n%s", ev, tl)
+	}
+	if took > bound {
+		t.Fatalf("served by E2 %v after the hang, more than the bound %v\n%s", took, bound, tl)
+	}
+	t.Logf("F14 figures (RecoveryTimeout %v, 1s deadlines, ProbeTimeout %v): E1 ejected %v after the hang, calls served by E2 %v after it (bound %v)\n%s",
+		rt, probeTimeout, ejectedAt.Round(time.Millisecond), took.Round(time.Millisecond), bound, tl)
+}
+
+// F14, second half: a healthy endpoint whose queries are slower than their short deadlines
+// is suspect, probed, and never ejected: its probes answer within ProbeTimeout.
+func TestCase_F14_SlowQueriesWithShortDeadlinesNeverEject(t *testing.T) {
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newTimeline()
+	s := tl.settings(fastSettings(nil))
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(time.Second, time.Second, e1.Addr(), e2.Addr()),
+	}), s)
+	e1.SetLatency(700 * time.Millisecond) // every call; the probe's 2s deadline covers it
+	l := startLoad(client, 4, 300*time.Millisecond)
+	time.Sleep(6 * time.Second)
+	l.end()
+	ph, _ := poolOf(gme, e1.Addr())
+	if h, sw := tl.counts(); h != 0 || sw != 0 || ph.Health.Ejections != 0 {
+		t.Fatalf("slow queries ejected or moved a healthy endpoint: %d health events, %d switches, %+v\n%s", h, sw, ph.Health, tl)
+	}
+	if l.failed.Load() == 0 || !ph.Health.LastProbe.Passed || ph.Health.Timeouts == 0 {
+		t.Fatalf("the test did not exercise suspicion: %d queries timed out, health %+v", l.failed.Load(), ph.Health)
+	}
+	t.Logf("F14 slow endpoint: %d queries timed out, E1 never ejected; last probe %v in %v",
+		l.failed.Load(), ph.Health.LastProbe.Passed, ph.Health.LastProbe.Latency)
+}
+
+// F15: E1 fails 70% of calls with UNAVAILABLE: ejected, traffic settles on E2. E1 fails 5%:
+// never ejected, the Spanner client's retries absorb them, no switch at all. Default health
+// settings.
+func TestCase_F15_PartialFailure(t *testing.T) {
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	for _, tc := range []struct {
+		name     string
+		fraction float64
+		eject    bool
+	}{{"5%", 0.05, false}, {"70%", 0.70, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e1.Pass()
+			tl := newTimeline()
+			s := tl.settings(fastSettings(nil))
+			client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+				"default": group(500*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
+			}), s)
+			l := startLoad(client, 4, 5*time.Second)
+			defer l.end()
+			eventually(t, 10*time.Second, "queries on E1", func() bool { return queries(e1) > 20 })
+			tl.restart()
+			if err := e1.FailFraction(tc.fraction, codes.Unavailable); err != nil {
+				t.Fatal(err)
+			}
+			before := e1.Stats().Methods[methodQuery]
+			if tc.eject {
+				took := waitFor(t, 15*time.Second, "E1 ejected", func() bool {
+					_, _, _, ok := tl.healthEvent(e1.Addr(), EndpointEjected, 0)
+					return ok
+				})
+				eventually(t, 10*time.Second, "switch to E2", func() bool { _, _, _, ok := tl.switchTo(e2.Addr(), 0); return ok })
+				settled := queries(e1)
+				time.Sleep(3 * time.Second)
+				if got := queries(e1); got != settled {
+					t.Fatalf("%d queries reached E1 after traffic settled on E2\n%s", got-settled, tl)
+				}
+				if _, sw := tl.counts(); sw != 1 {
+					t.Fatalf("%d switches, want 1 (no flapping)\n%s", sw, tl)
+				}
+				t.Logf("F15 70%%: E1 ejected %v after the fault\n%s", took.Round(time.Millisecond), tl)
+			} else {
+				time.Sleep(8 * time.Second)
+				st := e1.Stats().Methods[methodQuery]
+				if h, sw := tl.counts(); h != 0 || sw != 0 {
+					t.Fatalf("5%% failures: %d health events, %d switches; want none\n%s", h, sw, tl)
+				}
+				if st.Failed-before.Failed == 0 {
+					t.Fatalf("no call failed: the test exercised nothing (%+v)", st)
+				}
+				ph, _ := poolOf(gme, e1.Addr())
+				t.Logf("F15 5%%: %d of %d queries failed at E1 and were retried, never ejected; E1 health %+v",
+					st.Failed-before.Failed, st.Received-before.Received, ph.Health)
+			}
+			l.end()
+			if n := l.failed.Load(); n != 0 {
+				t.Fatalf("%d queries failed: %v\n%s", n, l.errors(), tl)
+			}
+		})
+	}
+}
+
+// F16: application errors are the backend's answers: bad SQL, a missing table, caller
+// cancellation, and ABORTED, PERMISSION_DENIED, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION
+// and INVALID_ARGUMENT answered for every call: thousands of them eject nothing.
+func TestCase_F16_ApplicationErrorsEjectNothing(t *testing.T) {
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newTimeline()
+	s := tl.settings(fastSettings(nil))
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(500*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
+	}), s)
+	var calls atomic.Int64
+	run := func(n int, query func(ctx context.Context) error) {
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 8 {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					if err := query(ctx); err == nil {
+						t.Errorf("an application error query succeeded")
+					}
+					cancel()
+					calls.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	stmt := func(sql string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			return client.Single().Query(ctx, spanner.Statement{SQL: sql}).Do(func(*spanner.Row) error { return nil })
+		}
+	}
+	run(500, stmt("SELEKT 1"))                  // INVALID_ARGUMENT
+	run(500, stmt("SELECT * FROM NoSuchTable")) // the backend's error for a missing table
+	run(300, func(ctx context.Context) error {  // caller cancellation mid-call
+		e1.SetLatency(50 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		return stmt("SELECT 1")(ctx)
+	})
+	e1.SetLatency(0)
+	for _, code := range []codes.Code{codes.Aborted, codes.PermissionDenied, codes.NotFound, codes.AlreadyExists,
+		codes.FailedPrecondition, codes.InvalidArgument} {
+		if err := e1.FailAll(code); err != nil {
+			t.Fatal(err)
+		}
+		run(300, stmt("SELECT 1"))
+	}
+	e1.Pass()
+	ph, _ := poolOf(gme, e1.Addr())
+	if h, sw := tl.counts(); h != 0 || sw != 0 || ph.Health.Ejected || ph.Health.Ejections != 0 {
+		t.Fatalf("application errors: %d health events, %d switches, health %+v\n%s", h, sw, ph.Health, tl)
+	}
+	if _, err := countAccounts(context.Background(), client); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("F16: %d failing queries (%d calls reached E1), no ejection; E1 health %+v", calls.Load(), e1.Stats().Received, ph.Health)
+}
+
+// F17: E1 answers RESOURCE_EXHAUSTED. By default that is the backend's answer: no ejection,
+// the queries get the error (the Spanner client retries it only with a server-given delay).
+// With ResourceExhaustedIsFailure, E1 is ejected and E2 serves.
+func TestCase_F17_ResourceExhausted(t *testing.T) {
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	for _, tc := range []struct {
+		name    string
+		failure bool
+	}{{"default: not a failure", false}, {"ResourceExhaustedIsFailure", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e1.Pass()
+			tl := newTimeline()
+			s := tl.settings(fastSettings(nil))
+			s.Health.ResourceExhaustedIsFailure = tc.failure
+			client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+				"default": group(500*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
+			}), s)
+			if err := e1.FailAll(codes.ResourceExhausted); err != nil {
+				t.Fatal(err)
+			}
+			defer e1.Pass()
+			if tc.failure {
+				l := startLoad(client, 4, 5*time.Second)
+				eventually(t, 15*time.Second, "E1 ejected", func() bool {
+					ev, _, _, ok := tl.healthEvent(e1.Addr(), EndpointEjected, 0)
+					return ok && ev.Reason == ReasonConsecutiveFailures || ok && ev.Reason == ReasonFailurePercentage
+				})
+				eventually(t, 10*time.Second, "switch to E2", func() bool { _, _, _, ok := tl.switchTo(e2.Addr(), 0); return ok })
+				okBefore, e2Before := l.ok.Load(), queries(e2)
+				eventually(t, 10*time.Second, "queries served by E2", func() bool { return l.ok.Load() > okBefore+5 && queries(e2) > e2Before })
+				l.end()
+				t.Logf("F17 with ResourceExhaustedIsFailure: %d queries failed with RESOURCE_EXHAUSTED before the failover, E2 serves\n%s", l.failed.Load(), tl)
+				return
+			}
+			var exhausted int
+			for range 200 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := countAccounts(ctx, client)
+				cancel()
+				if spanner.ErrCode(err) == codes.ResourceExhausted {
+					exhausted++
+				}
+			}
+			time.Sleep(time.Second) // RecoveryTimeout and then some: nothing may happen
+			ph, _ := poolOf(gme, e1.Addr())
+			if h, sw := tl.counts(); h != 0 || sw != 0 || exhausted == 0 {
+				t.Fatalf("RESOURCE_EXHAUSTED by default: %d health events, %d switches, %d queries exhausted; want none, none, some\n%s",
+					h, sw, exhausted, tl)
+			}
+			t.Logf("F17 default: %d of 200 queries got RESOURCE_EXHAUSTED, E1 not ejected (health %+v)", exhausted, ph.Health)
+		})
+	}
+}
+
+// F18: group [E1, E2, E3]; E2's path silently dies (a TCP blackhole: no reset, no answer)
+// while it carries no calls; later E1 fails. Traffic goes to E3, not to the dead E2: the
+// standby probe found E2 dead first.
+func TestCase_F18_SilentStandbyIsProbed(t *testing.T) {
+	b := startFrontendBackend(t, 2)
+	e1, e3 := b.fes[0], b.fes[1]
+	e2 := spannermetest.NewEndpointTB(t, b.addr) // a TCP proxy: it can blackhole
+	tl := newTimeline()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(3*time.Second, time.Second)
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(500*time.Millisecond, time.Second, e1.Addr(), e2.Addr(), e3.Addr()),
+	}), s)
+	l := startLoad(client, 4, 5*time.Second)
+	defer l.end()
+	tl.restart()
+	e2.Blackhole()
+	took := waitFor(t, 15*time.Second, "E2 ejected by its probe", func() bool {
+		ev, _, _, ok := tl.healthEvent(e2.Addr(), EndpointEjected, 0)
+		return ok && ev.Reason == ReasonProbeFailed
+	})
+	if p, _ := poolOf(gme, e2.Addr()); p.Connectivity != "READY" {
+		t.Fatalf("E2's pool is %s: the test wants a standby that still looks connected", p.Connectivity)
+	}
+	e2Bytes := e2.Stats().BytesToBackend
+	if err := e1.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "switch to E3", func() bool { _, _, _, ok := tl.switchTo(e3.Addr(), 0); return ok })
+	e3Before := queries(e3)
+	eventually(t, 10*time.Second, "queries on E3", func() bool { return queries(e3) > e3Before+10 })
+	l.end()
+	if _, _, _, ok := tl.switchTo(e2.Addr(), 0); ok {
+		t.Fatalf("traffic went to the dead standby E2\n%s", tl)
+	}
+	if got := e2.Stats().BytesToBackend; got != e2Bytes {
+		t.Fatalf("%d bytes reached the backend through the blackholed E2", got-e2Bytes)
+	}
+	if n := l.failed.Load(); n != 0 {
+		t.Fatalf("%d queries failed: %v\n%s", n, l.errors(), tl)
+	}
+	t.Logf("F18: silent standby E2 ejected by its probe %v after the blackhole (ProbeInterval 1s, ProbeTimeout 2s); E1's failure moved traffic to E3\n%s",
+		took.Round(time.Millisecond), tl)
+}
+
+// Every endpoint of a group fails: no ping-pong between them while they all fail, and the
+// first to heal, whatever its priority, takes the traffic; the top endpoint takes it back
+// after SwitchingDelay once it heals.
+func TestCase_AllEndpointsFailingNoPingPong(t *testing.T) {
+	const sd = time.Second
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newTimeline()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(2*time.Second, 500*time.Millisecond)
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(500*time.Millisecond, sd, e1.Addr(), e2.Addr()),
+	}), s)
+	l := startLoad(client, 4, time.Second)
+	defer l.end()
+	tl.restart()
+	for _, fe := range b.fes {
+		if err := fe.FailAll(codes.Unavailable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 15*time.Second, "both ejected", func() bool {
+		_, _, _, ok1 := tl.healthEvent(e1.Addr(), EndpointEjected, 0)
+		_, _, _, ok2 := tl.healthEvent(e2.Addr(), EndpointEjected, 0)
+		return ok1 && ok2
+	})
+	_, swBefore := tl.counts()
+	time.Sleep(5 * time.Second) // several ejection times and readmission probes, all failing
+	if _, sw := tl.counts(); sw != swBefore || swBefore > 1 {
+		t.Fatalf("ping-pong while every endpoint fails: %d switches before both were ejected, %d after\n%s", swBefore, sw-swBefore, tl)
+	}
+	// E2 heals first: it takes the traffic.
+	_, swAll := tl.counts()
+	e2.Pass()
+	tl.waitHealth(t, e2.Addr(), EndpointReadmitted, 15*time.Second)
+	eventually(t, 10*time.Second, "current is E2", func() bool { return groupOf(gme, "default").Current == e2.Addr() })
+	okBefore, e2Before := l.ok.Load(), queries(e2)
+	eventually(t, 10*time.Second, "queries served by E2", func() bool { return l.ok.Load() > okBefore+5 && queries(e2) > e2Before })
+	// E1 heals: it takes the traffic back after SwitchingDelay, once.
+	e1.Pass()
+	_, readmitAt := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 15*time.Second)
+	ev, backAt := tl.waitSwitch(t, e1.Addr(), swAll, 15*time.Second)
+	if ev.Reason != Recovery {
+		t.Fatalf("switched back to E1 for %v, want recovery\n%s", ev.Reason, tl)
+	}
+	if backAt-readmitAt < sd {
+		t.Fatalf("switched back %v after E1's readmission, before SwitchingDelay\n%s", backAt-readmitAt, tl)
+	}
+	l.end()
+	t.Logf("all endpoints failing: %d switches while both failed; E2 healed first and served; E1 took traffic back %v after its readmission\n%s",
+		swBefore, (backAt - readmitAt).Round(time.Millisecond), tl)
+}

@@ -1,0 +1,71 @@
+package spannerme
+
+import (
+	"context"
+	"errors"
+	"net/url"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+)
+
+// ProbeSessionID is the session ID SpannerProbe asks for. No such session exists: Spanner
+// answers NOT_FOUND ("Session not found").
+const ProbeSessionID = "spannerme-health-probe"
+
+// SpannerProbe returns the probe NewMultiEndpointClient* install by default for database
+// ("projects/P/instances/I/databases/D"): one GetSession call for a session of that
+// database that does not exist. It creates no session, reads no data and writes nothing; the
+// NOT_FOUND that Spanner (or the emulator, or spannertest) answers comes from the database's
+// own session lookup, so it proves the whole path: PSC endpoint, frontend, and the Spanner
+// backend serving the database.
+//
+// The probe passes on any answer of the backend (NOT_FOUND, and also PERMISSION_DENIED or
+// UNAUTHENTICATED: the backend answered, credentials are not the endpoint's fault) and fails
+// on UNAVAILABLE, a stream reset, or no answer before ctx's deadline. It carries the
+// routing headers the Spanner client sends with GetSession (x-goog-request-params,
+// google-cloud-resource-prefix). GetSession is a read-only metadata RPC (Spanner's
+// ListSessions/GetSession API); a session ID no client ever created needs no cleanup.
+func SpannerProbe(database string) ProbeFunc {
+	name := database + "/sessions/" + ProbeSessionID
+	params := "name=" + url.QueryEscape(name)
+	return func(ctx context.Context, conn grpc.ClientConnInterface) error {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-goog-request-params", params, "google-cloud-resource-prefix", database)
+		err := conn.Invoke(ctx, "/google.spanner.v1.Spanner/GetSession", &spannerpb.GetSessionRequest{Name: name}, &spannerpb.Session{})
+		return probeVerdict(err)
+	}
+}
+
+// unimplementedProbeMethod is a method no server implements.
+const unimplementedProbeMethod = "/spannerme.health.v1.Probe/Check"
+
+// UnimplementedMethodProbe is the probe NewGCPMultiEndpoint* install by default: one call to
+// a method no server implements ("/spannerme.health.v1.Probe/Check"). Any answer passes,
+// UNIMPLEMENTED included, since it proves that a gRPC server answered through the endpoint;
+// UNAVAILABLE, a stream reset, or no answer before ctx's deadline fail. Where a proxy answers
+// for the backend (a Google frontend may answer an unknown method itself), it proves the path
+// to that proxy only: set HealthSettings.Probe to a call the backend must answer.
+func UnimplementedMethodProbe(ctx context.Context, conn grpc.ClientConnInterface) error {
+	return probeVerdict(conn.Invoke(ctx, unimplementedProbeMethod, &emptypb.Empty{}, &emptypb.Empty{}))
+}
+
+// probeVerdict turns a probe call's error into the probe's result: nil if the backend
+// answered, the error if the path failed or nothing answered in time.
+func probeVerdict(err error) error {
+	switch health.Classify(err, false, false) {
+	case health.Failure, health.Timeout:
+		return err
+	case health.Ignore:
+		if err != nil {
+			return errors.Join(errProbeNoVerdict, err)
+		}
+	}
+	return nil
+}
+
+// errProbeNoVerdict marks a probe cancelled before it could say anything.
+var errProbeNoVerdict = errors.New("spannerme: probe ended without an answer")
