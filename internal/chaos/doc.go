@@ -15,7 +15,8 @@
 // service behind the frontend whose connections stay READY while it fails. With NoFrontends
 // the TCP fakes forward straight to the backend. Two groups: default = [e1 e2 e3] and
 // west = [e3 e1] at first (reconfigurations change both); RecoveryTimeout 500ms,
-// SwitchingDelay 1s.
+// SwitchingDelay 1s; health from call outcomes on, with ejection times and intervals
+// compressed like the schedule (healthSettings).
 //
 // # Load
 //
@@ -55,7 +56,7 @@
 //
 // "Hard" faults leave an endpoint unable to serve; "silent" ones do so on READY
 // connections, where connectivity alone never fails a group over: only outcome-based health
-// (issue 8) does.
+// (issue 8) does. Ejections and readmissions are printed as they happen (">>" lines).
 //
 // # Invariants
 //

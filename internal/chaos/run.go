@@ -65,14 +65,16 @@ const (
 )
 
 // clientSettings are the client's settings during a run: quick reconnects and connection
-// attempts, so that recoveries follow the schedule closely.
-func clientSettings(logger *slog.Logger, switches *rig.SwitchLog) spannerme.Settings {
+// attempts, and compressed health settings, so that recoveries follow the schedule closely.
+func clientSettings(logger *slog.Logger, switches *rig.SwitchLog, health *healthLog) spannerme.Settings {
 	return spannerme.Settings{
 		ReconnectMaxDelay: 250 * time.Millisecond,
 		MinConnectTimeout: time.Second,
 		DrainTimeout:      30 * time.Second,
 		Logger:            logger,
 		OnSwitch:          switches.Add,
+		Health:            healthSettings,
+		OnHealth:          health.add,
 	}
 }
 
@@ -149,7 +151,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // load (3s) passes, which makes the endpoint suspect; the probe sent at once times out after
 // the default ProbeTimeout (2s) and ejects it; the group fails over RecoveryTimeout later.
 // UNAVAILABLE answers eject sooner (consecutive failures, within about a second).
-const silentDetection = 3*time.Second + 2*time.Second + RecoveryTimeout
+const silentDetection = 3*time.Second + healthProbeTimeout + RecoveryTimeout
 
 // silentBound is the most calls of the named worker one silent fault may fail when the client
 // has outcome-based health: the call in flight when the fault began, and the calls it started
@@ -233,8 +235,9 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	}
 	defer topo.close()
 	switches := &rig.SwitchLog{}
+	health := &healthLog{out: out, start: time.Now(), name: topo.name}
 	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(),
-		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches), spannermetest.ClientOptions()...)
+		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches, health), spannermetest.ClientOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: client: %w", err)
 	}
@@ -250,6 +253,9 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	x.timeline.initial = plan.Initial
 	start := time.Now()
 	x.timeline.start = start
+	health.mu.Lock()
+	health.start, health.counts = start, nil // events before the load are the pools' first connections
+	health.mu.Unlock()
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
 
@@ -280,7 +286,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	r.Calls, r.FailedCalls = ok+failed, failed
 	r.invariantsOfData(v, verr, l)
 	r.invariantsOfCalls(cfg, l, v, &x.timeline)
-	r.invariantsOfRun(x, settled, settleErr, switches)
+	r.invariantsOfRun(x, settled, settleErr, switches, health)
 
 	closeClient()
 	topo.close()
@@ -419,6 +425,8 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 		p("  GOAWAY storm for the whole run: %v", plan.Storm)
 	}
 	p("  groups: %v; RecoveryTimeout %v, SwitchingDelay %v; session RPCs use the default group", initialGroups, RecoveryTimeout, SwitchingDelay)
+	p("  health from call outcomes: ejection %v × its count up to %v, interval %v, standby probes every %v, probe timeout %v (compressed like the schedule; other fields default)",
+		healthSettings.BaseEjectionTime, healthSettings.MaxEjectionTime, healthSettings.Interval, healthSettings.ProbeInterval, healthProbeTimeout)
 	p("  load (each worker's calls have its own deadline; west calls are routed with spannerme.NewMEContext):")
 	for _, w := range workers {
 		p("    %-17s %-13s through %-8s deadline %v", w.name, w.kind, w.group, w.deadline)
@@ -566,7 +574,7 @@ func countBy(cs []classified) string {
 }
 
 // invariantsOfRun adds the rows about the schedule and the client's recovery.
-func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr error, switches *rig.SwitchLog) {
+func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr error, switches *rig.SwitchLog, health *healthLog) {
 	x.mu.Lock()
 	errs := append([]string(nil), x.errs...)
 	n := len(x.timeline.steps)
@@ -599,8 +607,8 @@ func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr e
 	}
 	sort.Strings(rs)
 	inv = Invariant{Name: "client settled after the last heal", Status: Pass,
-		Result: fmt.Sprintf("every group on an Available, READY endpoint %v after the last heal; switches: %s; KB served by e1/e2/e3: %d/%d/%d",
-			settled.Round(time.Millisecond), joinOr(rs, "none"), r.Served[0], r.Served[1], r.Served[2])}
+		Result: fmt.Sprintf("every group on an Available, READY endpoint %v after the last heal; switches: %s; health: %s; KB served by e1/e2/e3: %d/%d/%d",
+			settled.Round(time.Millisecond), joinOr(rs, "none"), health.summary(), r.Served[0], r.Served[1], r.Served[2])}
 	if settleErr != nil {
 		inv.Status, inv.Result = Fail, settleErr.Error()
 	}
