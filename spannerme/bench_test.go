@@ -251,7 +251,7 @@ func BenchmarkPick(b *testing.B) {
 	for _, c := range cases {
 		want := gme.snap.Load().groups[c.group].Current()
 		b.Run("spannerme"+c.name, func(b *testing.B) {
-			p, err := gme.pickConnected(c.ctx, nil)
+			p, _, err := gme.pickConnected(c.ctx, nil)
 			if err != nil || p.endpoint != want {
 				b.Fatalf("picked %v, %v; want %s", p, err, want)
 			}
@@ -260,7 +260,7 @@ func BenchmarkPick(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pp *testing.PB) {
 				for pp.Next() {
-					p, err := gme.pickConnected(c.ctx, nil)
+					p, _, err := gme.pickConnected(c.ctx, nil)
 					if err != nil {
 						b.Error(err)
 						return
@@ -281,7 +281,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	bg := context.Background()
 	for _, ctx := range []context.Context{bg, NewMEContext(bg, "routed"), NewMEContext(bg, "default")} {
 		if n := testing.AllocsPerRun(1000, func() {
-			p, err := gme.pickConnected(ctx, nil)
+			p, _, err := gme.pickConnected(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

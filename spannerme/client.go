@@ -65,6 +65,8 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     SpannerProbe(database) unless settings.Health.Probe is set (HealthSettings).
 //   - Closing the Spanner client closes the GCPMultiEndpoint and every pool; closing the
 //     GCPMultiEndpoint as well is harmless.
+//   - The GCPMultiEndpoint's metrics go to settings.MeterProvider, else to
+//     config.OpenTelemetryMeterProvider, else to the global meter provider.
 //
 // gmeCfg and config are not modified. On any error everything dialed is closed. Errors: a
 // *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg or settings; a dial error
@@ -79,6 +81,9 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	}
 	if settings.Health.Probe == nil {
 		settings.Health.Probe = SpannerProbe(database)
+	}
+	if settings.MeterProvider == nil {
+		settings.MeterProvider = config.OpenTelemetryMeterProvider // nil: the global one
 	}
 	settings = settings.withDefaults()
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
@@ -226,7 +231,7 @@ func (gme *GCPMultiEndpoint) attachFront(front *grpc.ClientConn) {
 //
 // Why: the Spanner client uses one multiplexed session for all its data calls, so the
 // default affinity (calls bound to their session's channel) sends every query of a client
-// through ONE channel of each endpoint's pool (F12). Without affinity, grpcgcp sends each
+// through ONE channel of each endpoint's pool. Without affinity, grpcgcp sends each
 // call to the channel with the fewest active streams. Sessions are valid on every channel,
 // so nothing else changes.
 func NoAffinityConfig(poolSize uint32) *pb.ApiConfig {

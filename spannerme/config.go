@@ -129,12 +129,12 @@ func effectiveAPIConfig(cfg *pb.ApiConfig, poolSize uint32) *pb.ApiConfig {
 	return c
 }
 
-// serviceConfigJSON is the gRPC service config that makes the grpc_gcp balancer manage each
-// endpoint's channel pool.
-func serviceConfigJSON(cfg *pb.ApiConfig) (string, error) {
+// grpcgcpConfigJSON is the configuration of the grpc_gcp balancer that manages each
+// endpoint's channel pool; connWatch.dialOptions puts it in the pool's service config.
+func grpcgcpConfigJSON(cfg *pb.ApiConfig) ([]byte, error) {
 	b, err := protojson.Marshal(cfg)
 	if err != nil {
-		return "", fmt.Errorf("spannerme: encoding GRPCgcpConfig: %w", err)
+		return nil, fmt.Errorf("spannerme: encoding GRPCgcpConfig: %w", err)
 	}
-	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:%s}]}`, grpcgcp.Name, b), nil
+	return b, nil
 }

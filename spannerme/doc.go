@@ -78,6 +78,19 @@
 // edit is invalid. Settings.EndpointOptions sets the authority (TLS server name) of an
 // endpoint dialed by IP address. The command cmd/spannerme checks a file's endpoints.
 //
+// # Observability
+//
+// GCPMultiEndpoint.Status is a view of every group (current endpoint, each endpoint's
+// state, recent switches) and every endpoint's channel pool (connectivity, calls in flight,
+// the last connection error classified as a ConnErrorKind: refused, dns, timeout, tls, ...).
+// After Close it reports Closed and nothing alive. StatusHandler serves it as an HTML page
+// and as JSON. Settings.Logger gets one line per transition of an endpoint (down with its
+// reason, up) and per switch, never one per call. Metrics go to an OpenTelemetry meter
+// provider (Settings.MeterProvider, else the Spanner client's
+// ClientConfig.OpenTelemetryMeterProvider, else the global one); the README lists the
+// instruments. A call whose context carries a recording span adds the attributes
+// AttrMultiEndpoint and AttrEndpoint to it.
+//
 // # Testing and offline use
 //
 // Package spannermetest provides fake PSC endpoints (fault-injecting TCP proxies) to test

@@ -11,7 +11,8 @@ import (
 // text names the offending group and endpoint.
 var ErrInvalidConfig = multiendpoint.ErrInvalidConfig
 
-// ErrClosed is wrapped by the error UpdateMultiEndpoints returns after Close.
+// ErrClosed is returned by UpdateMultiEndpoints after Close (and on a zero-value
+// GCPMultiEndpoint). Calls made then fail with a gRPC status CANCELED carrying the same text.
 var ErrClosed = errors.New("spannerme: GCPMultiEndpoint is closed")
 
 // ConfigError describes one configuration mistake; use errors.As to get it. Its fields:

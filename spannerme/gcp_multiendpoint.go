@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
@@ -31,18 +31,24 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 // context (NewMEContext), else of the default group. It implements grpc.ClientConnInterface.
 //
 // All methods are safe for concurrent use. Invoke and NewStream take no lock; the routing
-// pick and the recording of a successful call's outcome (HealthSettings) allocate nothing,
-// and NewStream adds one small wrapper per stream (about 200 bytes, to count the stream as in
-// flight until it ends and see its outcome). UpdateMultiEndpoints and Close are serialized
-// with each other.
+// pick, the recording of a successful call's outcome (HealthSettings) and the metrics
+// allocate nothing, and NewStream adds one small wrapper per stream (about 250 bytes, to
+// count the stream as in flight until it ends and see its outcome). UpdateMultiEndpoints and
+// Close are serialized with each other.
+//
+// The zero value is a closed GCPMultiEndpoint: Status reports Closed, Close returns nil,
+// calls fail with CANCELED and UpdateMultiEndpoints with ErrClosed. Create one with
+// NewGCPMultiEndpoint* or NewMultiEndpointClient*.
 type GCPMultiEndpoint struct {
 	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
 
 	dial      DialFunc
 	dialOpts  []grpc.DialOption
 	gcpConfig *pb.ApiConfig
+	gcpJSON   []byte // gcpConfig as the grpc_gcp balancer's configuration
 	settings  Settings
 	log       *slog.Logger
+	obs       *observer // logs of transitions, metrics, switch history
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -83,6 +89,10 @@ type GCPMultiEndpoint struct {
 	front     *grpc.ClientConn
 	frontDone chan struct{}
 	closeDone chan struct{} // closed when the first Close has finished
+	// closedAt and lastDefault are when Close was called and the default group's name
+	// then, for Status after Close.
+	closedAt    time.Time
+	lastDefault string
 }
 
 // snapshot is an immutable routing table. The call path loads it with one atomic read.
@@ -134,13 +144,14 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	settings = settings.withDefaults()
 	cfg.collapseTo(settings.emulator)
 	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, DefaultPoolSize)
-	sc, err := serviceConfigJSON(apiCfg)
+	gcpJSON, err := grpcgcpConfigJSON(apiCfg)
 	if err != nil {
 		return nil, err
 	}
+	// Each pool also gets its own service config and DNS resolver (connWatch.dialOptions),
+	// placed before these.
 	dopts := []grpc.DialOption{
 		grpc.WithDisableServiceConfig(),
-		grpc.WithDefaultServiceConfig(sc),
 		grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
 		grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -151,7 +162,6 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
 	}
-	dopts = append(dopts, safeDNS()...)
 	if settings.KeepaliveTime > 0 {
 		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: settings.KeepaliveTime, Timeout: settings.KeepaliveTimeout, PermitWithoutStream: settings.KeepaliveWithoutCalls}))
@@ -160,6 +170,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		dial:      gmeCfg.DialFunc,
 		dialOpts:  append(dopts, opts...),
 		gcpConfig: apiCfg,
+		gcpJSON:   gcpJSON,
 		settings:  settings,
 		log:       settings.Logger,
 		groups:    make(map[string]*multiendpoint.MultiEndpoint),
@@ -169,6 +180,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		events:    newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:   newBroadcast(),
 	}
+	gme.obs = newObserver(settings.Logger, settings.clock, newMetrics(settings.MeterProvider))
 	gme.waitForReadyDefault = waitForReady(false, defaultCallOptions(gme.dialOpts))
 	gme.endpointOpts = endpointOpts
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
@@ -181,9 +193,11 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	defer gme.updateMu.Unlock()
 	if err := gme.apply(cfg); err != nil {
 		gme.events.close()
+		gme.obs.close()
 		gme.cancelDial()
 		return nil, err
 	}
+	gme.obs.metrics.observe(settings.MeterProvider, gme)
 	return gme, nil
 }
 
@@ -191,17 +205,21 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 // endpoint's pool is connecting, the call waits (until it connects, fails, or the group
 // switches) instead of queuing in gRPC; so does a call that waits for ready
 // (grpc.WaitForReady(true), per call or as a default call option) while the pool has
-// failed. Errors: the call's own; CANCELED after Close;
-// UNAVAILABLE when reconfigurations kept retiring the picked pool (rare; retryable); the
-// context's error, as a gRPC status, if it ends while the call waits.
+// failed. Errors: the call's own; CANCELED after Close (and on a zero-value
+// GCPMultiEndpoint); UNAVAILABLE when reconfigurations kept retiring the picked pool (rare;
+// retryable); the context's error, as a gRPC status, if it ends while the call waits. A call
+// sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
+// gets the group and the endpoint as attributes.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	p, err := gme.pickConnected(ctx, opts)
+	p, me, err := gme.pickConnected(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer p.release()
+	cs := gme.obs.callBegin(ctx, p, me)
 	err = p.conn.Invoke(ctx, method, args, reply, opts...)
 	p.observe(err, false)
+	gme.obs.callEnd(ctx, p, me.Name(), cs, err)
 	return err
 }
 
@@ -212,22 +230,24 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 // endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
 // cancel ctx.
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	p, err := gme.pickConnected(ctx, opts)
+	p, me, err := gme.pickConnected(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	start := gme.obs.callBegin(ctx, p, me)
 	cs, err := p.conn.NewStream(ctx, desc, method, opts...)
 	if err != nil {
 		p.observe(err, false)
+		gme.obs.callEnd(ctx, p, me.Name(), start, err)
 		p.release()
 		return nil, err
 	}
-	return newTrackedStream(ctx, cs, p).forDesc(desc), nil
+	return newTrackedStream(ctx, cs, p).forDesc(desc).measured(gme.obs, me.Name(), start), nil
 }
 
 // errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a
 // closed ClientConn.
-var errClosedCall = status.Error(codes.Canceled, "spannerme: GCPMultiEndpoint is closed")
+var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
 
 // pickConnected returns the acquired pool of the current endpoint of ctx's group, once that
 // pool is not connecting. A pool that is connecting (CONNECTING or IDLE) does not take the
@@ -237,25 +257,29 @@ var errClosedCall = status.Error(codes.Canceled, "spannerme: GCPMultiEndpoint is
 // endpoint changes, and picks again. READY pools take it at once; so do pools in
 // TRANSIENT_FAILURE, where gRPC fails it fast with UNAVAILABLE for the Spanner client to
 // retry; unless the call waits for ready (grpc.WaitForReady(true), given by the call or as a
-// default call option of the dial options), which gRPC would hold in that pool. Errors: those
-// of pick, and the context's (as a gRPC status) while waiting.
-func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.CallOption) (*pool, error) {
+// default call option of the dial options), which gRPC would hold in that pool. It also
+// returns the group that picked the pool. Errors: those of pick, and the context's (as a
+// gRPC status) while waiting.
+func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.CallOption) (*pool, *multiendpoint.MultiEndpoint, error) {
+	if gme.changed == nil {
+		return nil, nil, errClosedCall // a zero-value GCPMultiEndpoint
+	}
 	count := true
 	for {
 		changed := gme.changed.wait() // before the pick: no news between them is lost
-		p, err := gme.pick(ctx, count)
+		p, me, err := gme.pick(ctx, count)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		switch connectivity.State(p.state.Load()) {
 		case connectivity.Connecting, connectivity.Idle:
 		case connectivity.TransientFailure:
 			if !waitForReady(gme.waitForReadyDefault, opts) {
-				return p, nil // gRPC fails it fast, for the Spanner client to retry
+				return p, me, nil // gRPC fails it fast, for the Spanner client to retry
 			}
 			// gRPC would hold it in this pool even after the group fails over.
 		default:
-			return p, nil
+			return p, me, nil
 		}
 		p.release()
 		count = false
@@ -265,7 +289,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.Call
 			gme.waiting.Add(-1)
 		case <-ctx.Done():
 			gme.waiting.Add(-1)
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
 }
@@ -284,15 +308,17 @@ func waitForReady(def bool, opts []grpc.CallOption) bool {
 	return wait
 }
 
-// pick returns the acquired pool of the current endpoint of ctx's group. A pool retired
-// between the snapshot load and the acquire makes it retry on the newer snapshot. count
-// says whether a call naming an unknown group is counted.
-func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool, error) {
+// pick returns the acquired pool of the current endpoint of ctx's group, and the group. A
+// pool retired between the snapshot load and the acquire makes it retry on the newer
+// snapshot. count says whether a call naming an unknown group is counted. The name "" is
+// the default group's, as no name is.
+func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool, *multiendpoint.MultiEndpoint, error) {
 	name, named := FromMEContext(ctx)
+	named = named && name != ""
 	for range 4 {
 		s := gme.snap.Load()
 		if s == nil {
-			return nil, errClosedCall
+			return nil, nil, errClosedCall
 		}
 		me := s.def
 		if named && name != s.defaultName {
@@ -304,11 +330,11 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool, error
 			}
 		}
 		if p := s.pools[me.Current()]; p != nil && p.acquire() {
-			return p, nil
+			return p, me, nil
 		}
 	}
 	// Only a reconfiguration racing this call on every attempt gets here.
-	return nil, status.Error(codes.Unavailable, "spannerme: endpoint reconfigured during the call; retry")
+	return nil, nil, status.Error(codes.Unavailable, "spannerme: endpoint reconfigured during the call; retry")
 }
 
 // maxUnknownNames bounds how many distinct unknown group names are remembered; calls naming
@@ -382,8 +408,12 @@ func (s *snapshot) defaultNameOrEmpty() string {
 //
 // The whole configuration is validated and every new pool dialed before anything changes: on
 // error nothing changes and the new pools are closed. Errors: a *ConfigError wrapping
-// ErrInvalidConfig; a dial error naming the endpoint; an error wrapping ErrClosed after Close.
+// ErrInvalidConfig; a dial error naming the endpoint; ErrClosed after Close (and on a
+// zero-value GCPMultiEndpoint).
 func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpointOptions) error {
+	if gme.stop == nil {
+		return ErrClosed // a zero-value GCPMultiEndpoint
+	}
 	cfg, err := parseConfig(meOpts)
 	if err != nil {
 		return err
@@ -401,7 +431,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	gme.mu.Lock()
 	if gme.closed {
 		gme.mu.Unlock()
-		return fmt.Errorf("spannerme: UpdateMultiEndpoints: %w", ErrClosed)
+		return ErrClosed
 	}
 	oldPools, oldGroups := gme.pools, gme.groups // replaced, never mutated, under updateMu
 	gme.mu.Unlock()
@@ -419,15 +449,18 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
-			conn, err := gme.dial(gme.dialCtx, e, gme.dialOptionsFor(e)...)
+			w := newConnWatch(e, gme.obs.now, gme.obs.connError)
+			conn, err := gme.dial(gme.dialCtx, e, gme.poolDialOptions(w, gme.dialOptionsFor(e))...)
 			if err == nil && conn == nil {
 				err = errors.New("DialFunc returned no connection and no error")
 			}
 			if err != nil {
+				w.release()
 				closeFresh()
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
 			}
 			fresh[e] = newPool(e, conn)
+			fresh[e].watch = w
 			gme.startHealth(fresh[e])
 		}
 	}
@@ -504,7 +537,13 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		gme.wg.Add(1)
 		go func() {
 			defer gme.wg.Done()
-			p.monitor(ctx, gme.publish, gme.changed.signal)
+			p.monitor(ctx, func(p *pool) {
+				gme.publish(p)
+				gme.obs.poolAvailability(p)
+			}, func() {
+				p.watch.stateChanged()
+				gme.changed.signal()
+			})
 		}()
 	}
 	for _, p := range pools {
@@ -527,6 +566,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			me.Close()
 		}
 	}
+	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)
 	}
@@ -554,9 +594,12 @@ func (gme *GCPMultiEndpoint) publish(p *pool) {
 }
 
 // onSwitch receives every group's switch events, synchronously: waiting calls pick again,
-// and the event is queued for the logger and Settings.OnSwitch.
-func (gme *GCPMultiEndpoint) onSwitch(ev SwitchEvent) {
+// the observer counts and remembers the event, and it is queued for the logger and
+// Settings.OnSwitch.
+func (gme *GCPMultiEndpoint) onSwitch(me multiendpoint.Event) {
+	ev := switchEventOf(me)
 	gme.changed.signal()
+	gme.obs.switched(ev)
 	gme.events.push(ev)
 }
 
@@ -579,8 +622,11 @@ func (gme *GCPMultiEndpoint) retire(p *pool) {
 }
 
 // GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size
-// included.
+// included; nil for a zero-value GCPMultiEndpoint.
 func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
+	if gme.gcpConfig == nil {
+		return nil
+	}
 	return proto.Clone(gme.gcpConfig).(*pb.ApiConfig)
 }
 
@@ -589,7 +635,8 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 // goroutines, except that an OnSwitch call already running may still be finishing. Later
 // calls fail with codes.Canceled. For a GCPMultiEndpoint made by
 // NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
-// idempotent; it returns the first errors from closing the pools.
+// idempotent; it returns the first errors from closing the pools. On a zero-value
+// GCPMultiEndpoint it does nothing and returns nil.
 func (gme *GCPMultiEndpoint) Close() error { return gme.close(true) }
 
 // close is Close; the front connection's watcher calls it with waitFront false, since it is
@@ -610,6 +657,12 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.closed = true
 	gme.closeDone = make(chan struct{})
 	defer close(gme.closeDone)
+	if gme.stop == nil { // a zero-value GCPMultiEndpoint: nothing to close
+		gme.mu.Unlock()
+		return nil
+	}
+	gme.closedAt = gme.obs.now()
+	gme.lastDefault = gme.snap.Load().defaultNameOrEmpty()
 	gme.mu.Unlock()
 	gme.cancelDial()
 
@@ -632,6 +685,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 		}
 	}
 	gme.wg.Wait() // drains see stop and close their pools
+	gme.obs.close()
 	if front != nil {
 		front.Close() // already closed when the Spanner client closed it
 		if waitFront {
@@ -639,106 +693,4 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Status is a point-in-time view of a GCPMultiEndpoint.
-type Status struct {
-	// Default is the default group's name.
-	Default string
-	// Groups lists every group (MultiEndpoint), by name.
-	Groups []GroupStatus
-	// Pools lists every endpoint's channel pool, by endpoint, retired ones that are still
-	// draining included.
-	Pools []PoolStatus
-	// UnknownGroups counts, per name, the calls that named a group that is not configured
-	// (they used the default group). At most 64 names are kept; calls naming others are
-	// counted under "(other unknown names)".
-	UnknownGroups map[string]int64
-	// WaitingCalls counts the calls waiting for their endpoint's pool to finish connecting
-	// (or for their group to switch) before they are sent.
-	WaitingCalls int64
-	// Closed reports whether Close has been called.
-	Closed bool
-	// Config is the status of the configuration file a ConfigWatcher applies; nil when no
-	// ConfigWatcher watches one for this GCPMultiEndpoint.
-	Config *ConfigStatus
-}
-
-// GroupStatus is one group (MultiEndpoint) in a Status. Its fields:
-//
-//	Name            string           // the group name
-//	Current         string           // the endpoint its calls use now
-//	PendingSwitch   string           // endpoint it will switch to at PendingSwitchAt, if it stays Available; "" if none
-//	PendingSwitchAt time.Time
-//	RecoveryTimeout time.Duration    // in force
-//	SwitchingDelay  time.Duration    // in force
-//	Endpoints       []EndpointStatus // in priority order
-//	Closed          bool
-type GroupStatus = multiendpoint.Status
-
-// EndpointStatus is one endpoint of a group in a GroupStatus. Its fields:
-//
-//	Endpoint string        // as configured (https:// forms normalized to host:port)
-//	Priority int           // 0 is the top priority
-//	State    EndpointState // Available, Recovering or Unavailable
-//	Since    time.Time     // when it entered State (or was added)
-type EndpointStatus = multiendpoint.EndpointStatus
-
-// PoolStatus is one endpoint's channel pool in a Status.
-type PoolStatus struct {
-	// Endpoint is the pool's endpoint.
-	Endpoint string
-	// Connectivity is the pool's gRPC connectivity state ("READY", "CONNECTING", ...): READY
-	// when at least one of its channels is.
-	Connectivity string
-	// InFlight counts the unary calls and open streams on the pool.
-	InFlight int64
-	// Retired reports that no group lists the endpoint any more: the pool takes no new calls
-	// and closes once InFlight reaches zero (or after Settings.DrainTimeout).
-	Retired bool
-	// Health is the endpoint's health from call outcomes: ejection, last probe, the
-	// interval's calls and failures.
-	Health PoolHealth
-}
-
-// Status returns a snapshot of the groups, pools and unknown group names.
-func (gme *GCPMultiEndpoint) Status() Status {
-	gme.mu.Lock()
-	st := Status{Closed: gme.closed, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
-		Config: gme.configStatus.Load().clone()}
-	if s := gme.snap.Load(); s != nil {
-		st.Default = s.defaultName
-	}
-	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
-	for _, me := range gme.groups {
-		groups = append(groups, me)
-	}
-	pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
-	for _, p := range gme.pools {
-		pools = append(pools, p)
-	}
-	for p := range gme.retired {
-		pools = append(pools, p)
-	}
-	gme.mu.Unlock()
-	for _, me := range groups {
-		st.Groups = append(st.Groups, me.Status())
-	}
-	sort.Slice(st.Groups, func(i, j int) bool { return st.Groups[i].Name < st.Groups[j].Name })
-	for _, p := range pools {
-		st.Pools = append(st.Pools, PoolStatus{Endpoint: p.endpoint, Connectivity: connectivityString(p.state.Load()),
-			InFlight: p.inFlight(), Retired: p.retired(), Health: p.poolHealth()})
-	}
-	sort.SliceStable(st.Pools, func(i, j int) bool {
-		a, b := st.Pools[i], st.Pools[j]
-		if a.Endpoint != b.Endpoint {
-			return a.Endpoint < b.Endpoint
-		}
-		return !a.Retired && b.Retired
-	})
-	gme.unknown.Range(func(k, v any) bool {
-		st.UnknownGroups[k.(string)] = v.(*atomic.Int64).Load()
-		return true
-	})
-	return st
 }

@@ -515,6 +515,7 @@ func TestInvalidUpdateChangesNothing(t *testing.T) {
 	})
 	gme := newGME(t, orig, fastSettings(nil))
 	waitServedBy(t, context.Background(), gme, "E1", 5*time.Second)
+	waitServedBy(t, NewMEContext(context.Background(), "b"), gme, "E2", 5*time.Second) // both settled
 	before := statusString(gme)
 	bad := []*grpcgcp.GCPMultiEndpointOptions{
 		options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, e2.Addr()), "b": group(0, 0, "bad endpoint")}),

@@ -333,6 +333,11 @@ func (p *pool) stopHealth() {
 func (gme *GCPMultiEndpoint) onHealthEvent(p *pool, ev health.Event) {
 	gme.publish(p)
 	gme.changed.signal()
+	if ev.Kind == health.Ejected {
+		gme.obs.ejected(p.endpoint, ev.Reason.String(), ev.Detail, ev.Until, ev.Ejections)
+	} else {
+		gme.obs.readmitted(p.endpoint, ev.Reason.String())
+	}
 	gme.events.pushHealth(HealthEvent{Endpoint: p.endpoint, Kind: ev.Kind, Reason: ev.Reason, Detail: ev.Detail,
 		At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
 }
@@ -352,16 +357,9 @@ func initialState(p *pool) multiendpoint.State {
 	return multiendpoint.Recovering
 }
 
-// deliverHealth logs ev (ejection at Warn, readmission at Info) and hands it to
-// Settings.OnHealth. It runs on the event queue's goroutine.
+// deliverHealth hands ev to Settings.OnHealth (the observer has logged it). It runs on the
+// event queue's goroutine.
 func (q *eventQueue) deliverHealth(ev HealthEvent) {
-	if ev.Kind == EndpointEjected {
-		q.log.Warn("spannerme: endpoint ejected: its calls fail or stall; groups count it as not available",
-			"endpoint", ev.Endpoint, "reason", ev.Reason.String(), "detail", ev.Detail, "until", ev.Until, "ejections", ev.Ejections)
-	} else {
-		q.log.Info("spannerme: endpoint readmitted: its probe passed",
-			"endpoint", ev.Endpoint, "ejected_for", ev.Reason.String())
-	}
 	if q.onHealth != nil && q.open() { // as for OnSwitch: none starts after close
 		q.onHealth(ev)
 	}

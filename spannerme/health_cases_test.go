@@ -56,8 +56,8 @@ func startFrontendBackend(t *testing.T, frontends int) *frontendBackend {
 	return b
 }
 
-// timeline records when health and switch events happened, relative to marks the test sets.
-type timeline struct {
+// eventLog records when health and switch events happened, relative to marks the test sets.
+type eventLog struct {
 	mu     sync.Mutex // guards the fields below
 	start  time.Time
 	health []HealthEvent
@@ -66,9 +66,9 @@ type timeline struct {
 	swAt   []time.Duration
 }
 
-func newTimeline() *timeline { return &timeline{start: time.Now()} }
+func newEventLog() *eventLog { return &eventLog{start: time.Now()} }
 
-func (tl *timeline) settings(s Settings) Settings {
+func (tl *eventLog) settings(s Settings) Settings {
 	s.OnHealth = func(ev HealthEvent) {
 		tl.mu.Lock()
 		defer tl.mu.Unlock()
@@ -85,7 +85,7 @@ func (tl *timeline) settings(s Settings) Settings {
 }
 
 // restart makes later times count from now and returns now.
-func (tl *timeline) restart() time.Time {
+func (tl *eventLog) restart() time.Time {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	tl.start = time.Now()
@@ -94,7 +94,7 @@ func (tl *timeline) restart() time.Time {
 
 // healthAfter returns the first event of kind for endpoint at or after index from, its
 // time since start and its index, or ok false.
-func (tl *timeline) healthEvent(endpoint string, kind HealthEventKind, from int) (ev HealthEvent, at time.Duration, index int, ok bool) {
+func (tl *eventLog) healthEvent(endpoint string, kind HealthEventKind, from int) (ev HealthEvent, at time.Duration, index int, ok bool) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	for i := from; i < len(tl.health); i++ {
@@ -105,7 +105,7 @@ func (tl *timeline) healthEvent(endpoint string, kind HealthEventKind, from int)
 	return HealthEvent{}, 0, 0, false
 }
 
-func (tl *timeline) switchTo(to string, from int) (ev SwitchEvent, at time.Duration, index int, ok bool) {
+func (tl *eventLog) switchTo(to string, from int) (ev SwitchEvent, at time.Duration, index int, ok bool) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	for i := from; i < len(tl.sw); i++ {
@@ -116,13 +116,13 @@ func (tl *timeline) switchTo(to string, from int) (ev SwitchEvent, at time.Durat
 	return SwitchEvent{}, 0, 0, false
 }
 
-func (tl *timeline) counts() (health, switches int) {
+func (tl *eventLog) counts() (health, switches int) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	return len(tl.health), len(tl.sw)
 }
 
-func (tl *timeline) String() string {
+func (tl *eventLog) String() string {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	var b strings.Builder
@@ -140,7 +140,7 @@ func (tl *timeline) String() string {
 }
 
 // waitHealth waits for the first event of kind for endpoint and returns it with its time.
-func (tl *timeline) waitHealth(t *testing.T, endpoint string, kind HealthEventKind, within time.Duration) (HealthEvent, time.Duration) {
+func (tl *eventLog) waitHealth(t *testing.T, endpoint string, kind HealthEventKind, within time.Duration) (HealthEvent, time.Duration) {
 	t.Helper()
 	var ev HealthEvent
 	var at time.Duration
@@ -153,7 +153,7 @@ func (tl *timeline) waitHealth(t *testing.T, endpoint string, kind HealthEventKi
 }
 
 // waitSwitch waits for the first switch to endpoint among the switches from index from on.
-func (tl *timeline) waitSwitch(t *testing.T, to string, from int, within time.Duration) (SwitchEvent, time.Duration) {
+func (tl *eventLog) waitSwitch(t *testing.T, to string, from int, within time.Duration) (SwitchEvent, time.Duration) {
 	t.Helper()
 	var ev SwitchEvent
 	var at time.Duration
@@ -257,7 +257,7 @@ func TestCase_F13_ReadyButFailingEndpointIsEjected(t *testing.T) {
 	const rt, sd = 500 * time.Millisecond, time.Second
 	b := startFrontendBackend(t, 2)
 	e1, e2 := b.fes[0], b.fes[1]
-	tl := newTimeline()
+	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
 	s.Health = healthSettings(3*time.Second, time.Second)
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
@@ -320,7 +320,7 @@ func TestCase_F14_StalledFrontendIsEjectedByProbe(t *testing.T) {
 	const rt = time.Second
 	b := startFrontendBackend(t, 2)
 	e1, e2 := b.fes[0], b.fes[1]
-	tl := newTimeline()
+	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(rt, time.Second, e1.Addr(), e2.Addr()),
@@ -354,7 +354,7 @@ func TestCase_F14_StalledFrontendIsEjectedByProbe(t *testing.T) {
 func TestCase_F14_SlowQueriesWithShortDeadlinesNeverEject(t *testing.T) {
 	b := startFrontendBackend(t, 2)
 	e1, e2 := b.fes[0], b.fes[1]
-	tl := newTimeline()
+	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(time.Second, time.Second, e1.Addr(), e2.Addr()),
@@ -387,7 +387,7 @@ func TestCase_F15_PartialFailure(t *testing.T) {
 	}{{"5%", 0.05, false}, {"70%", 0.70, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e1.Pass()
-			tl := newTimeline()
+			tl := newEventLog()
 			s := tl.settings(fastSettings(nil))
 			client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 				"default": group(500*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
@@ -442,7 +442,7 @@ func TestCase_F15_PartialFailure(t *testing.T) {
 func TestCase_F16_ApplicationErrorsEjectNothing(t *testing.T) {
 	b := startFrontendBackend(t, 2)
 	e1, e2 := b.fes[0], b.fes[1]
-	tl := newTimeline()
+	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(500*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
@@ -510,7 +510,7 @@ func TestCase_F17_ResourceExhausted(t *testing.T) {
 	}{{"default: not a failure", false}, {"ResourceExhaustedIsFailure", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e1.Pass()
-			tl := newTimeline()
+			tl := newEventLog()
 			s := tl.settings(fastSettings(nil))
 			s.Health.ResourceExhaustedIsFailure = tc.failure
 			client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
@@ -560,7 +560,7 @@ func TestCase_F18_SilentStandbyIsProbed(t *testing.T) {
 	b := startFrontendBackend(t, 2)
 	e1, e3 := b.fes[0], b.fes[1]
 	e2 := spannermetest.NewEndpointTB(t, b.addr) // a TCP proxy: it can blackhole
-	tl := newTimeline()
+	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
 	s.Health = healthSettings(3*time.Second, time.Second)
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
@@ -605,7 +605,7 @@ func TestCase_AllEndpointsFailingNoPingPong(t *testing.T) {
 	const sd = time.Second
 	b := startFrontendBackend(t, 2)
 	e1, e2 := b.fes[0], b.fes[1]
-	tl := newTimeline()
+	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
 	s.Health = healthSettings(2*time.Second, 500*time.Millisecond)
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{

@@ -52,6 +52,13 @@ type pool struct {
 	probeMu           sync.Mutex // guards probesStopped and the Add of probes
 	probesStopped     bool
 	probes            sync.WaitGroup // probe goroutines
+	// watch records the pool's connection errors and state changes (connwatch.go); nil for
+	// a pool made without one.
+	watch *connWatch
+	// attrs holds the metric attributes of the pool's calls per group (metrics.go), built on
+	// first use; attrsMu serializes the building.
+	attrs   atomic.Pointer[map[string]*callAttrs]
+	attrsMu sync.Mutex
 }
 
 func newPool(endpoint string, conn *grpc.ClientConn) *pool {
@@ -99,6 +106,9 @@ func (p *pool) close() error {
 		}
 		p.stopHealth()
 		err = p.conn.Close()
+		if p.watch != nil {
+			p.watch.release()
+		}
 	})
 	return err
 }

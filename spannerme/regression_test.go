@@ -307,7 +307,7 @@ func TestNameWithoutAddressesDoesNotHang(t *testing.T) {
 	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(300*time.Millisecond, 0, "nxdomain:1", e2.Addr())})
 	o.DialFunc = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		if target == "nxdomain:1" {
-			return grpc.NewClient("empty:///nxdomain", append(opts, grpc.WithResolvers(nonEmptyBuilder{empty}))...)
+			return grpc.NewClient("empty:///nxdomain", append(opts, grpc.WithResolvers(nonEmptyBuilder{Builder: empty}))...)
 		}
 		return grpc.NewClient(target, opts...)
 	}

@@ -17,26 +17,45 @@ var errNoAddresses = errors.New("spannerme: the name resolved to no address")
 // retries creating them in a loop that holds its lock: a CPU spins, the log floods, and
 // closing the pool never returns. With an error instead, the pool stays connecting, the
 // group fails over, and Close works.
-type nonEmptyBuilder struct{ resolver.Builder }
-
-func (b nonEmptyBuilder) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
-	return b.Builder.Build(t, nonEmptyClientConn{cc}, o)
+//
+// It also records every resolution error in the pool's watch (nil: none): gRPC gives them to
+// no one else before the first successful resolution (no balancer exists yet).
+type nonEmptyBuilder struct {
+	resolver.Builder
+	watch *connWatch
 }
 
-type nonEmptyClientConn struct{ resolver.ClientConn }
+func (b nonEmptyBuilder) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
+	return b.Builder.Build(t, nonEmptyClientConn{cc, b.watch}, o)
+}
+
+type nonEmptyClientConn struct {
+	resolver.ClientConn
+	watch *connWatch
+}
 
 func (c nonEmptyClientConn) UpdateState(s resolver.State) error {
 	if len(s.Addresses) == 0 && len(s.Endpoints) == 0 {
-		c.ClientConn.ReportError(errNoAddresses)
+		c.ReportError(errNoAddresses)
 		return balancer.ErrBadResolverState
 	}
 	return c.ClientConn.UpdateState(s)
 }
 
-// safeDNS is the dial option that puts nonEmptyBuilder in front of gRPC's DNS resolver.
-func safeDNS() []grpc.DialOption {
-	if dns := resolver.Get("dns"); dns != nil {
-		return []grpc.DialOption{grpc.WithResolvers(nonEmptyBuilder{dns})}
+// ReportError records err, then passes it on.
+func (c nonEmptyClientConn) ReportError(err error) {
+	c.watch.record(ConnDNS, err)
+	c.ClientConn.ReportError(err)
+}
+
+// safeDNS is the dial option that puts nonEmptyBuilder, reporting to w, in front of gRPC's
+// DNS resolver (or of dns, if not nil: tests give a resolver for the "dns" scheme).
+func safeDNS(w *connWatch, dns resolver.Builder) []grpc.DialOption {
+	if dns == nil {
+		dns = resolver.Get("dns")
+	}
+	if dns != nil {
+		return []grpc.DialOption{grpc.WithResolvers(nonEmptyBuilder{Builder: dns, watch: w})}
 	}
 	return nil
 }

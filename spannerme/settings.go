@@ -6,8 +6,11 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/resolver"
+
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
-	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 )
 
 // Settings tunes what upstream's GCPMultiEndpointOptions cannot express. The zero value is
@@ -53,10 +56,20 @@ type Settings struct {
 	// while its endpoint stays configured. Entries of endpoints not configured (yet) are
 	// allowed. Nil means none. A bad entry is a *ConfigError naming the endpoint.
 	EndpointOptions map[string]EndpointOptions
-	// Logger receives failovers, switch-backs, ejections and readmissions of endpoints
-	// (HealthSettings), unknown group names and pool retirement. Nil
-	// means slog.Default().
+	// Logger receives one line per transition, never one per call: an endpoint down (Warn,
+	// with the classified connection error), up (Info), a failed connection attempt while it
+	// is down (Warn, once per kind of error), each ejection (Warn) and readmission (Info) of an
+	// endpoint by health from call outcomes (HealthSettings), each switch of a group's current
+	// endpoint (Info), unknown group names (Warn, once per name) and pool retirement. Nil means
+	// slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives the OpenTelemetry metrics (the README lists the instruments,
+	// under Observability). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider
+	// for NewMultiEndpointClient*, else otel.GetMeterProvider() (a no-op until an SDK is
+	// installed there). Pass noop.NewMeterProvider() to record nothing. Two
+	// GCPMultiEndpoints with the same group names should not share a provider: their
+	// gauges would collide.
+	MeterProvider metric.MeterProvider
 	// OnSwitch, if not nil, is called for every change of a group's current endpoint, in order,
 	// on a goroutine of the GCPMultiEndpoint's own with no lock held, shortly after the change
 	// took effect. It may call the GCPMultiEndpoint (even Close); a slow OnSwitch delays only
@@ -87,6 +100,9 @@ type Settings struct {
 	// emulator, when set (SPANNER_EMULATOR_HOST), replaces every group's endpoints, at
 	// creation and at every UpdateMultiEndpoints.
 	emulator string
+	// dns, if not nil, resolves the "dns" scheme instead of gRPC's resolver. Tests in this
+	// package set it, to fail name resolution without a DNS query.
+	dns resolver.Builder
 }
 
 // validate returns a *ConfigError naming the first invalid field.
@@ -116,41 +132,12 @@ func (s Settings) withDefaults() Settings {
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
+	if s.MeterProvider == nil {
+		s.MeterProvider = otel.GetMeterProvider()
+	}
 	if s.clock == nil {
 		s.clock = clock.Real
 	}
 	s.Health = s.Health.withDefaults()
 	return s
 }
-
-// SwitchEvent reports one change of a group's current endpoint. Its fields:
-//
-//	Name     string       // the group (MultiEndpoint) name
-//	From, To string       // the previous and the new current endpoint
-//	Reason   SwitchReason // Fallback, Recovery or Reconfiguration
-//	At       time.Time    // when the change took effect
-type SwitchEvent = multiendpoint.Event
-
-// EndpointState is an endpoint's availability within a group: Available (at least one ready
-// connection), Recovering (not available, for less than RecoveryTimeout) or Unavailable.
-// String returns "Available", "Recovering" or "Unavailable".
-type EndpointState = multiendpoint.State
-
-// The endpoint states.
-const (
-	Unavailable = multiendpoint.Unavailable
-	Available   = multiendpoint.Available
-	Recovering  = multiendpoint.Recovering
-)
-
-// SwitchReason says why a group's current endpoint changed: Fallback (the current endpoint
-// became unavailable), Recovery (a higher endpoint is available again) or Reconfiguration
-// (UpdateMultiEndpoints). String returns "fallback", "recovery" or "reconfiguration".
-type SwitchReason = multiendpoint.Reason
-
-// The switch reasons.
-const (
-	Fallback        = multiendpoint.Fallback
-	Recovery        = multiendpoint.Recovery
-	Reconfiguration = multiendpoint.Reconfiguration
-)

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 )
 
 // trackedStream keeps its pool's in-flight count until the stream ends: RecvMsg returns an
@@ -16,16 +17,29 @@ import (
 // context.
 type trackedStream struct {
 	grpc.ClientStream
+	ctx           context.Context
 	pool          *pool
 	serverStreams bool
 	done          atomic.Bool
 	stopAfter     func() bool
 	health        atomic.Uint32 // streamSent, streamAnswered, streamReported (health.go)
+
+	// obs, if not nil, measures the stream as a call of group that started at start.
+	obs   *observer
+	group string
+	start callStart
 }
 
 func newTrackedStream(ctx context.Context, cs grpc.ClientStream, p *pool) *trackedStream {
-	s := &trackedStream{ClientStream: cs, pool: p, serverStreams: true}
-	s.stopAfter = context.AfterFunc(ctx, s.finish)
+	s := &trackedStream{ClientStream: cs, ctx: ctx, pool: p, serverStreams: true}
+	s.stopAfter = context.AfterFunc(ctx, s.ctxDone)
+	return s
+}
+
+// measured makes the stream's end count as the end of a call of group that started at
+// start (observer.callEnd). It must be called before the stream is handed out.
+func (s *trackedStream) measured(obs *observer, group string, start callStart) *trackedStream {
+	s.obs, s.group, s.start = obs, group, start
 	return s
 }
 
@@ -36,11 +50,21 @@ func (s *trackedStream) forDesc(desc *grpc.StreamDesc) *trackedStream {
 	return s
 }
 
-func (s *trackedStream) finish() {
+// finish ends the tracking once, with the stream's outcome: nil or io.EOF for OK.
+func (s *trackedStream) finish(err error) {
 	if s.done.CompareAndSwap(false, true) {
+		if s.obs != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			s.obs.callEnd(s.ctx, s.pool, s.group, s.start, err)
+		}
 		s.pool.release()
 	}
 }
+
+// ctxDone ends the tracking when the call's context is done first.
+func (s *trackedStream) ctxDone() { s.finish(status.FromContextError(s.ctx.Err()).Err()) }
 
 // RecvMsg receives a message and ends the tracking when the stream is over.
 func (s *trackedStream) RecvMsg(m any) error {
@@ -48,7 +72,7 @@ func (s *trackedStream) RecvMsg(m any) error {
 	if err != nil || !s.serverStreams {
 		s.ended(err)
 		s.stopAfter()
-		s.finish()
+		s.finish(err)
 	} else {
 		s.mark(streamAnswered)
 	}
@@ -64,7 +88,7 @@ func (s *trackedStream) SendMsg(m any) error {
 	if err != nil && !errors.Is(err, io.EOF) {
 		s.ended(err)
 		s.stopAfter()
-		s.finish()
+		s.finish(err)
 	} else {
 		s.mark(streamSent)
 	}

@@ -1,14 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
 func TestMain(m *testing.M) {
@@ -25,15 +29,32 @@ func TestMain(m *testing.M) {
 
 func runDemo(t *testing.T, args ...string) (*summary, string) {
 	t.Helper()
+	return runDemoWatched(t, nil, args...)
+}
+
+// runDemoWatched runs the demo (status page off unless args say otherwise) and calls watch,
+// if not nil, on a goroutine of its own with the output as it grows; watch must return
+// once the output says the demo is over.
+func runDemoWatched(t *testing.T, watch func(out *testutil.SyncBuffer), args ...string) (*summary, string) {
+	t.Helper()
 	f, err := parseFlags(append([]string{"-config", "../../testdata/demo-config.yaml", "-phase", "700ms",
-		"-recovery-timeout", "300ms", "-switching-delay", "500ms"}, args...), io.Discard)
+		"-recovery-timeout", "300ms", "-switching-delay", "500ms", "-http", ""}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	sum, err := run(ctx, f, &out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	out := &testutil.SyncBuffer{}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if watch != nil {
+			watch(out)
+		}
+	}()
+	sum, err := run(ctx, f, out, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	out.Write([]byte("\n(demo over)\n"))
+	<-watched
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -57,8 +78,40 @@ func checkStory(t *testing.T, sum *summary, out string) {
 }
 
 func TestDemoInMemory(t *testing.T) {
-	sum, out := runDemo(t)
+	// The status page is served while the story plays; read it once the failover happened.
+	var page, doc string
+	var pageErr error
+	url := regexp.MustCompile(`status page: (http://127\.0\.0\.1:[0-9]+/)`)
+	sum, out := runDemoWatched(t, func(out *testutil.SyncBuffer) {
+		for !strings.Contains(out.String(), "(demo over)") {
+			if m := url.FindStringSubmatch(out.String()); m != nil && strings.Contains(out.String(), "failover to") && page == "" {
+				page, pageErr = fetch(m[1])
+				if pageErr == nil {
+					doc, pageErr = fetch(m[1] + "?format=json")
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}, "-http", "127.0.0.1:0")
 	checkStory(t, sum, out)
+	if pageErr != nil || !strings.Contains(page, `data-group="default"`) || !strings.Contains(page, "<svg") {
+		t.Errorf("status page during the demo: %v\n%s", pageErr, page)
+	}
+	var st spannerme.Status
+	if err := json.Unmarshal([]byte(doc), &st); err != nil || len(st.Groups) != 2 {
+		t.Errorf("status JSON during the demo: %v\n%s", err, doc)
+	}
+}
+
+// fetch GETs url and returns its body.
+func fetch(url string) (string, error) {
+	res, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return string(b), err
 }
 
 func TestDemoEmulator(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -76,6 +78,10 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	}
 	defer gme.Close()
 	defer client.Close()
+	if f.http != "" {
+		stop := serveStatus(out, f.http, gme)
+		defer stop()
+	}
 	if err := rig.WaitReady(setupCtx, gme, len(names)); err != nil {
 		return nil, err
 	}
@@ -173,6 +179,27 @@ func countAccounts(ctx context.Context, client *spanner.Client) (int64, error) {
 		return r.Column(0, &n)
 	})
 	return n, err
+}
+
+// serveStatus serves gme's status page on addr and prints its URL; a busy address is a
+// warning, not a failure of the demo. It returns the function that stops the server.
+func serveStatus(out io.Writer, addr string, gme *spannerme.GCPMultiEndpoint) (stop func()) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(out, "  status page not served: %v (choose another address with -http)\n", err)
+		return func() {}
+	}
+	srv := &http.Server{Handler: spannerme.StatusHandler(gme), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	fmt.Fprintf(out, "  status page: http://%s/ (JSON: http://%s/?format=json)\n", ln.Addr(), ln.Addr())
+	return func() {
+		srv.Close()
+		<-done
+	}
 }
 
 // sortedGroups returns the group names of o, sorted.

@@ -1,0 +1,333 @@
+package spannerme
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+)
+
+// Attribute keys of the metrics and of the trace attributes.
+const (
+	// AttrMultiEndpoint is the group (MultiEndpoint) name, on metrics and on the call's span.
+	AttrMultiEndpoint = "spannerme.multiendpoint"
+	// AttrEndpoint is the endpoint, on metrics and on the call's span.
+	AttrEndpoint = "spannerme.endpoint"
+	// AttrEndpointState is an EndpointState in lower case: available, recovering or
+	// unavailable.
+	AttrEndpointState = "spannerme.endpoint.state"
+	// AttrSwitchReason is a SwitchReason: fallback, recovery or reconfiguration.
+	AttrSwitchReason = "spannerme.switch.reason"
+	// AttrEjectionReason says why outcome-based health ejected an endpoint.
+	AttrEjectionReason = "spannerme.ejection.reason"
+	// AttrGRPCStatusCode is the call's gRPC status code as an integer (0 is OK), as in the
+	// OpenTelemetry semantic conventions for gRPC.
+	AttrGRPCStatusCode = "rpc.grpc.status_code"
+)
+
+// meterName is the instrumentation scope of every instrument.
+const meterName = "github.com/spannerme/spanner-multiendpoint/spannerme"
+
+// metricDoc describes one instrument; the README's metric table is generated from
+// metricDocs (TestREADMEMetricTable checks it).
+type metricDoc struct {
+	Name, Instrument, Unit string
+	Attributes             []string
+	Description            string
+}
+
+// The instruments, by name.
+const (
+	metricEndpointState  = "spannerme.endpoint.state"
+	metricCurrent        = "spannerme.multiendpoint.current_endpoint"
+	metricSwitches       = "spannerme.multiendpoint.switches"
+	metricEjections      = "spannerme.endpoint.ejections"
+	metricCalls          = "spannerme.client.calls"
+	metricFailures       = "spannerme.client.call.failures"
+	metricDuration       = "spannerme.client.call.duration"
+	metricActiveCalls    = "spannerme.client.active_calls"
+	metricWaitingCalls   = "spannerme.client.waiting_calls"
+	instrumentGauge      = "Int64ObservableGauge"
+	instrumentCounter    = "Int64Counter"
+	instrumentHistogram  = "Float64Histogram"
+	instrumentUpDownObsv = "Int64ObservableUpDownCounter"
+)
+
+var metricDocs = []metricDoc{
+	{metricEndpointState, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointState},
+		"1 for the state each endpoint is in within each group, 0 for the other two states"},
+	{metricCurrent, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint},
+		"1 for each group's current endpoint, 0 for its other endpoints"},
+	{metricSwitches, instrumentCounter, "{switch}", []string{AttrMultiEndpoint, AttrSwitchReason, AttrEndpoint},
+		"changes of a group's current endpoint; " + AttrEndpoint + " is the new current endpoint"},
+	{metricEjections, instrumentCounter, "{ejection}", []string{AttrEndpoint, AttrEjectionReason},
+		"endpoints taken out of service by outcome-based health"},
+	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrGRPCStatusCode},
+		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
+	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrGRPCStatusCode},
+		"calls that ended with a status other than OK"},
+	{metricDuration, instrumentHistogram, "s", []string{AttrMultiEndpoint, AttrEndpoint, AttrGRPCStatusCode},
+		"time from a call's start on an endpoint to its end (a stream's: until it ends)"},
+	{metricActiveCalls, instrumentUpDownObsv, "{call}", []string{AttrEndpoint},
+		"calls in flight on each endpoint's pool, retired pools included"},
+	{metricWaitingCalls, instrumentUpDownObsv, "{call}", nil,
+		"calls waiting for their endpoint's pool to finish connecting (or for their group to switch)"},
+}
+
+// durationBuckets are the call duration histogram's bucket bounds, in seconds: those the
+// OpenTelemetry semantic conventions recommend for RPC and HTTP durations.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// metrics holds a GCPMultiEndpoint's instruments. On a no-op meter provider (or the global
+// one before an SDK is installed) the call path records nothing and allocates nothing.
+type metrics struct {
+	calls, failures, switches, ejections metric.Int64Counter
+	duration                             metric.Float64Histogram
+	state, current                       metric.Int64ObservableGauge
+	active, waiting                      metric.Int64ObservableUpDownCounter
+
+	mu  sync.Mutex // guards reg
+	reg metric.Registration
+}
+
+// newMetrics creates the instruments on mp's meter. An instrument the provider refuses is
+// replaced by a no-op one (the provider reports its own errors through otel.Handle).
+func newMetrics(mp metric.MeterProvider) *metrics {
+	meter := mp.Meter(meterName)
+	doc := func(name string) (metric.InstrumentOption, metric.InstrumentOption) {
+		for _, d := range metricDocs {
+			if d.Name == name {
+				return metric.WithUnit(d.Unit), metric.WithDescription(d.Description)
+			}
+		}
+		panic("spannerme: no metricDoc for " + name) // a programming error, caught by every test
+	}
+	counter := func(name string) metric.Int64Counter {
+		u, d := doc(name)
+		c, _ := meter.Int64Counter(name, u, d)
+		return c
+	}
+	gauge := func(name string) metric.Int64ObservableGauge {
+		u, d := doc(name)
+		g, _ := meter.Int64ObservableGauge(name, u, d)
+		return g
+	}
+	upDown := func(name string) metric.Int64ObservableUpDownCounter {
+		u, d := doc(name)
+		c, _ := meter.Int64ObservableUpDownCounter(name, u, d)
+		return c
+	}
+	m := &metrics{
+		calls: counter(metricCalls), failures: counter(metricFailures),
+		switches: counter(metricSwitches), ejections: counter(metricEjections),
+		state: gauge(metricEndpointState), current: gauge(metricCurrent),
+		active: upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
+	}
+	u, d := doc(metricDuration)
+	m.duration, _ = meter.Float64Histogram(metricDuration, u, d, metric.WithExplicitBucketBoundaries(durationBuckets...))
+	fillNoop(m)
+	return m
+}
+
+// fillNoop replaces the instruments a provider refused (nil) with no-op ones.
+func fillNoop(m *metrics) {
+	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections} {
+		if *c == nil {
+			*c = noop.Int64Counter{}
+		}
+	}
+	if m.duration == nil {
+		m.duration = noop.Float64Histogram{}
+	}
+	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current} {
+		if *g == nil {
+			*g = noop.Int64ObservableGauge{}
+		}
+	}
+	for _, c := range []*metric.Int64ObservableUpDownCounter{&m.active, &m.waiting} {
+		if *c == nil {
+			*c = noop.Int64ObservableUpDownCounter{}
+		}
+	}
+}
+
+// observe registers the callback of the observable instruments, which reads gme's routing
+// snapshot at each collection.
+func (m *metrics) observe(mp metric.MeterProvider, gme *GCPMultiEndpoint) {
+	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(m.waiting, gme.waiting.Load())
+		s := gme.snap.Load()
+		if s == nil {
+			return nil
+		}
+		gme.mu.Lock()
+		pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
+		for _, p := range gme.pools {
+			pools = append(pools, p)
+		}
+		for p := range gme.retired {
+			pools = append(pools, p)
+		}
+		gme.mu.Unlock()
+		active := make(map[string]int64, len(pools))
+		for _, p := range pools {
+			active[p.endpoint] += p.inFlight()
+		}
+		for e, n := range active {
+			o.ObserveInt64(m.active, n, metric.WithAttributes(attribute.String(AttrEndpoint, e)))
+		}
+		for name, me := range s.groups {
+			st := me.Status()
+			for _, e := range st.Endpoints {
+				for _, state := range []multiendpoint.State{multiendpoint.Available, multiendpoint.Recovering, multiendpoint.Unavailable} {
+					o.ObserveInt64(m.state, boolInt(e.State == state), metric.WithAttributes(attribute.String(AttrMultiEndpoint, name),
+						attribute.String(AttrEndpoint, e.Endpoint), attribute.String(AttrEndpointState, stateAttr(state))))
+				}
+				o.ObserveInt64(m.current, boolInt(e.Endpoint == st.Current), metric.WithAttributes(
+					attribute.String(AttrMultiEndpoint, name), attribute.String(AttrEndpoint, e.Endpoint)))
+			}
+		}
+		return nil
+	}, m.state, m.current, m.active, m.waiting)
+	if err != nil {
+		return // the provider reports it; the synchronous instruments still work
+	}
+	m.mu.Lock()
+	m.reg = reg
+	m.mu.Unlock()
+}
+
+func stateAttr(s multiendpoint.State) string {
+	switch s {
+	case multiendpoint.Available:
+		return "available"
+	case multiendpoint.Recovering:
+		return "recovering"
+	}
+	return "unavailable"
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// close unregisters the observable callback. Idempotent.
+func (m *metrics) close() {
+	m.mu.Lock()
+	reg := m.reg
+	m.reg = nil
+	m.mu.Unlock()
+	if reg != nil {
+		_ = reg.Unregister()
+	}
+}
+
+func (m *metrics) switched(ev SwitchEvent) {
+	m.switches.Add(context.Background(), 1, metric.WithAttributes(attribute.String(AttrMultiEndpoint, ev.Name),
+		attribute.String(AttrSwitchReason, ev.Reason.String()), attribute.String(AttrEndpoint, ev.To)))
+}
+
+func (m *metrics) ejected(endpoint, reason string) {
+	m.ejections.Add(context.Background(), 1, metric.WithAttributes(attribute.String(AttrEndpoint, endpoint),
+		attribute.String(AttrEjectionReason, reason)))
+}
+
+// callAttrs are the measurement options of the calls of one group on one endpoint, one per
+// gRPC code, built once per (pool, group) so that recording a call allocates nothing.
+type callAttrs struct {
+	add    [numCodes][]metric.AddOption
+	record [numCodes][]metric.RecordOption
+}
+
+// numCodes is the number of gRPC codes (OK to Unauthenticated).
+const numCodes = int(codes.Unauthenticated) + 1
+
+func newCallAttrs(group, endpoint string) *callAttrs {
+	a := &callAttrs{}
+	for c := range numCodes {
+		o := metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrMultiEndpoint, group),
+			attribute.String(AttrEndpoint, endpoint), attribute.Int(AttrGRPCStatusCode, c)))
+		a.add[c] = []metric.AddOption{o}
+		a.record[c] = []metric.RecordOption{o}
+	}
+	return a
+}
+
+// callAttrsFor returns p's callAttrs for group, building them on first use.
+func (p *pool) callAttrsFor(group string) *callAttrs {
+	if m := p.attrs.Load(); m != nil {
+		if a := (*m)[group]; a != nil {
+			return a
+		}
+	}
+	p.attrsMu.Lock()
+	defer p.attrsMu.Unlock()
+	old := p.attrs.Load()
+	if old != nil {
+		if a := (*old)[group]; a != nil {
+			return a
+		}
+	}
+	next := make(map[string]*callAttrs)
+	if old != nil {
+		for g, a := range *old {
+			next[g] = a
+		}
+	}
+	a := newCallAttrs(group, p.endpoint)
+	next[group] = a
+	p.attrs.Store(&next)
+	return a
+}
+
+// callStart is what callBegin measured; the zero value means "not measured".
+type callStart struct {
+	at time.Time
+	on bool
+}
+
+// callBegin marks a call sent to p for group me: the call's span, if it is recording, gets
+// the group and the endpoint as attributes, and the start time is taken if the metrics
+// record anything.
+func (o *observer) callBegin(ctx context.Context, p *pool, me *multiendpoint.MultiEndpoint) callStart {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String(AttrMultiEndpoint, me.Name()), attribute.String(AttrEndpoint, p.endpoint))
+	}
+	m := o.metrics
+	if m.calls.Enabled(ctx) || m.duration.Enabled(ctx) {
+		return callStart{at: time.Now(), on: true}
+	}
+	return callStart{}
+}
+
+// callEnd records the end of a call that callBegin measured, with its error (nil: OK).
+func (o *observer) callEnd(ctx context.Context, p *pool, group string, cs callStart, err error) {
+	if !cs.on {
+		return
+	}
+	code := codes.OK
+	if err != nil {
+		code = status.Code(err)
+		if int(code) >= numCodes {
+			code = codes.Unknown
+		}
+	}
+	a := p.callAttrsFor(group)
+	m := o.metrics
+	m.calls.Add(ctx, 1, a.add[code]...)
+	if code != codes.OK {
+		m.failures.Add(ctx, 1, a.add[code]...)
+	}
+	m.duration.Record(ctx, time.Since(cs.at).Seconds(), a.record[code]...)
+}

@@ -1,0 +1,456 @@
+package spannerme
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+)
+
+// newMetricReader returns an SDK meter provider whose metrics the reader collects on demand.
+func newMetricReader() (*sdkmetric.ManualReader, metric.MeterProvider) {
+	r := sdkmetric.NewManualReader()
+	return r, sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+}
+
+func collect(t *testing.T, r *sdkmetric.ManualReader) metricdata.ResourceMetrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	return rm
+}
+
+// find returns the instrument called name, checking its scope.
+func find(rm metricdata.ResourceMetrics, name string) (metricdata.Metrics, bool) {
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == name && sm.Scope.Name == meterName {
+				return m, true
+			}
+		}
+	}
+	return metricdata.Metrics{}, false
+}
+
+// int64Points returns the data points of an int64 sum or gauge.
+func int64Points(m metricdata.Metrics) []metricdata.DataPoint[int64] {
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		return d.DataPoints
+	case metricdata.Gauge[int64]:
+		return d.DataPoints
+	}
+	return nil
+}
+
+// sumBy adds up the values of instrument name by the value of attribute key.
+func sumBy(rm metricdata.ResourceMetrics, name, key string) map[string]int64 {
+	out := map[string]int64{}
+	m, _ := find(rm, name)
+	for _, dp := range int64Points(m) {
+		v, _ := dp.Attributes.Value(attribute.Key(key))
+		out[v.String()] += dp.Value
+	}
+	return out
+}
+
+// valueWhere returns the value of instrument name at the data point whose attributes
+// include all of attrs.
+func valueWhere(rm metricdata.ResourceMetrics, name string, attrs ...attribute.KeyValue) (int64, bool) {
+	m, _ := find(rm, name)
+	for _, dp := range int64Points(m) {
+		match := true
+		for _, kv := range attrs {
+			v, ok := dp.Attributes.Value(kv.Key)
+			match = match && ok && v == kv.Value
+		}
+		if match {
+			return dp.Value, true
+		}
+	}
+	return 0, false
+}
+
+// After one failover and one switch-back: switches {fallback: 1, recovery: 1}, the current
+// endpoint back on the first, calls counted per endpoint, and every other instrument there.
+func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	reader, mp := newMetricReader()
+	s := fastSettings(nil)
+	s.MeterProvider = mp
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g": group(200*time.Millisecond, 300*time.Millisecond, e1.Addr(), e2.Addr())}), s)
+	ctx := context.Background()
+	calls := func(n int, want string) {
+		t.Helper()
+		for range n {
+			if got, err := call(ctx, gme); err != nil || got != want {
+				t.Fatalf("served by %q, %v; want %s", got, err, want)
+			}
+		}
+	}
+	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
+	calls(5, "E1")
+	e1.Down()
+	waitServedBy(t, ctx, gme, "E2", 10*time.Second)
+	calls(7, "E2")
+	e1.Up()
+	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
+	calls(3, "E1")
+
+	rm := collect(t, reader)
+	for _, d := range metricDocs {
+		if d.Name == metricEjections || d.Name == metricFailures {
+			continue // nothing ejected; maybe no call failed
+		}
+		if _, ok := find(rm, d.Name); !ok {
+			t.Errorf("instrument %s not reported", d.Name)
+		}
+	}
+	if got := sumBy(rm, metricSwitches, AttrSwitchReason); len(got) != 2 || got["fallback"] != 1 || got["recovery"] != 1 {
+		t.Errorf("switches by reason = %v, want fallback:1, recovery:1", got)
+	}
+	g := attribute.String(AttrMultiEndpoint, "g")
+	for e, want := range map[string]int64{e1.Addr(): 1, e2.Addr(): 0} {
+		if v, ok := valueWhere(rm, metricCurrent, g, attribute.String(AttrEndpoint, e)); !ok || v != want {
+			t.Errorf("current_endpoint{%s} = %d (%v), want %d", e, v, ok, want)
+		}
+		if v, _ := valueWhere(rm, metricEndpointState, g, attribute.String(AttrEndpoint, e), attribute.String(AttrEndpointState, "available")); v != 1 {
+			t.Errorf("endpoint.state{%s, available} = %d, want 1", e, v)
+		}
+	}
+	ok := attribute.Int(AttrGRPCStatusCode, int(codes.OK))
+	okCalls := map[string]int64{}
+	m, _ := find(rm, metricCalls)
+	for _, dp := range int64Points(m) {
+		if v, _ := dp.Attributes.Value(ok.Key); v == ok.Value {
+			e, _ := dp.Attributes.Value(AttrEndpoint)
+			okCalls[e.AsString()] += dp.Value
+		}
+	}
+	// waitServedBy's calls count too: at least the scripted ones on each endpoint.
+	if okCalls[e1.Addr()] < 8 || okCalls[e2.Addr()] < 7 {
+		t.Errorf("OK calls per endpoint = %v, want >= 8 on E1 (%s), >= 7 on E2", okCalls, e1.Addr())
+	}
+	var histCount uint64
+	hm, _ := find(rm, metricDuration)
+	for _, dp := range hm.Data.(metricdata.Histogram[float64]).DataPoints {
+		histCount += dp.Count
+		if v, ok := dp.Max.Value(); ok && (v <= 0 || v > 10) {
+			t.Errorf("a call took %vs: not in seconds?", v)
+		}
+	}
+	var total int64
+	for _, n := range sumBy(rm, metricCalls, AttrEndpoint) {
+		total += n
+	}
+	if int64(histCount) != total {
+		t.Errorf("duration histogram counts %d calls, the calls counter %d", histCount, total)
+	}
+	if failed := sumBy(rm, metricFailures, AttrEndpoint); failed[e2.Addr()] != 0 {
+		t.Errorf("failures on the healthy fallback: %v", failed)
+	}
+	if v, ok := valueWhere(rm, metricActiveCalls, attribute.String(AttrEndpoint, e1.Addr())); !ok || v != 0 {
+		t.Errorf("active calls on E1 = %d (%v), want 0 reported", v, ok)
+	}
+}
+
+// A stream counts as one call, when it ends, with its code.
+func TestMetricsCountStreams(t *testing.T) {
+	e1 := startEndpoint(t, "E1")
+	reader, mp := newMetricReader()
+	s := fastSettings(nil)
+	s.MeterProvider = mp
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), s)
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
+	before := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)
+	for range 3 {
+		if err := streamOnce(ctx, gme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One stream abandoned by cancelling its context.
+	cctx, cancel := context.WithCancel(ctx)
+	st, err := testpb.NewTestServiceClient(gme).StreamingOutputCall(cctx, &testpb.StreamingOutputCallRequest{
+		ResponseParameters: []*testpb.ResponseParameters{{}, {IntervalUs: 10_000_000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	eventually(t, 10*time.Second, "the cancelled stream counted", func() bool {
+		return sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)["1"] == 1
+	})
+	after := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)
+	if got := after["0"] - before["0"]; got != 3 {
+		t.Errorf("OK streams counted: %d, want 3 (%v)", got, after)
+	}
+	if got := sumBy(collect(t, reader), metricFailures, AttrGRPCStatusCode); got["1"] != 1 {
+		t.Errorf("failures by code = %v, want CANCELED (1): 1", got)
+	}
+}
+
+// spySpan is a span that says whether it records, and counts SetAttributes calls.
+type spySpan struct {
+	trace.Span
+	recording bool
+	set       []attribute.KeyValue
+}
+
+func (s *spySpan) IsRecording() bool { return s.recording }
+
+func (s *spySpan) SetAttributes(kv ...attribute.KeyValue) { s.set = append(s.set, kv...) }
+
+// The call's span gets the group and the endpoint when it is recording, and nothing when it
+// is not.
+func TestSpanAttributes(t *testing.T) {
+	a, b := startEndpoint(t, "A"), startEndpoint(t, "B")
+	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(0, 0, a.Addr()), "west": group(0, 0, b.Addr())}), fastSettings(nil))
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "A", 10*time.Second)
+
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(ctx)
+	sctx, span := tp.Tracer("test").Start(NewMEContext(ctx, "west"), "query")
+	if got, err := call(sctx, gme); err != nil || got != "B" {
+		t.Fatalf("served by %q, %v", got, err)
+	}
+	span.End()
+	attrs := map[attribute.Key]string{}
+	for _, kv := range rec.Ended()[0].Attributes() {
+		attrs[kv.Key] = kv.Value.String()
+	}
+	if attrs[AttrMultiEndpoint] != "west" || attrs[AttrEndpoint] != b.Addr() {
+		t.Errorf("span attributes %v, want %s=west, %s=%s", attrs, AttrMultiEndpoint, AttrEndpoint, b.Addr())
+	}
+
+	for _, recording := range []bool{false, true} {
+		spy := &spySpan{Span: trace.SpanFromContext(ctx), recording: recording}
+		if _, err := call(trace.ContextWithSpan(ctx, spy), gme); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(spy.set) > 0; got != recording {
+			t.Errorf("recording %v: attributes set: %v", recording, spy.set)
+		}
+	}
+}
+
+// The measurement of a call allocates nothing with a no-op meter provider (nor with the SDK,
+// once the call's attribute set exists).
+func TestCallMeasurementDoesNotAllocate(t *testing.T) {
+	_, sdk := newMetricReader()
+	for _, tc := range []struct {
+		name string
+		mp   metric.MeterProvider
+	}{{"noop", noop.NewMeterProvider()}, {"sdk", sdk}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fastSettings(nil)
+			s.MeterProvider = tc.mp
+			gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}), s)
+			snap := gme.snap.Load()
+			p, me := snap.pools["127.0.0.1:1"], snap.def
+			ctx := context.Background()
+			measure := func() {
+				cs := gme.obs.callBegin(ctx, p, me)
+				gme.obs.callEnd(ctx, p, me.Name(), cs, nil)
+			}
+			measure() // builds the attribute sets
+			if n := testing.AllocsPerRun(1000, measure); n != 0 {
+				t.Errorf("measuring a call allocates %v times", n)
+			}
+		})
+	}
+}
+
+// BenchmarkInvokeMetrics measures Invoke with a no-op meter provider and with the SDK (a
+// manual reader, never collected), sequentially so that allocs/op are exact.
+//
+//	go test -run '^$' -bench InvokeMetrics -benchmem ./spannerme/
+func BenchmarkInvokeMetrics(b *testing.B) {
+	addr := startServer(b, "primary")
+	_, sdk := newMetricReader()
+	for _, tc := range []struct {
+		name string
+		mp   metric.MeterProvider
+	}{{"noop", noop.NewMeterProvider()}, {"sdk", sdk}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := fastSettings(nil)
+			s.MeterProvider = tc.mp
+			gme := newGME(b, benchOptions("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, addr)}), s)
+			client := testpb.NewTestServiceClient(gme)
+			ctx := context.Background()
+			req := &testpb.SimpleRequest{}
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := client.UnaryCall(wctx, req, grpc.WaitForReady(true))
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := client.UnaryCall(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+var updateREADME = flag.Bool("update-readme", false, "rewrite the README's metric table from metricDocs")
+
+const (
+	readmeTableStart = "<!-- metric table: generated from spannerme/metrics.go by `go test ./spannerme -run TestREADMEMetricTable -update-readme` -->"
+	readmeTableEnd   = "<!-- end of metric table -->"
+)
+
+// metricTable renders metricDocs as the README's markdown table.
+func metricTable() string {
+	var b strings.Builder
+	b.WriteString("| instrument | kind | unit | attributes | meaning |\n| --- | --- | --- | --- | --- |\n")
+	for _, d := range metricDocs {
+		attrs := "none"
+		if len(d.Attributes) > 0 {
+			attrs = "`" + strings.Join(d.Attributes, "`, `") + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s | %s |\n", d.Name, d.Instrument, d.Unit, attrs, d.Description)
+	}
+	return b.String()
+}
+
+// The README's metric table is the one generated from metricDocs, which newMetrics uses to
+// create the instruments.
+func TestREADMEMetricTable(t *testing.T) {
+	const path = "../README.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start, end := strings.Index(readme, readmeTableStart), strings.Index(readme, readmeTableEnd)
+	if start < 0 || end < start {
+		t.Fatalf("README.md lacks the markers %q ... %q", readmeTableStart, readmeTableEnd)
+	}
+	got := readme[start+len(readmeTableStart) : end]
+	want := "\n" + metricTable()
+	if got == want {
+		return
+	}
+	if *updateREADME {
+		if err := os.WriteFile(path, []byte(readme[:start+len(readmeTableStart)]+want+readme[end:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's metric table is out of date; run go test ./spannerme -run TestREADMEMetricTable -update-readme\ngot:\n%s\nwant:\n%s", got, want)
+}
+
+// Every instrument the SDK sees is documented (name and unit), and every documented one
+// exists.
+func TestInstrumentsMatchTheirDocs(t *testing.T) {
+	reader, mp := newMetricReader()
+	m := newMetrics(mp)
+	// Make every synchronous instrument report once.
+	ctx := context.Background()
+	m.calls.Add(ctx, 1)
+	m.failures.Add(ctx, 1)
+	m.switches.Add(ctx, 1)
+	m.ejections.Add(ctx, 1)
+	m.duration.Record(ctx, 1)
+	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(m.state, 1)
+		o.ObserveInt64(m.current, 1)
+		o.ObserveInt64(m.active, 1)
+		o.ObserveInt64(m.waiting, 1)
+		return nil
+	}, m.state, m.current, m.active, m.waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	rm := collect(t, reader)
+	seen := 0
+	for _, d := range metricDocs {
+		got, ok := find(rm, d.Name)
+		if !ok {
+			t.Errorf("%s: documented, not created", d.Name)
+			continue
+		}
+		seen++
+		if got.Unit != d.Unit || got.Description != d.Description {
+			t.Errorf("%s: unit %q, description %q; documented %q, %q", d.Name, got.Unit, got.Description, d.Unit, d.Description)
+		}
+	}
+	if n := len(rm.ScopeMetrics[0].Metrics); n != seen {
+		t.Errorf("%d instruments reported, %d documented", n, seen)
+	}
+}
+
+// NewMultiEndpointClient* report to Settings.MeterProvider, else to the Spanner client's
+// ClientConfig.OpenTelemetryMeterProvider.
+func TestMeterProviderFromClientConfig(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, b.eps[0].Addr())})
+	ctx := context.Background()
+	configReader, configMP := newMetricReader()
+	settingsReader, settingsMP := newMetricReader()
+	callsIn := func(r *sdkmetric.ManualReader) int64 {
+		return sumBy(collect(t, r), metricCalls, AttrMultiEndpoint)["g"]
+	}
+	for _, tc := range []struct {
+		name      string
+		settings  metric.MeterProvider
+		want, not *sdkmetric.ManualReader
+	}{
+		{"ClientConfig's", nil, configReader, settingsReader},
+		{"Settings' first", settingsMP, settingsReader, configReader},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fixture.ClientConfig()
+			cfg.OpenTelemetryMeterProvider = configMP
+			s := fastSettings(nil)
+			s.MeterProvider = tc.settings
+			client, gme, err := NewMultiEndpointClientWithSettings(ctx, b.database, cfg, o, s, clientOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gme.Close()
+			defer client.Close()
+			wantBefore, notBefore := callsIn(tc.want), callsIn(tc.not)
+			if _, err := countAccounts(ctx, client); err != nil {
+				t.Fatal(err)
+			}
+			if got := callsIn(tc.want) - wantBefore; got == 0 {
+				t.Errorf("no call counted in the %s provider", tc.name)
+			}
+			if got := callsIn(tc.not) - notBefore; got != 0 {
+				t.Errorf("%d calls counted in the other provider", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,283 @@
+package spannerme
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// StatusHandler returns an http.Handler that serves gme's Status: as one HTML page a person
+// reads at a glance (each group with its current endpoint, each endpoint's state and the
+// reason it is down, each pool, and a timeline of the recent switches of each group; the
+// page refreshes itself every 2 seconds), and as JSON (the encoding/json form of Status)
+// when the request asks for it with ?format=json, a path ending in ".json", or an Accept
+// header that prefers application/json. It answers GET and HEAD, and 405 otherwise. It
+// reads gme.Status per request, takes no lock a call waits for, and is safe for concurrent
+// use. A nil gme is served as a zero-value one (closed).
+//
+// Mount it where you like, for example:
+//
+//	http.Handle("/spannerme/", http.StripPrefix("/spannerme", spannerme.StatusHandler(gme)))
+func StatusHandler(gme *GCPMultiEndpoint) http.Handler {
+	if gme == nil {
+		gme = &GCPMultiEndpoint{}
+	}
+	return statusHandler{gme}
+}
+
+type statusHandler struct{ gme *GCPMultiEndpoint }
+
+func (h statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	st := h.gme.Status()
+	var body bytes.Buffer
+	if wantsJSON(r) {
+		enc := json.NewEncoder(&body)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+	} else {
+		if err := statusPage.Execute(&body, newPageView(st)); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodGet {
+		_, _ = w.Write(body.Bytes())
+	}
+}
+
+// wantsJSON reports whether the request asks for JSON rather than the page.
+func wantsJSON(r *http.Request) bool {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f == "json"
+	}
+	if strings.HasSuffix(r.URL.Path, ".json") {
+		return true
+	}
+	accept := r.Header.Get("Accept")
+	return strings.Contains(accept, "application/json") && !strings.Contains(accept, "text/html")
+}
+
+//go:embed statuspage.html
+var statusPageHTML string
+
+var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
+	"clock": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Format("15:04:05.000")
+	},
+	"lower":    strings.ToLower,
+	"subtract": func(a, b int) int { return a - b },
+}).Parse(statusPageHTML))
+
+// pageView is what the page template shows: Status, arranged for reading.
+type pageView struct {
+	Status
+	Groups []groupView
+	Pools  []poolView
+}
+
+type groupView struct {
+	GroupStatus
+	Default   bool
+	Endpoints []endpointView
+	Pending   string // "switching to X in 1.2s", or ""
+	Timeline  timeline
+}
+
+type endpointView struct {
+	EndpointStatus
+	Current      bool
+	For          string // how long it has been in State
+	Connectivity string
+	Reason       string // why it is not Available, or ""
+}
+
+type poolView struct {
+	PoolStatus
+	For       string
+	LastError string // "refused 12s ago: ...", or ""
+	Health    string // "ejected (consecutive failures) for 28s: ...", "suspect", "healthy", "off"
+}
+
+// timeline is one group's SVG: a lane per endpoint, a bar where it was current.
+type timeline struct {
+	Width, Height, Left, Right int
+	Lanes                      []lane
+	Bars                       []bar
+	Marks                      []mark
+	From, To                   string // times at the two ends
+}
+
+type lane struct {
+	Y, TextY int
+	Endpoint string
+}
+
+type bar struct {
+	X, Y, W, H int
+	Title      string
+}
+
+type mark struct {
+	X, Y1, Y2 int
+	Reason    string
+	Title     string
+}
+
+// timelineSpan is the longest stretch of time a timeline shows.
+const timelineSpan = 15 * time.Minute
+
+func newPageView(st Status) pageView {
+	v := pageView{Status: st}
+	pools := make(map[string]PoolStatus, len(st.Pools))
+	for _, p := range st.Pools {
+		if !p.Retired {
+			pools[p.Endpoint] = p
+		}
+		pv := poolView{PoolStatus: p, For: ago(st.At, p.Since)}
+		if e := p.LastError; e != nil {
+			pv.LastError = fmt.Sprintf("%s %s ago: %s", e.Kind, ago(st.At, e.At), e.Message)
+		}
+		pv.Health = healthText(st.At, p.Health)
+		v.Pools = append(v.Pools, pv)
+	}
+	for _, g := range st.Groups {
+		gv := groupView{GroupStatus: g, Default: g.Name == st.Default, Timeline: newTimeline(st, g)}
+		if g.PendingSwitch != "" {
+			gv.Pending = fmt.Sprintf("switching to %s in %s", g.PendingSwitch, g.PendingSwitchAt.Sub(st.At).Round(time.Millisecond))
+		}
+		for _, e := range g.Endpoints {
+			p := pools[e.Endpoint]
+			ev := endpointView{EndpointStatus: e, Current: e.Endpoint == g.Current, For: ago(st.At, e.Since), Connectivity: p.Connectivity}
+			if e.State != Available {
+				switch {
+				case st.Closed:
+					ev.Reason = "closed"
+				case p.Health.Ejected:
+					ev.Reason = healthText(st.At, p.Health)
+				case p.LastError != nil:
+					ev.Reason = fmt.Sprintf("%s: %s", p.LastError.Kind, p.LastError.Message)
+				case p.Connectivity != "":
+					ev.Reason = "pool " + p.Connectivity
+				}
+			}
+			gv.Endpoints = append(gv.Endpoints, ev)
+		}
+		v.Groups = append(v.Groups, gv)
+	}
+	return v
+}
+
+// healthText says in a few words what health from call outcomes thinks of a pool.
+func healthText(now time.Time, h PoolHealth) string {
+	switch {
+	case h.Disabled:
+		return "off"
+	case h.Ejected:
+		return fmt.Sprintf("ejected (%s), %s left: %s", h.Reason, h.EjectedUntil.Sub(now).Round(time.Second), h.Detail)
+	case h.Suspect:
+		return "suspect: calls timed out, probing"
+	}
+	return "healthy"
+}
+
+// ago says how long before now t was, "-" for a zero t.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// newTimeline lays out which endpoint of g was current when, from the group's recent
+// switches, over the last timelineSpan (or since the GCPMultiEndpoint started).
+func newTimeline(st Status, g GroupStatus) timeline {
+	const width, left, right, laneH, top = 760, 190, 10, 22, 6
+	end := st.At
+	start := end.Add(-timelineSpan)
+	if st.Started.After(start) {
+		start = st.Started
+	}
+	if !start.Before(end) {
+		start = end.Add(-time.Second)
+	}
+	t := timeline{Width: width, Left: left, Right: width - right, From: start.Format("15:04:05"), To: end.Format("15:04:05")}
+	laneOf := map[string]int{}
+	addLane := func(e string) int {
+		if i, ok := laneOf[e]; ok {
+			return i
+		}
+		i := len(t.Lanes)
+		laneOf[e] = i
+		y := top + i*laneH
+		t.Lanes = append(t.Lanes, lane{Y: y, TextY: y + laneH/2 + 4, Endpoint: e})
+		return i
+	}
+	for _, e := range g.Endpoints {
+		addLane(e.Endpoint)
+	}
+	x := func(at time.Time) int {
+		if at.Before(start) {
+			at = start
+		}
+		return left + int(float64(t.Right-left)*float64(at.Sub(start))/float64(end.Sub(start)))
+	}
+	// Who was current at the start of the window.
+	cur := g.Current
+	for i := len(g.Switches) - 1; i >= 0; i-- {
+		if g.Switches[i].At.After(start) {
+			cur = g.Switches[i].From
+		}
+	}
+	from := start
+	emit := func(e string, until time.Time) {
+		if e == "" || !until.After(from) {
+			return
+		}
+		y := top + addLane(e)*laneH
+		x0, x1 := x(from), x(until)
+		t.Bars = append(t.Bars, bar{X: x0, Y: y + 3, W: max(x1-x0, 1), H: laneH - 6,
+			Title: fmt.Sprintf("%s current from %s to %s", e, from.Format("15:04:05.000"), until.Format("15:04:05.000"))})
+	}
+	var marks []SwitchEvent
+	for _, ev := range g.Switches {
+		if !ev.At.After(start) {
+			continue
+		}
+		emit(cur, ev.At)
+		cur, from = ev.To, ev.At
+		marks = append(marks, ev)
+	}
+	emit(cur, end)
+	t.Height = top*2 + max(len(t.Lanes), 1)*laneH + 16
+	for _, ev := range marks {
+		t.Marks = append(t.Marks, mark{X: x(ev.At), Y1: top, Y2: top + len(t.Lanes)*laneH, Reason: ev.Reason.String(),
+			Title: fmt.Sprintf("%s at %s: %s → %s", ev.Reason, ev.At.Format("15:04:05.000"), ev.From, ev.To)})
+	}
+	return t
+}

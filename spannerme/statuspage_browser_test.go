@@ -1,0 +1,134 @@
+package spannerme
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"github.com/chromedp/chromedp"
+)
+
+// envChromium names the browser binary for the browser test; unset, it is looked up on PATH
+// as chromium (Debian's package), chromium-browser, google-chrome.
+const envChromium = "CHROMIUM_BIN"
+
+// envKeepScreenshot, if set, is a path the browser test copies its screenshot to.
+const envKeepScreenshot = "SPANNERME_SCREENSHOT"
+
+var chromiumSkipNotice sync.Once
+
+// findChromium returns the browser to drive. Without one the test is skipped with a loud
+// message, or fails when the environment variable CI is true (as the emulator tests do).
+func findChromium(tb testing.TB) string {
+	tb.Helper()
+	names := []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
+	if p := os.Getenv(envChromium); p != "" {
+		names = []string{p}
+	}
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	how := fmt.Sprintf("Chromium not found (looked for %v): install Debian's chromium package (`apt-get install chromium`; .ci/run does) or set %s", names, envChromium)
+	if ci, err := strconv.ParseBool(os.Getenv("CI")); err == nil && ci {
+		tb.Fatalf("FAILING (CI=%s): %s", os.Getenv("CI"), how)
+	}
+	chromiumSkipNotice.Do(func() { fmt.Fprintln(os.Stderr, "spannerme: SKIPPING the browser test: "+how) })
+	tb.Skip("SKIPPING: " + how)
+	return ""
+}
+
+// The status page, in a real browser (headless Chromium), follows a failover on its own
+// (it refreshes itself): the current endpoint it shows changes, the timeline draws the
+// fallback. The screenshot is saved in the test's temporary directory.
+func TestStatusPageInBrowser(t *testing.T) {
+	chromium := findChromium(t)
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(300*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
+		"west":    group(300*time.Millisecond, 0, e2.Addr(), e1.Addr()),
+	}), fastSettings(nil))
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
+	srv := httptest.NewServer(StatusHandler(gme))
+	defer srv.Close()
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1100, 900),
+	)
+	defer cancelAlloc()
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	browser, cancelTimeout := context.WithTimeout(browser, 90*time.Second)
+	defer cancelTimeout()
+
+	current := chromedp.CSS(`span.current[data-group="default"]`)
+	if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatalf("opening the page: %v", err)
+	}
+	shown, err := chromedp.Run(browser, chromedp.Text(current))
+	if err != nil {
+		t.Fatalf("reading the page: %v", err)
+	}
+	if shown != e1.Addr() {
+		t.Fatalf("page shows current endpoint %q, want E1 %s", shown, e1.Addr())
+	}
+
+	e1.Down()
+	// The page refreshes itself every 2s; read what it shows until it changes.
+	deadline := time.Now().Add(30 * time.Second)
+	for shown != e2.Addr() {
+		if time.Now().After(deadline) {
+			t.Fatalf("page still shows %q 30s after the fault, want E2 %s", shown, e2.Addr())
+		}
+		time.Sleep(200 * time.Millisecond) // a person looking at the page, every 200ms
+		if shown, err = chromedp.Run(browser, chromedp.Text(current)); err != nil {
+			t.Fatalf("reading the page: %v", err)
+		}
+	}
+	fallbacks, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll('section[data-group="default"] line.fallback').length`))
+	if err != nil {
+		t.Fatalf("reading the timeline: %v", err)
+	}
+	state, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(`section[data-group="default"] tr[data-endpoint="`+e1.Addr()+`"] .state`)))
+	if err != nil {
+		t.Fatalf("reading E1's state: %v", err)
+	}
+	png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if fallbacks != 1 {
+		t.Errorf("timeline draws %d fallbacks, want 1", fallbacks)
+	}
+	if state != "Unavailable" {
+		t.Errorf("page shows E1 %q, want Unavailable", state)
+	}
+	path := filepath.Join(t.TempDir(), "status.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot (%d bytes): %s", len(png), path)
+	if keep := os.Getenv(envKeepScreenshot); keep != "" {
+		if err := os.WriteFile(keep, png, 0o644); err != nil {
+			t.Errorf("keeping the screenshot: %v", err)
+		}
+	}
+}
