@@ -5,11 +5,14 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Integration and demo waits are bounded by their own contexts; this is the outer guard.
 TEST_TIMEOUT ?= 20m
 ARGS ?=
+# chaos: length of the run and seed of its schedule (0: a random seed, printed).
+DURATION ?= 2m
+SEED ?= 0
 # Says whether the Cloud Spanner emulator was found: go test ./... prints only "ok" for a
 # package whose emulator tests skipped, so a missing emulator is announced before and after.
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 
-.PHONY: all check demo test race lint fmt vet staticcheck bench ci
+.PHONY: all check demo chaos test race lint fmt vet staticcheck bench ci
 
 all: ci
 
@@ -20,6 +23,12 @@ check:
 ## demo: the main job on an embedded default (in-memory Spanner + fake PSC endpoints). ARGS=-h for flags.
 demo:
 	$(GO) run ./cmd/spannerme-demo $(ARGS)
+
+## chaos: the chaos soak, built with -race: random faults under read-write load over three fake PSC
+##        endpoints in front of ONE backend, then a table of invariants (exit 1 if one fails).
+##        DURATION=2m, SEED=n to replay a run, ARGS=-emulator for the Cloud Spanner emulator, ARGS=-h for flags.
+chaos:
+	$(GO) run -race ./cmd/spannerme-chaos -duration $(DURATION) -seed $(SEED) $(ARGS)
 
 ## test: every test, including the integration suite against the Cloud Spanner emulator.
 test:

@@ -23,3 +23,12 @@ CREATE TABLE Events (
   EventId INT64 NOT NULL,
   Payload STRING(MAX)
 ) PRIMARY KEY (EventId);
+
+-- Written by the chaos soak (internal/chaos): one row per committed insert. RequestId is the
+-- insert's unique ID; RowId is new for every attempt of its transaction, so an insert that
+-- committed twice would show as two rows with one RequestId.
+CREATE TABLE Inserts (
+  RowId     STRING(80) NOT NULL,
+  RequestId STRING(64) NOT NULL,
+  Writer    STRING(64)
+) PRIMARY KEY (RowId);

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
-	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
@@ -97,7 +96,7 @@ func startLoad(ctx context.Context, client *spanner.Client, accounts []fixture.A
 					// client may retry a Commit that had landed, and the in-memory Spanner
 					// answers such a retry "unknown transaction". The order's unique ID
 					// settles it, as an application with idempotency keys does.
-					if found, ferr := orderExists(c, client, id); ferr != nil || !found {
+					if found, ferr := fixture.OrderExists(c, client, id); ferr != nil || !found {
 						return err
 					}
 					l.ambiguous.Add(1)
@@ -119,15 +118,6 @@ func (l *load) totals() loadTotals {
 	defer l.mu.Unlock()
 	return loadTotals{l.readsOK.Load(), l.readsFailed.Load(), l.writesOK.Load(), l.writesFailed.Load(),
 		l.routedOK.Load(), l.routedFailed.Load(), l.ambiguous.Load(), l.firstErr}
-}
-
-// orderExists reports whether the Orders row id was written.
-func orderExists(ctx context.Context, client *spanner.Client, id string) (bool, error) {
-	_, err := client.Single().ReadRow(ctx, "Orders", spanner.Key{id}, []string{"OrderId"})
-	if spanner.ErrCode(err) == codes.NotFound {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // verifyWrites counts the demo's Orders rows: every acknowledged commit must be there exactly

@@ -9,121 +9,30 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/rig"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
-// backend is ONE Spanner (sessions live there) with its address and database.
-type backend struct {
-	name     string
-	addr     string
-	database string
-	close    func()
-}
-
-func startBackend(ctx context.Context, useEmulator bool) (*backend, error) {
-	if !useEmulator {
-		srv, db, err := fixture.NewSpannertestServer()
-		if err != nil {
-			return nil, err
-		}
-		return &backend{name: "in-memory Spanner (spannertest)", addr: srv.Addr, database: db, close: srv.Close}, nil
-	}
-	ddl, err := fixture.Schema()
-	if err != nil {
-		return nil, err
-	}
-	emu, err := emulator.Start(ctx, emulator.Options{DDL: ddl})
-	if err != nil {
-		return nil, err
-	}
-	return &backend{name: "Cloud Spanner emulator", addr: emu.Addr(), database: emu.DatabasePath(), close: func() { emu.Close() }}, nil
-}
-
-// switchLog collects the switch events of the client, for the timeline and the summary.
-type switchLog struct {
-	mu     sync.Mutex
-	events []spannerme.SwitchEvent
-	notify chan struct{}
-}
-
-func (l *switchLog) add(ev spannerme.SwitchEvent) {
-	l.mu.Lock()
-	l.events = append(l.events, ev)
-	l.mu.Unlock()
-	select {
-	case l.notify <- struct{}{}:
-	default:
-	}
-}
-
-// waitFor waits up to timeout for an event matching match that happened after since.
-func (l *switchLog) waitFor(ctx context.Context, timeout time.Duration, since time.Time, match func(spannerme.SwitchEvent) bool) (spannerme.SwitchEvent, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		l.mu.Lock()
-		for _, ev := range l.events {
-			if !ev.At.Before(since) && match(ev) {
-				l.mu.Unlock()
-				return ev, nil
-			}
-		}
-		l.mu.Unlock()
-		select {
-		case <-l.notify:
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			return spannerme.SwitchEvent{}, ctx.Err()
-		}
-	}
-}
-
-// lockedWriter serializes the lines of the timeline, the story and the switch events.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summary, error) {
-	out := &lockedWriter{w: w} // every line is one Write
+	out := &rig.LockedWriter{W: w} // every line is one Write
 	cfg, err := loadConfig(f.config)
 	if err != nil {
 		return nil, err
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	be, err := startBackend(setupCtx, f.emulator)
+	be, err := rig.StartBackend(setupCtx, f.emulator)
 	if err != nil {
 		return nil, fmt.Errorf("starting the backend: %w", err)
 	}
-	defer be.close()
-	direct, err := fixture.NewClient(setupCtx, be.addr, be.database)
-	if err != nil {
-		return nil, err
-	}
-	err = fixture.Seed(setupCtx, direct)
-	direct.Close()
-	if err != nil {
-		return nil, fmt.Errorf("seeding: %w", err)
-	}
+	defer be.Close()
 
 	// One fake PSC endpoint per configured endpoint name, all in front of the one backend.
 	names := cfg.endpointNames()
@@ -131,7 +40,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	addr := map[string]string{}
 	nameOf := map[string]string{}
 	for _, n := range names {
-		e, err := spannermetest.NewEndpoint(be.addr)
+		e, err := spannermetest.NewEndpoint(be.Addr)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +55,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	}
 	east, fallback, west := eps["psc-east4:443"], eps["psc-east4-fallback:443"], eps["psc-west2:443"]
 
-	fmt.Fprintf(out, "spannerme demo: %s at %s, database %s\n", be.name, be.addr, be.database)
+	fmt.Fprintf(out, "spannerme demo: %s at %s, database %s\n", be.Name, be.Addr, be.Database)
 	for _, n := range names {
 		fmt.Fprintf(out, "  fake PSC endpoint %-24s -> %s\n", n, addr[n])
 	}
@@ -157,15 +66,13 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	}
 	def := opts.MultiEndpoints[opts.Default]
 
-	switches := &switchLog{notify: make(chan struct{}, 1)}
+	switches := &rig.SwitchLog{}
 	settings := spannerme.Settings{ReconnectMaxDelay: f.reconnectMax, Logger: logger, OnSwitch: func(ev spannerme.SwitchEvent) {
-		switches.add(ev)
+		switches.Add(ev)
 		fmt.Fprintf(out, "  >> %s: %s -> %s (%s)\n", ev.Name, nameOf[ev.From], nameOf[ev.To], ev.Reason)
 	}}
 	// Offline: no credentials, plaintext to the loopback endpoints (F9).
-	clientOpts := []option.ClientOption{option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
-	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.database, fixture.ClientConfig(), opts, settings, clientOpts...)
+	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(), opts, settings, spannermetest.ClientOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +82,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 		stop := serveStatus(out, f.http, gme)
 		defer stop()
 	}
-	if err := waitReady(setupCtx, gme, len(names)); err != nil {
+	if err := rig.WaitReady(setupCtx, gme, len(names)); err != nil {
 		return nil, err
 	}
 
@@ -185,7 +92,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	}
 	ld := startLoad(ctx, client, accounts, f.readers, f.writers)
 	tl := startTimeline(ctx, out, gme, eps, names, nameOf, ld)
-	sum := &summary{backend: be.name}
+	sum := &summary{backend: be.Name}
 	story := func() error {
 		sleep := func(d time.Duration) error {
 			select {
@@ -201,7 +108,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 		tl.say("east4 goes DOWN (listener closed, connections dropped)")
 		down := time.Now()
 		east.Down()
-		ev, err := switches.waitFor(ctx, def.RecoveryTimeout+30*time.Second, down, func(ev spannerme.SwitchEvent) bool {
+		ev, err := switches.WaitFor(ctx, def.RecoveryTimeout+30*time.Second, down, func(ev spannerme.SwitchEvent) bool {
 			return ev.Name == opts.Default && ev.From == east.Addr()
 		})
 		if err != nil {
@@ -240,7 +147,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 		if err := east.Up(); err != nil {
 			return err
 		}
-		ev, err = switches.waitFor(ctx, def.SwitchingDelay+30*time.Second, up, func(ev spannerme.SwitchEvent) bool {
+		ev, err = switches.WaitFor(ctx, def.SwitchingDelay+30*time.Second, up, func(ev spannerme.SwitchEvent) bool {
 			return ev.Name == opts.Default && ev.To == east.Addr()
 		})
 		if err != nil {
@@ -292,26 +199,6 @@ func serveStatus(out io.Writer, addr string, gme *spannerme.GCPMultiEndpoint) (s
 	return func() {
 		srv.Close()
 		<-done
-	}
-}
-
-// waitReady waits until every endpoint's pool is READY, so the story starts from a warm state.
-func waitReady(ctx context.Context, gme *spannerme.GCPMultiEndpoint, n int) error {
-	for {
-		ready := 0
-		for _, p := range gme.Status().Pools {
-			if p.Connectivity == "READY" {
-				ready++
-			}
-		}
-		if ready == n {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("endpoints not ready: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 }
 

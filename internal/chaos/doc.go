@@ -1,0 +1,89 @@
+// Package chaos is the chaos soak of spannerme (`make chaos`, cmd/spannerme-chaos): random
+// faults of every kind under a read-write load, then a table of invariants that prove
+// nothing was lost.
+//
+// # Topology
+//
+// ONE backend (the in-memory spannertest, or the Cloud Spanner emulator) and three fake PSC
+// endpoints e1, e2, e3 in front of it, all on 127.0.0.1:
+//
+//	client pool --> TCP fake (spannermetest.Endpoint: the PSC address)
+//	            --> gRPC frontend (spannermetest.Frontend: HTTP/2 ends here, as at a Google frontend)
+//	            --> backend
+//
+// so that each endpoint has both fault layers: the network path to the PSC address, and the
+// service behind the frontend whose connections stay READY while it fails. With NoFrontends
+// the TCP fakes forward straight to the backend. Two groups: default = [e1 e2 e3] and
+// west = [e3 e1] at first (reconfigurations change both); RecoveryTimeout 500ms,
+// SwitchingDelay 1s; health from call outcomes on, with ejection times and intervals
+// compressed like the schedule (healthSettings).
+//
+// # Load
+//
+// Nine workers (see workers), each with its own deadline per call (3s to 20s): read-write
+// transfers between accounts (fixture.TransferInTx; each transfer worker owns its accounts,
+// because spannertest does not isolate concurrent read-write transactions), inserts with a
+// unique RequestId into Inserts (a RowId per transaction attempt, so a double commit
+// shows), strong point reads, SUM/COUNT queries, and streaming queries of 400 Events rows
+// checked row by row; the workers on "west" route their calls with spannerme.NewMEContext.
+// On the emulator, read-write transactions run one at a time (it fails concurrent ones).
+//
+// # Schedule
+//
+// A Plan is a pure function of the seed, the duration and whether frontends exist
+// (NewPlan; cmd/spannerme-chaos -plan prints it). After a 2s warm-up, phases in which every
+// group keeps a healthy endpoint (no hard fault) alternate with short phases (0.5s to 2.5s)
+// in which every endpoint is down. In the first kind, a step is drawn every 200ms to 1.5s
+// with the odds of weights among the kinds that can apply (a hard fault that would leave a
+// group without a healthy endpoint cannot), and each fault holds 300ms to 5s:
+//
+//	down               TCP fake's listener closed: dials refused, connections reset (hard)
+//	reset              every connection reset, reconnects served (instant)
+//	blackhole          connections reset, reconnects accepted and never answered (hard)
+//	silent-blackhole   connections stop carrying bytes without a reset (hard, silent)
+//	slow               5-80ms one-way latency, half the time a 128 KiB/s-1 MiB/s limit
+//	fe-unavailable     the frontend answers every call UNAVAILABLE (hard, silent)
+//	fe-hang            the frontend holds every call unanswered (hard, silent)
+//	fe-partial         5%, 20%, 50% or 90% of calls UNAVAILABLE (silent; hard from 50%)
+//	fe-latency         10-300ms before each call
+//	fe-restart         the frontend drops every connection without GOAWAY (instant)
+//	reconfigure        UpdateMultiEndpoints: each group 1-3 endpoints in a random order
+//	                   (one draw in four restores the first configuration)
+//
+// With frontends, one endpoint's frontend also ends every connection at an age of 0.5s to 2s
+// (a GOAWAY storm, calls cut 2s to 10s later) for the whole run: gRPC fixes the age when the
+// server starts. A 5s cool-down without faults ends the run.
+//
+// "Hard" faults leave an endpoint unable to serve; "silent" ones do so on READY
+// connections, where connectivity alone never fails a group over: only outcome-based health
+// (issue 8) does. Ejections and readmissions are printed as they happen (">>" lines).
+//
+// # Invariants
+//
+// Verified at the end through a direct client (no fake endpoint in between):
+//
+//   - total balance conserved; every balance = seed + the transfers that committed;
+//   - every acknowledged commit (transfer or insert) present exactly once: "lost" counts
+//     those that are not;
+//   - no other row: no failed write that never sent Commit is present, no insert twice;
+//   - commits with unknown outcome (the call failed after sending Commit) settled by their
+//     ID and counted: those that committed are done, the others are failed calls;
+//   - every successful read consistent (stream rows exact, 8 accounts, no negative balance,
+//     and on the emulator SUM(Balance) = the seed total on every read: spannertest shows a
+//     commit's mutations one by one);
+//   - failed calls while every group had a healthy endpoint and no silent fault was in
+//     force on its endpoints: 0, each listed with its code and the faults in force;
+//   - failed calls under silent faults: counted while the client has no outcome-based
+//     health; with it (HealthDetection), per worker and fault at most the call in flight
+//     when the fault began and the calls started before the group failed over, each held
+//     to the worker's deadline d: 1 + ceil(5.5s / d) (silentBound);
+//   - failed calls while a group had no healthy endpoint: counted (nothing could serve them);
+//   - every scheduled step applied; every group back on an Available, READY endpoint after
+//     the last heal;
+//   - goroutines back to their baseline after Close (goleak), heap after Close and GC within
+//     16 MiB of its baseline; with -race, no race (cmd/spannerme-chaos counts the race
+//     detector's reports on its stderr).
+//
+// A failed call is attributed to every state the run went through while it ran: the call's
+// group and the default group (the Spanner client's session RPCs use it) are judged at each.
+package chaos

@@ -1,0 +1,140 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Kind is one kind of scheduled step: a fault, the heal that ends it, or a reconfiguration.
+type Kind int
+
+// The kinds of step. A fault holds until its heal step (planned with it); reset and
+// reconfigure are instant.
+const (
+	// KindNone is the zero Kind: no fault.
+	KindNone Kind = iota
+	// TCP layer (spannermetest.Endpoint, the PSC endpoint's address).
+	KindDown            // listener closed: dials refused, live connections reset
+	KindUp              // heals KindDown: listens again
+	KindReset           // instant: every live connection reset (Drop: the mode is kept)
+	KindBlackhole       // connections reset, reconnects accepted and never answered
+	KindSilentBlackhole // live connections stop carrying bytes, no reset: only keepalive notices
+	KindSlow            // added latency, optionally a bandwidth limit
+	KindPass            // heals KindBlackhole, KindSilentBlackhole, KindSlow
+	// gRPC frontend layer (spannermetest frontend: HTTP/2 ends there, as at a Google frontend).
+	KindFrontendUnavailable // every call answered UNAVAILABLE, connections READY
+	KindFrontendHang        // every call accepted and never answered
+	KindFrontendPartial     // a fraction of calls answered UNAVAILABLE
+	KindFrontendLatency     // every call delayed
+	KindFrontendRestart     // instant: the frontend drops every connection without GOAWAY
+	KindFrontendPass        // heals every frontend fault
+	// Configuration.
+	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
+	numKinds
+)
+
+// layer is where a kind acts.
+type layer int
+
+const (
+	layerTCP layer = iota
+	layerFrontend
+	layerConfig
+)
+
+// kindInfo describes a kind: its name, its layer, and how it affects an endpoint.
+type kindInfo struct {
+	name  string
+	layer layer
+	// hard: while it holds, the endpoint is not healthy: calls through it cannot succeed.
+	hard bool
+	// silent: a hard fault that leaves the pool's connections READY, so connectivity alone
+	// never fails the group over; only outcome-based health (DESIGN.md, "Endpoint health from
+	// call outcomes") or, for a silent blackhole, HTTP/2 keepalive can.
+	silent bool
+	// heal is the kind that ends it (0 for instant kinds and heals).
+	heal Kind
+	// instant: an action that leaves no fault in force (reset, fe-restart).
+	instant bool
+}
+
+var kinds = [numKinds]kindInfo{
+	KindNone:                {name: "none"},
+	KindDown:                {name: "down", layer: layerTCP, hard: true, heal: KindUp},
+	KindUp:                  {name: "up", layer: layerTCP},
+	KindReset:               {name: "reset", layer: layerTCP, instant: true},
+	KindBlackhole:           {name: "blackhole", layer: layerTCP, hard: true, heal: KindPass},
+	KindSilentBlackhole:     {name: "silent-blackhole", layer: layerTCP, hard: true, silent: true, heal: KindPass},
+	KindSlow:                {name: "slow", layer: layerTCP, heal: KindPass},
+	KindPass:                {name: "pass", layer: layerTCP},
+	KindFrontendUnavailable: {name: "fe-unavailable", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
+	KindFrontendHang:        {name: "fe-hang", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
+	KindFrontendPartial:     {name: "fe-partial", layer: layerFrontend, silent: true, heal: KindFrontendPass},
+	KindFrontendLatency:     {name: "fe-latency", layer: layerFrontend, heal: KindFrontendPass},
+	KindFrontendRestart:     {name: "fe-restart", layer: layerFrontend, instant: true},
+	KindFrontendPass:        {name: "fe-pass", layer: layerFrontend},
+	KindReconfigure:         {name: "reconfigure", layer: layerConfig},
+}
+
+func (k Kind) String() string {
+	if k >= 0 && k < numKinds {
+		return kinds[k].name
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// hardPartial is the fraction of failed calls from which a partial failure makes an endpoint
+// unhealthy. Below it the Spanner client's retries of UNAVAILABLE absorb the failures (F15).
+const hardPartial = 0.5
+
+// Fault is one fault in force on one layer of one endpoint, with its parameters.
+type Fault struct {
+	Kind Kind
+	// Latency is the added one-way latency (KindSlow) or per-call delay (KindFrontendLatency).
+	Latency time.Duration
+	// Bandwidth is KindSlow's limit in bytes per second per direction; 0 means none.
+	Bandwidth int
+	// Fraction is KindFrontendPartial's share of calls that fail.
+	Fraction float64
+	// Step is the index of the step that started the fault, to attribute failures to it.
+	Step int
+}
+
+// active reports whether f is a fault (not the zero "none").
+func (f Fault) active() bool { return f.Kind != KindNone }
+
+// hard reports whether f makes its endpoint unhealthy (see kindInfo.hard).
+func (f Fault) hard() bool {
+	if !f.active() {
+		return false
+	}
+	if f.Kind == KindFrontendPartial {
+		return f.Fraction >= hardPartial
+	}
+	return kinds[f.Kind].hard
+}
+
+// silent reports whether f can fail calls on READY connections (see kindInfo.silent).
+func (f Fault) silent() bool { return f.active() && kinds[f.Kind].silent }
+
+func (f Fault) String() string {
+	if !f.active() {
+		return "none"
+	}
+	var b strings.Builder
+	b.WriteString(f.Kind.String())
+	switch f.Kind {
+	case KindSlow:
+		fmt.Fprintf(&b, "(%v", f.Latency)
+		if f.Bandwidth > 0 {
+			fmt.Fprintf(&b, ", %d KiB/s", f.Bandwidth>>10)
+		}
+		b.WriteString(")")
+	case KindFrontendLatency:
+		fmt.Fprintf(&b, "(%v)", f.Latency)
+	case KindFrontendPartial:
+		fmt.Fprintf(&b, "(%.0f%%)", 100*f.Fraction)
+	}
+	return b.String()
+}

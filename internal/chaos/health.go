@@ -1,0 +1,70 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+)
+
+// HealthDetectionDefault says whether the client in this build ejects endpoints from call
+// outcomes (issue 8): then failed calls under silent faults are bounded, not only counted.
+const HealthDetectionDefault = true
+
+// healthSettings are the client's outcome-based health settings during a run: the defaults,
+// with ejection times, the counting interval and the standby probe interval compressed as
+// the schedule is (faults hold 300ms to 5s; the defaults are 30s to 300s of ejection and 10s
+// intervals, made for faults that last minutes). The probe timeout stays at its default,
+// 2s, which silentDetection counts on.
+var healthSettings = spannerme.HealthSettings{
+	Interval:         2 * time.Second,
+	BaseEjectionTime: 2 * time.Second,
+	MaxEjectionTime:  20 * time.Second,
+	ProbeInterval:    time.Second,
+}
+
+// healthProbeTimeout is the probe timeout in force (HealthSettings.ProbeTimeout's default).
+const healthProbeTimeout = 2 * time.Second
+
+// healthLog prints every ejection and readmission and counts them.
+type healthLog struct {
+	out   io.Writer
+	start time.Time
+	name  func(addr string) string
+
+	mu     sync.Mutex // guards counts
+	counts map[string]int
+}
+
+func (h *healthLog) add(ev spannerme.HealthEvent) {
+	what := "readmitted"
+	if ev.Kind == spannerme.EndpointEjected {
+		what = "ejected (" + ev.Reason.String() + ")"
+	}
+	h.mu.Lock()
+	if h.counts == nil {
+		h.counts = map[string]int{}
+	}
+	h.counts[what]++
+	h.mu.Unlock()
+	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(h.start).Seconds(), h.name(ev.Endpoint), what)
+	if ev.Kind == spannerme.EndpointEjected {
+		line += fmt.Sprintf(" until +%v", ev.Until.Sub(ev.At).Round(time.Millisecond))
+	}
+	fmt.Fprintln(h.out, line)
+}
+
+// summary is "ejected (timeouts) 3, readmitted 3", or "none".
+func (h *healthLog) summary() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var parts []string
+	for k, n := range h.counts {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(parts)
+	return joinOr(parts, "none")
+}

@@ -1,0 +1,451 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// NumEndpoints is the number of fake PSC endpoints, e1..e3, all in front of ONE backend.
+const NumEndpoints = 3
+
+// The two groups (MultiEndpoints). Session RPCs of the Spanner client use the default group.
+const (
+	GroupDefault = "default"
+	GroupWest    = "west"
+)
+
+// groupNames lists the groups in a fixed order; Groups is indexed the same way.
+var groupNames = [...]string{GroupDefault, GroupWest}
+
+const numGroups = len(groupNames)
+
+// Groups is a configuration: for each group (in groupNames order) its endpoints' indexes in
+// priority order. Slices are never modified once in a Groups.
+type Groups [numGroups][]int
+
+// initialGroups is the configuration the client starts with and the plan may restore.
+var initialGroups = Groups{{0, 1, 2}, {2, 0}}
+
+func (g Groups) String() string {
+	var b strings.Builder
+	for i, name := range groupNames {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=[%s]", name, endpointList(g[i]))
+	}
+	return b.String()
+}
+
+// endpointName is e1, e2 or e3 for index 0, 1, 2.
+func endpointName(i int) string { return fmt.Sprintf("e%d", i+1) }
+
+func endpointList(eps []int) string {
+	names := make([]string, len(eps))
+	for i, e := range eps {
+		names[i] = endpointName(e)
+	}
+	return strings.Join(names, " ")
+}
+
+// State is what the plan holds in force after a step: each endpoint's fault on each layer,
+// and the configuration.
+type State struct {
+	TCP      [NumEndpoints]Fault
+	Frontend [NumEndpoints]Fault
+	Groups   Groups
+}
+
+// healthy reports whether calls through endpoint e can succeed: no hard fault on either layer.
+func (s *State) healthy(e int) bool { return !s.TCP[e].hard() && !s.Frontend[e].hard() }
+
+// groupHealthy reports whether group g lists at least one healthy endpoint.
+func (s *State) groupHealthy(g int) bool {
+	return slices.ContainsFunc(s.Groups[g], s.healthy)
+}
+
+// allGroupsHealthy reports whether every group lists a healthy endpoint.
+func (s *State) allGroupsHealthy() bool {
+	for g := range numGroups {
+		if !s.groupHealthy(g) {
+			return false
+		}
+	}
+	return true
+}
+
+// faults returns the faults in force, "e1:down e3:fe-hang", or "none".
+func (s *State) faults() string {
+	var parts []string
+	for e := range NumEndpoints {
+		for _, f := range []Fault{s.TCP[e], s.Frontend[e]} {
+			if f.active() {
+				parts = append(parts, endpointName(e)+":"+f.String())
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// Step is one scheduled action.
+type Step struct {
+	// At is when the step is due, from the start of the schedule.
+	At time.Duration
+	// Kind is what it does.
+	Kind Kind
+	// Endpoint is the endpoint it acts on (an index; -1 for reconfigure).
+	Endpoint int
+	// Fault holds the parameters of a fault kind.
+	Fault Fault
+	// For is how long a fault is planned to hold (0 for instant steps and heals).
+	For time.Duration
+	// Groups is the new configuration of a reconfigure step.
+	Groups Groups
+	// Phase names the step's phase: "" for a phase in which every group keeps a healthy
+	// endpoint, "all-down" for the steps that start and end a phase with every endpoint down,
+	// "end" for the heals at the end of the schedule.
+	Phase string
+	// After is the plan's state once the step is applied.
+	After State
+}
+
+func (s Step) String() string {
+	var b strings.Builder
+	switch {
+	case s.Kind == KindReconfigure:
+		fmt.Fprintf(&b, "reconfigure %v", s.Groups)
+	case s.Fault.active():
+		fmt.Fprintf(&b, "%s %s", s.Fault, endpointName(s.Endpoint))
+	default:
+		fmt.Fprintf(&b, "%s %s", s.Kind, endpointName(s.Endpoint))
+	}
+	if s.For > 0 {
+		fmt.Fprintf(&b, " for %v", s.For.Round(time.Millisecond))
+	}
+	if s.Phase != "" {
+		fmt.Fprintf(&b, " [%s]", s.Phase)
+	}
+	return b.String()
+}
+
+// Plan is a whole schedule, a pure function of its seed, duration and whether frontends exist.
+type Plan struct {
+	Seed      uint64
+	Duration  time.Duration
+	Frontends bool
+	// Steps are in order of At.
+	Steps []Step
+	// Initial is the state before the first step.
+	Initial State
+	// Storm is the GOAWAY storm of the whole run (with frontends): one endpoint's frontend
+	// ends every connection once it is MaxAge old (gRPC adds ±10% jitter), and cuts the calls
+	// still running Grace later. gRPC fixes the age when the frontend starts, so the storm
+	// lasts the whole run, under every other fault.
+	Storm GoAwayStorm
+}
+
+// GoAwayStorm is a frontend's connection age limit; see Plan.Storm. The zero value is none.
+type GoAwayStorm struct {
+	Endpoint      int
+	MaxAge, Grace time.Duration
+}
+
+func (s GoAwayStorm) String() string {
+	if s.MaxAge == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%s's frontend sends GOAWAY on every connection %v old, cuts its calls %v later", endpointName(s.Endpoint), s.MaxAge, s.Grace)
+}
+
+// Timing of a plan. Durations are drawn uniformly from [min, max].
+const (
+	// warmup is the quiet time before the first fault; cooldown the quiet time at the end
+	// (every fault healed) before the load stops, so that the run ends on a settled client.
+	warmup   = 2 * time.Second
+	cooldown = 5 * time.Second
+	// MinDuration is the shortest run: warm-up, 3s of faults, cool-down.
+	MinDuration = warmup + cooldown + 3*time.Second
+
+	faultMin, faultMax     = 300 * time.Millisecond, 5 * time.Second
+	gapMin, gapMax         = 200 * time.Millisecond, 1500 * time.Millisecond
+	allDownMin, allDownMax = 500 * time.Millisecond, 2500 * time.Millisecond
+	// A phase in which every group keeps a healthy endpoint lasts between 30% and 100% of
+	// min(phaseMax, Duration/2).
+	phaseMax = 30 * time.Second
+)
+
+// weights are the relative odds of each kind at each pick of a phase in which every group
+// keeps a healthy endpoint; kinds that cannot apply (every endpoint busy on that layer, or
+// the fault would leave a group without a healthy endpoint) are left out of that pick.
+// Frontend kinds apply only when the endpoints have gRPC frontends.
+var weights = map[Kind]int{
+	KindDown:                14,
+	KindReset:               10,
+	KindBlackhole:           10,
+	KindSilentBlackhole:     4,
+	KindSlow:                10,
+	KindReconfigure:         12,
+	KindFrontendUnavailable: 10,
+	KindFrontendHang:        6,
+	KindFrontendPartial:     10,
+	KindFrontendLatency:     6,
+	KindFrontendRestart:     4,
+}
+
+// partialFractions are the fractions a partial failure draws from: two the Spanner client's
+// retries absorb, two that make the endpoint unhealthy (>= hardPartial).
+var partialFractions = []float64{0.05, 0.2, 0.5, 0.9}
+
+// NewPlan draws the schedule of a run of duration d from seed. With frontends, frontend
+// faults are drawn too. Errors: d shorter than 10s.
+func NewPlan(seed uint64, d time.Duration, frontends bool) (*Plan, error) {
+	if d < MinDuration {
+		return nil, fmt.Errorf("chaos: duration %v is shorter than %v (warm-up %v, cool-down %v)", d, MinDuration, warmup, cooldown)
+	}
+	p := &Plan{Seed: seed, Duration: d, Frontends: frontends, Initial: State{Groups: initialGroups}}
+	g := &planner{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), plan: p, state: p.Initial}
+	if frontends {
+		p.Storm = GoAwayStorm{Endpoint: g.rng.IntN(NumEndpoints),
+			MaxAge: g.between(500*time.Millisecond, 2*time.Second).Round(100 * time.Millisecond),
+			Grace:  g.between(2*time.Second, 10*time.Second).Round(time.Second)}
+	}
+	g.run()
+	return p, nil
+}
+
+// planner draws a plan, keeping the state it has reached and the heals it owes.
+type planner struct {
+	rng   *rand.Rand
+	plan  *Plan
+	state State
+	heals []Step // pending heals, in no order
+}
+
+func (g *planner) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(g.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (g *planner) run() {
+	end := g.plan.Duration - cooldown
+	phaseCap := min(phaseMax, g.plan.Duration/2)
+	t := warmup
+	for t < end {
+		phaseEnd := min(end, t+time.Duration(float64(phaseCap)*(0.3+0.7*g.rng.Float64())))
+		for t < phaseEnd {
+			g.healDue(t)
+			g.pick(t)
+			t += g.between(gapMin, gapMax)
+		}
+		if t+allDownMax >= end {
+			break
+		}
+		// A short phase with every endpoint down.
+		g.healDue(t)
+		g.healAll(t, "all-down")
+		d := g.between(allDownMin, allDownMax)
+		for e := range NumEndpoints {
+			g.emit(Step{At: t, Kind: KindDown, Endpoint: e, Fault: Fault{Kind: KindDown}, For: d, Phase: "all-down"})
+		}
+		for e := range NumEndpoints {
+			g.emit(Step{At: t + d, Kind: KindUp, Endpoint: e, Phase: "all-down"})
+		}
+		t += d + g.between(gapMin, gapMax)
+	}
+	g.healDue(end)
+	g.healAll(end, "end")
+}
+
+// emit applies s to the state, records it, and returns its index.
+func (g *planner) emit(s Step) int {
+	idx := len(g.plan.Steps)
+	switch info := kinds[s.Kind]; {
+	case s.Kind == KindReconfigure:
+		g.state.Groups = s.Groups
+	case info.instant:
+	case info.layer == layerTCP:
+		f := s.Fault
+		f.Step = idx
+		if info.heal == 0 { // a heal
+			f = Fault{}
+		}
+		g.state.TCP[s.Endpoint] = f
+	case info.layer == layerFrontend:
+		f := s.Fault
+		f.Step = idx
+		if info.heal == 0 {
+			f = Fault{}
+		}
+		g.state.Frontend[s.Endpoint] = f
+	}
+	s.After = g.state
+	g.plan.Steps = append(g.plan.Steps, s)
+	return idx
+}
+
+// healDue emits the pending heals due at or before t, in time order.
+func (g *planner) healDue(t time.Duration) {
+	sort.SliceStable(g.heals, func(i, j int) bool { return g.heals[i].At < g.heals[j].At })
+	n := 0
+	for _, h := range g.heals {
+		if h.At > t {
+			break
+		}
+		g.emit(h)
+		n++
+	}
+	g.heals = g.heals[n:]
+}
+
+// healAll drops the pending heals and heals, at t, every fault in force.
+func (g *planner) healAll(t time.Duration, phase string) {
+	g.heals = nil
+	for e := range NumEndpoints {
+		if f := g.state.TCP[e]; f.active() {
+			g.emit(Step{At: t, Kind: kinds[f.Kind].heal, Endpoint: e, Phase: phase})
+		}
+		if f := g.state.Frontend[e]; f.active() {
+			g.emit(Step{At: t, Kind: kinds[f.Kind].heal, Endpoint: e, Phase: phase})
+		}
+	}
+}
+
+// pick draws one step among the kinds that can apply at t and emits it, with its heal.
+func (g *planner) pick(t time.Duration) {
+	type option struct {
+		kind Kind
+		eps  []int // eligible endpoints
+	}
+	var opts []option
+	total := 0
+	for k := KindNone + 1; k < numKinds; k++ {
+		w := weights[k]
+		if w == 0 || (kinds[k].layer == layerFrontend && !g.plan.Frontends) {
+			continue
+		}
+		var eps []int
+		if k != KindReconfigure {
+			eps = g.eligible(k)
+			if len(eps) == 0 {
+				continue
+			}
+		}
+		opts = append(opts, option{k, eps})
+		total += w
+	}
+	r := g.rng.IntN(total)
+	var o option
+	for _, o = range opts {
+		if r -= weights[o.kind]; r < 0 {
+			break
+		}
+	}
+	if o.kind == KindReconfigure {
+		if groups, ok := g.reconfiguration(); ok {
+			g.emit(Step{At: t, Kind: KindReconfigure, Endpoint: -1, Groups: groups})
+		}
+		return
+	}
+	e := o.eps[g.rng.IntN(len(o.eps))]
+	f := g.params(o.kind)
+	s := Step{At: t, Kind: o.kind, Endpoint: e, Fault: f}
+	if kinds[o.kind].heal != 0 {
+		s.For = g.between(faultMin, faultMax)
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	} else {
+		s.Fault = Fault{}
+	}
+	g.emit(s)
+}
+
+// eligible returns the endpoints that fault kind k can hit now: the layer is free (for reset:
+// the endpoint forwards), and a hard fault leaves every group a healthy endpoint.
+func (g *planner) eligible(k Kind) []int {
+	var out []int
+	for e := range NumEndpoints {
+		switch kinds[k].layer {
+		case layerTCP:
+			cur := g.state.TCP[e].Kind
+			if k == KindReset {
+				if cur != KindNone && cur != KindSlow {
+					continue
+				}
+			} else if cur != KindNone {
+				continue
+			}
+		case layerFrontend:
+			if k != KindFrontendRestart && g.state.Frontend[e].active() {
+				continue
+			}
+		}
+		if kinds[k].hard || k == KindFrontendPartial { // partial may draw a hard fraction
+			next := g.state
+			f := Fault{Kind: k, Fraction: 1}
+			if kinds[k].layer == layerTCP {
+				next.TCP[e] = f
+			} else {
+				next.Frontend[e] = f
+			}
+			if !next.allGroupsHealthy() {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// params draws the parameters of fault kind k.
+func (g *planner) params(k Kind) Fault {
+	f := Fault{Kind: k}
+	switch k {
+	case KindSlow:
+		f.Latency = g.between(5*time.Millisecond, 80*time.Millisecond).Round(time.Millisecond)
+		if g.rng.IntN(2) == 0 {
+			f.Bandwidth = (128 + g.rng.IntN(897)) << 10 // 128 KiB/s to 1 MiB/s
+		}
+	case KindFrontendLatency:
+		f.Latency = g.between(10*time.Millisecond, 300*time.Millisecond).Round(time.Millisecond)
+	case KindFrontendPartial:
+		f.Fraction = partialFractions[g.rng.IntN(len(partialFractions))]
+	}
+	return f
+}
+
+// reconfiguration draws a configuration in which every group lists 1 to 3 endpoints in a
+// random order, including a healthy one; one draw in four restores the initial one. It
+// reports false when 20 draws found none.
+func (g *planner) reconfiguration() (Groups, bool) {
+	for range 20 {
+		var next Groups
+		if g.rng.IntN(4) == 0 {
+			next = initialGroups
+		} else {
+			for i := range numGroups {
+				next[i] = g.rng.Perm(NumEndpoints)[:1+g.rng.IntN(NumEndpoints)]
+			}
+		}
+		s := g.state
+		s.Groups = next
+		if s.allGroupsHealthy() {
+			return next, true
+		}
+	}
+	return Groups{}, false
+}
+
+// Print writes the plan, one step a line.
+func (p *Plan) Print(w io.Writer) {
+	fmt.Fprintf(w, "schedule of seed %d, duration %v, frontend faults %v: %d steps; initial configuration %v; GOAWAY storm: %v\n",
+		p.Seed, p.Duration, p.Frontends, len(p.Steps), p.Initial.Groups, p.Storm)
+	for _, s := range p.Steps {
+		fmt.Fprintf(w, "%7.1fs %s\n", s.At.Seconds(), s)
+	}
+}

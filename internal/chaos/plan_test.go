@@ -1,0 +1,158 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPlanIsAFunctionOfItsInputs(t *testing.T) {
+	a, err := NewPlan(42, 2*time.Minute, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewPlan(42, 2*time.Minute, true)
+	c, _ := NewPlan(43, 2*time.Minute, true)
+	var pa, pb, pc bytes.Buffer
+	a.Print(&pa)
+	b.Print(&pb)
+	c.Print(&pc)
+	if pa.String() != pb.String() {
+		t.Error("the same seed drew two schedules")
+	}
+	if strings.SplitN(pa.String(), "\n", 2)[1] == strings.SplitN(pc.String(), "\n", 2)[1] {
+		t.Error("seeds 42 and 43 drew the same schedule")
+	}
+	if _, err := NewPlan(1, MinDuration-time.Millisecond, false); err == nil {
+		t.Errorf("a plan of %v was accepted", MinDuration-time.Millisecond)
+	}
+}
+
+// TestPlanRules checks, over many seeds and durations, the rules a schedule follows: steps in
+// time order within the run; every fault healed by its own heal, on its endpoint, on its layer;
+// every group keeps a healthy endpoint except in all-down phases, which are short and take
+// every endpoint down; nothing in force at the end; frontend steps only with frontends.
+func TestPlanRules(t *testing.T) {
+	seen := map[Kind]int{}
+	for seed := uint64(1); seed <= 200; seed++ {
+		for _, d := range []time.Duration{MinDuration, 20 * time.Second, 3 * time.Minute} {
+			frontends := seed%2 == 0
+			p, err := NewPlan(seed, d, frontends)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPlan(t, p)
+			for _, s := range p.Steps {
+				seen[s.Kind]++
+			}
+		}
+	}
+	for k := KindNone + 1; k < numKinds; k++ {
+		if seen[k] == 0 {
+			t.Errorf("no plan drew %v", k)
+		}
+	}
+}
+
+func checkPlan(t *testing.T, p *Plan) {
+	t.Helper()
+	where := fmt.Sprintf("seed %d, %v, frontends %v", p.Seed, p.Duration, p.Frontends)
+	state := p.Initial
+	var allDownSince time.Duration = -1
+	prev := time.Duration(0)
+	for i, s := range p.Steps {
+		if s.At < prev || s.At < warmup || s.At > p.Duration-cooldown {
+			t.Fatalf("%s: step %d (%v) at %v: out of order or outside [%v, %v]", where, i, s, s.At, warmup, p.Duration-cooldown)
+		}
+		prev = s.At
+		if kinds[s.Kind].layer == layerFrontend && !p.Frontends {
+			t.Fatalf("%s: step %d (%v) without frontends", where, i, s)
+		}
+		// The step's recorded state is the previous one with the step applied.
+		want := state
+		switch info := kinds[s.Kind]; {
+		case s.Kind == KindReconfigure:
+			want.Groups = s.Groups
+			for g := range numGroups {
+				if n := len(s.Groups[g]); n == 0 || n > NumEndpoints {
+					t.Fatalf("%s: step %d (%v): group %s has %d endpoints", where, i, s, groupNames[g], n)
+				}
+			}
+		case s.Kind == KindReset:
+			if f := state.TCP[s.Endpoint].Kind; f != KindNone && f != KindSlow {
+				t.Fatalf("%s: step %d (%v) on an endpoint in %v", where, i, s, f)
+			}
+		case info.instant:
+		case info.heal != 0: // a fault: its layer was free
+			cur := state.TCP[s.Endpoint]
+			if info.layer == layerFrontend {
+				cur = state.Frontend[s.Endpoint]
+			}
+			if cur.active() {
+				t.Fatalf("%s: step %d (%v) on top of %v", where, i, s, cur)
+			}
+			f := s.Fault
+			f.Step = i
+			if info.layer == layerTCP {
+				want.TCP[s.Endpoint] = f
+			} else {
+				want.Frontend[s.Endpoint] = f
+			}
+		default: // a heal: it ends the fault in force on its layer
+			cur := state.TCP[s.Endpoint]
+			if info.layer == layerFrontend {
+				cur = state.Frontend[s.Endpoint]
+			}
+			if !cur.active() || kinds[cur.Kind].heal != s.Kind {
+				t.Fatalf("%s: step %d (%v) heals %v", where, i, s, cur)
+			}
+			if info.layer == layerTCP {
+				want.TCP[s.Endpoint] = Fault{}
+			} else {
+				want.Frontend[s.Endpoint] = Fault{}
+			}
+		}
+		if fmt.Sprint(want) != fmt.Sprint(s.After) {
+			t.Fatalf("%s: step %d (%v): state %+v, want %+v", where, i, s, s.After, want)
+		}
+		state = s.After
+		switch {
+		case state.allGroupsHealthy():
+			allDownSince = -1
+		case s.Phase != "all-down":
+			t.Fatalf("%s: step %d (%v) leaves a group without a healthy endpoint: %s, %v", where, i, s, state.faults(), state.Groups)
+		case allDownSince < 0:
+			allDownSince = s.At
+		case s.At-allDownSince > allDownMax:
+			t.Fatalf("%s: an all-down phase lasts past %v", where, allDownMax)
+		}
+		if s.Phase == "all-down" && s.Kind == KindDown && i+1 < len(p.Steps) && p.Steps[i+1].Kind == KindUp {
+			for e := range NumEndpoints {
+				if s.After.TCP[e].Kind != KindDown {
+					t.Fatalf("%s: all-down phase at %v leaves %s %v", where, s.At, endpointName(e), s.After.TCP[e])
+				}
+			}
+		}
+	}
+	if f := state.faults(); f != "none" {
+		t.Fatalf("%s: faults in force at the end: %s", where, f)
+	}
+}
+
+func TestPlanHasAllDownPhases(t *testing.T) {
+	p, err := NewPlan(7, 2*time.Minute, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := 0
+	for _, s := range p.Steps {
+		if s.Phase == "all-down" && s.Kind == KindUp && s.Endpoint == 0 {
+			phases++
+		}
+	}
+	if phases < 2 {
+		t.Errorf("a 2-minute plan has %d all-down phases, want at least 2", phases)
+	}
+}
