@@ -165,6 +165,17 @@ func (r EjectionReason) String() string {
 // MarshalText returns String's result.
 func (r EjectionReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
+// UnmarshalText reads what MarshalText writes.
+func (r *EjectionReason) UnmarshalText(b []byte) error {
+	for c := EjectionReason(0); c <= ReasonProbeFailed; c++ {
+		if c.String() == string(b) {
+			*r = c
+			return nil
+		}
+	}
+	return fmt.Errorf("spannerme: unknown ejection reason %q", b)
+}
+
 // HealthEventKind says whether an endpoint was ejected or readmitted. String (and JSON)
 // gives "ejected" or "readmitted".
 type HealthEventKind int
@@ -180,6 +191,17 @@ func (k HealthEventKind) String() string { return health.EventKind(k).String() }
 
 // MarshalText returns String's result.
 func (k HealthEventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads what MarshalText writes.
+func (k *HealthEventKind) UnmarshalText(b []byte) error {
+	for _, c := range []HealthEventKind{EndpointEjected, EndpointReadmitted} {
+		if c.String() == string(b) {
+			*k = c
+			return nil
+		}
+	}
+	return fmt.Errorf("spannerme: unknown health event kind %q", b)
+}
 
 // HealthEvent reports one ejection or readmission of an endpoint.
 type HealthEvent struct {

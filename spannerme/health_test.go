@@ -367,3 +367,25 @@ func TestHealthInConfigFile(t *testing.T) {
 		t.Fatalf("restartNeeded = %v for unchanged health settings", got)
 	}
 }
+
+// Ejection reasons and health event kinds are written as words in JSON and read back.
+func TestHealthTextForms(t *testing.T) {
+	for _, r := range []EjectionReason{0, ReasonConsecutiveFailures, ReasonFailurePercentage, ReasonTimeouts, ReasonProbeFailed} {
+		b, _ := r.MarshalText()
+		var got EjectionReason
+		if err := got.UnmarshalText(b); err != nil || got != r {
+			t.Errorf("EjectionReason %d: text %q read back as %d, %v", r, b, got, err)
+		}
+	}
+	for _, k := range []HealthEventKind{EndpointEjected, EndpointReadmitted} {
+		b, _ := k.MarshalText()
+		var got HealthEventKind
+		if err := got.UnmarshalText(b); err != nil || got != k {
+			t.Errorf("HealthEventKind %d: text %q read back as %d, %v", k, b, got, err)
+		}
+	}
+	var r EjectionReason
+	if err := r.UnmarshalText([]byte("bad luck")); err == nil {
+		t.Error("an unknown reason was read without error")
+	}
+}
