@@ -163,7 +163,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		events:    newEventQueue(settings.Logger, settings.OnSwitch),
 		changed:   newBroadcast(),
 	}
-	gme.waitForReadyDefault = waitForReady(false, defaultCallOptions(gme.dialOpts))
+	gme.waitForReadyDefault = waitForReady(waitForReady(false, settings.callDefaults), defaultCallOptions(gme.dialOpts))
 	gme.endpointOpts = endpointOpts
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 )
@@ -78,6 +80,9 @@ type Settings struct {
 	// emulator, when set (SPANNER_EMULATOR_HOST), replaces every group's endpoints, at
 	// creation and at every UpdateMultiEndpoints.
 	emulator string
+	// callDefaults are the default call options of the client options' dial options
+	// (NewMultiEndpointClient*), which come before the GCPMultiEndpoint's own.
+	callDefaults []grpc.CallOption
 }
 
 // validate returns a *ConfigError naming the first invalid field.
