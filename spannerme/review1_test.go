@@ -3,6 +3,8 @@ package spannerme
 import (
 	"context"
 	"net"
+	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,4 +96,32 @@ func TestWaitForReadyDefaultFromClientOptions(t *testing.T) {
 	if dialed.Load() != 0 || seen.Load() != 0 {
 		t.Errorf("the caller's dialer was called %d times and interceptors saw %d calls, want 0", dialed.Load(), seen.Load())
 	}
+}
+
+// An edit made while WatchConfig reads and applies the file the first time is applied: the
+// directory is watched before the first reading, so no edit falls between the two (with
+// Resync off, nothing else would ever find it). The edit is made from inside the first
+// reload's dial of a new endpoint's pool.
+func TestWatchConfigEditDuringFirstReading(t *testing.T) {
+	one, two, three := startEndpoint(t, "one"), startEndpoint(t, "two"), startEndpoint(t, "three")
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	writeFile(t, path, watchConfigYAML("", two.Addr()))
+	edited := watchConfigYAML("", three.Addr())
+	var editOnce sync.Once
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, one.Addr())})
+	o.DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		if target == two.Addr() { // the first reading applies the file
+			editOnce.Do(func() { writeByRename(t, path, edited) })
+		}
+		return grpc.NewClient(target, opts...)
+	}
+	gme := newGME(t, o, fastSettings(nil))
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	h := hashOf(edited)
+	eventually(t, 20*time.Second, "the edit made during the first reading applied", func() bool { return w.Status().Hash == h })
+	waitServedBy(t, context.Background(), gme, "three", 15*time.Second)
 }

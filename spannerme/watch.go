@@ -114,9 +114,8 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 		w.log = gme.log
 	}
 	w.status.Path = path
-	if err := w.reload(); err != nil {
-		return nil, err
-	}
+	// The directory is watched before the first reading, so that an edit made meanwhile is
+	// seen (its events wait in fsnotify's queue until run starts).
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
@@ -124,6 +123,10 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 	if err := fw.Add(filepath.Dir(path)); err != nil {
 		fw.Close()
 		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
+	}
+	if err := w.reload(); err != nil {
+		fw.Close()
+		return nil, err
 	}
 	w.fw = fw
 	w.publish()
