@@ -2,8 +2,11 @@ package spannerme
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,4 +127,36 @@ func TestWatchConfigEditDuringFirstReading(t *testing.T) {
 	h := hashOf(edited)
 	eventually(t, 20*time.Second, "the edit made during the first reading applied", func() bool { return w.Status().Hash == h })
 	waitServedBy(t, context.Background(), gme, "three", 15*time.Second)
+}
+
+// A bad file that stays bad is logged once, not at every re-read (Resync, or events that do
+// not change it); the status keeps the error and when it was last seen. A different error
+// is logged again.
+func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
+	one := startEndpoint(t, "one")
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	writeFile(t, path, watchConfigYAML("", one.Addr()))
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, one.Addr())}), fastSettings(nil))
+	var logs syncBuffer
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: time.Millisecond, Resync: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rejected := func() int { return strings.Count(logs.String(), "configuration edit rejected") }
+	writeFile(t, path, watchConfigYAML("    recoveryTime: 2s\n", one.Addr()))
+	eventually(t, 20*time.Second, "the bad edit reported", func() bool { return w.Status().LastError != nil })
+	for range 3 { // three more re-reads of the same bad file
+		seen := w.Status().LastErrorAt
+		eventually(t, 20*time.Second, "a re-read", func() bool { return w.Status().LastErrorAt.After(seen) })
+	}
+	if n := rejected(); n != 1 {
+		t.Errorf("the same bad file was logged %d times, want once:\n%s", n, logs.String())
+	}
+	writeFile(t, path, watchConfigYAML("    switchingDelay: soon\n", one.Addr()))
+	eventually(t, 20*time.Second, "the other error logged", func() bool { return rejected() == 2 })
+	if s := w.Status(); !strings.Contains(fmt.Sprint(s.LastError), "soon") {
+		t.Errorf("LastError = %v, want the new error", s.LastError)
+	}
 }

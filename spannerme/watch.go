@@ -28,7 +28,8 @@ type ConfigStatus struct {
 	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
 	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
 	LastError error
-	// LastErrorAt is when LastError happened; zero when there was none yet.
+	// LastErrorAt is when LastError last happened (a file that stays bad fails again at each
+	// re-read, and is logged only the first time); zero when there was none yet.
 	LastErrorAt time.Time
 	// RestartNeeded lists what the configuration in force asks for but a running
 	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
@@ -245,9 +246,16 @@ func (w *ConfigWatcher) reload() error {
 	return nil
 }
 
-// fail records a reload error; the configuration in force stays.
+// fail records a reload error; the configuration in force stays. The error is logged when
+// it differs from the last one: a file that stays bad is re-read at every Resync, and is
+// logged once.
 func (w *ConfigWatcher) fail(err error) error {
-	w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
+	w.mu.Lock()
+	repeated := w.status.LastError != nil && w.status.LastError.Error() == err.Error()
+	w.mu.Unlock()
+	if !repeated { // logged before the status changes, as in reload
+		w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
+	}
 	w.mu.Lock()
 	w.status.LastError, w.status.LastErrorAt = err, time.Now()
 	w.mu.Unlock()
