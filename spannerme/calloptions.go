@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	vkit "cloud.google.com/go/spanner/apiv1"
 	"google.golang.org/api/option"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
@@ -62,7 +63,8 @@ func clientDefaultCallOptions(opts []option.ClientOption) []grpc.CallOption {
 	noNetwork := grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
 		return nil, errNoNetwork
 	})
-	all := append(slices.Clip(opts),
+	// The Spanner API defaults first, as gtransportDialer gives them (scopes, audience).
+	all := append(append(vkit.DefaultClientOptions(), opts...),
 		option.WithEndpoint("passthrough:///spannerme-default-call-options"),
 		option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil),
 		option.WithGRPCDialOption(noNetwork),

@@ -78,6 +78,8 @@ func TestWaitForReadyDefaultFromClientOptions(t *testing.T) {
 	}{
 		{"none", clientOptions(), false},
 		{"default", append(clientOptions(), wfr), true},
+		// TLS and credentials, as in production (an API key: no look-up of its own).
+		{"with TLS and credentials", []option.ClientOption{option.WithAPIKey("key"), wfr}, true},
 		{"last default wins", append(clientOptions(), wfr, option.WithGRPCDialOption(grpc.WithDefaultCallOptions(grpc.WaitForReady(false)))), false},
 		{"with the caller's dialer and interceptors", append(clientOptions(), wfr, option.WithGRPCDialOption(dialer),
 			option.WithGRPCDialOption(grpc.WithUnaryInterceptor(counting(&seen))),
