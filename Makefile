@@ -9,7 +9,8 @@ ARGS ?=
 DURATION ?= 2m
 SEED ?= 0
 # Says whether the Cloud Spanner emulator was found: go test ./... prints only "ok" for a
-# package whose emulator tests skipped, so a missing emulator is announced before and after.
+# package whose emulator tests skipped, so a missing emulator is announced before and after
+# the tests, after them whatever their outcome (the exit status stays go test's).
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 
 .PHONY: all check demo chaos test race lint fmt vet staticcheck bench ci
@@ -33,14 +34,16 @@ chaos:
 ## test: every test, including the integration suite against the Cloud Spanner emulator.
 test:
 	@$(EMULATOR_STATUS)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	@$(EMULATOR_STATUS) -after
+	@echo '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
+	$(EMULATOR_STATUS) -after; exit $$status
 
 ## race: every test under the race detector.
 race:
 	@$(EMULATOR_STATUS)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
-	@$(EMULATOR_STATUS) -after
+	@echo '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
+	$(EMULATOR_STATUS) -after; exit $$status
 
 ## lint: formatting, go vet and staticcheck.
 lint: fmt vet staticcheck

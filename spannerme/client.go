@@ -48,7 +48,9 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     option.WithEndpoint(endpoint). option.WithEndpoint, option.WithGRPCConn and
 //     option.WithGRPCConnectionPool in opts are overridden per endpoint (pool size: below).
 //     Dial options in opts come before this package's, which therefore win (see
-//     NewGCPMultiEndpointWithSettings).
+//     NewGCPMultiEndpointWithSettings). A grpc.WaitForReady(true) among their default call
+//     options (grpc.WithDefaultCallOptions) applies as if every call gave it, as there
+//     (not with grpc.WithBlock, nor with a DialFunc).
 //   - The Spanner client's user agent and config.Compression apply to the pools; its
 //     request-ID header and built-in metrics interceptors do not (it is given a connection,
 //     and gtransport then ignores its dial options).
@@ -104,6 +106,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	cfg.GRPCgcpConfig = spannerAPIConfig(cfg.GRPCgcpConfig, poolSize)
 	if cfg.DialFunc == nil {
 		cfg.DialFunc = gtransportDialer(opts, config.Compression)
+		settings.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady (issue 13)
 	}
 	gme, err := NewGCPMultiEndpointWithSettings(&cfg, settings)
 	if err != nil {

@@ -181,7 +181,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		changed:   newBroadcast(),
 	}
 	gme.obs = newObserver(settings.Logger, settings.clock, newMetrics(settings.MeterProvider))
-	gme.waitForReadyDefault = waitForReady(false, defaultCallOptions(gme.dialOpts))
+	gme.waitForReadyDefault = waitForReady(waitForReady(false, settings.callDefaults), defaultCallOptions(gme.dialOpts))
 	gme.endpointOpts = endpointOpts
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {

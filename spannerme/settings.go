@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/resolver"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
@@ -103,6 +104,9 @@ type Settings struct {
 	// dns, if not nil, resolves the "dns" scheme instead of gRPC's resolver. Tests in this
 	// package set it, to fail name resolution without a DNS query.
 	dns resolver.Builder
+	// callDefaults are the default call options of the client options' dial options
+	// (NewMultiEndpointClient*), which come before the GCPMultiEndpoint's own.
+	callDefaults []grpc.CallOption
 }
 
 // validate returns a *ConfigError naming the first invalid field.

@@ -28,7 +28,8 @@ type ConfigStatus struct {
 	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
 	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
 	LastError error
-	// LastErrorAt is when LastError happened; zero when there was none yet.
+	// LastErrorAt is when LastError last happened (a file that stays bad fails again at each
+	// re-read, and is logged only the first time); zero when there was none yet.
 	LastErrorAt time.Time
 	// RestartNeeded lists what the configuration in force asks for but a running
 	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
@@ -114,9 +115,8 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 		w.log = gme.log
 	}
 	w.status.Path = path
-	if err := w.reload(); err != nil {
-		return nil, err
-	}
+	// The directory is watched before the first reading, so that an edit made meanwhile is
+	// seen (its events wait in fsnotify's queue until run starts).
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
@@ -124,6 +124,10 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 	if err := fw.Add(filepath.Dir(path)); err != nil {
 		fw.Close()
 		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
+	}
+	if err := w.reload(); err != nil {
+		fw.Close()
+		return nil, err
 	}
 	w.fw = fw
 	w.publish()
@@ -242,9 +246,16 @@ func (w *ConfigWatcher) reload() error {
 	return nil
 }
 
-// fail records a reload error; the configuration in force stays.
+// fail records a reload error; the configuration in force stays. The error is logged when
+// it differs from the last one: a file that stays bad is re-read at every Resync, and is
+// logged once.
 func (w *ConfigWatcher) fail(err error) error {
-	w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
+	w.mu.Lock()
+	repeated := w.status.LastError != nil && w.status.LastError.Error() == err.Error()
+	w.mu.Unlock()
+	if !repeated { // logged before the status changes, as in reload
+		w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
+	}
 	w.mu.Lock()
 	w.status.LastError, w.status.LastErrorAt = err, time.Now()
 	w.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -273,7 +274,7 @@ func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, aut
 		cc.Connect()
 		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
 			if s == connectivity.TransientFailure || s == connectivity.Shutdown {
-				return "", false, fmt.Errorf("the connection failed (%s)", s)
+				return "", false, fmt.Errorf("the connection failed (%s)%s", s, connectionError(ctx, cc))
 			}
 			if !cc.WaitForStateChange(ctx, s) {
 				return "", false, fmt.Errorf("not ready within the time limit (still %s): %w", s, ctx.Err())
@@ -286,6 +287,19 @@ func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, aut
 		return spannerCall(ctx, cc, c.database)
 	})
 	return out
+}
+
+// connectionError returns ": " and why cc's last connection attempt failed, or "". gRPC
+// has no accessor for it, but fails a fail-fast call on a failed connection at once with
+// UNAVAILABLE and that error in the message.
+func connectionError(ctx context.Context, cc *grpc.ClientConn) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err := cc.Invoke(ctx, "/google.spanner.v1.Spanner/GetSession", &spannerpb.GetSessionRequest{}, &spannerpb.Session{})
+	if st, _ := status.FromError(err); st.Code() == codes.Unavailable && st.Message() != "" {
+		return ": " + st.Message()
+	}
+	return ""
 }
 
 // tlsHandshake runs a TLS handshake on conn as gRPC would: with the authority's host (else
@@ -303,8 +317,13 @@ func tlsHandshake(ctx context.Context, conn net.Conn, t target, authority string
 	}
 	tc := tls.Client(conn, &tls.Config{ServerName: strings.Trim(name, "[]"), NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
 	if err := tc.HandshakeContext(ctx); err != nil {
-		if net.ParseIP(name) != nil && authority == "" {
+		var certErr *tls.CertificateVerificationError
+		var recordErr tls.RecordHeaderError
+		switch {
+		case errors.As(err, &certErr) && net.ParseIP(name) != nil && authority == "":
 			return "", false, fmt.Errorf("%w (an endpoint dialed by IP address usually needs an authority: endpoints.%q.authority in the configuration file)", err, t.endpoint)
+		case errors.As(err, &recordErr):
+			return "", false, fmt.Errorf("%w (the server does not speak TLS: --plaintext if it should not)", err)
 		}
 		return "", false, err
 	}

@@ -127,12 +127,17 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*span
 		fmt.Fprintf(stderr, "spannerme %s: %v\n", fs.Name(), err)
 		return nil, err
 	}
-	// The Spanner client asks the GCE metadata server for its region, which only labels
-	// metrics; this command exports none, so it does not ask (an offline check would otherwise
-	// wait for, or leave a connection to, a server that is not there).
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	metadata.OnGCEWithContext(ctx)
+	if c.noAuth {
+		// The Spanner client asks the GCE metadata server for its region, which only labels
+		// metrics; this command exports none, so it does not ask (an offline check would
+		// otherwise wait for, or leave a connection to, a server that is not there). This
+		// settles "not on GCE" for the process, so it is done only without credentials:
+		// Application Default Credentials on GCE and GKE come from the metadata server, which
+		// the credentials look-up asks only on GCE (cloud.google.com/go/auth, DetectDefault).
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		metadata.OnGCEWithContext(ctx)
+	}
 	return fc, nil
 }
 

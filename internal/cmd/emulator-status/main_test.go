@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -35,6 +39,45 @@ func TestReport(t *testing.T) {
 		for _, w := range tc.want {
 			if !strings.Contains(b.String(), w) {
 				t.Errorf("bin %s, CI=%q, after %v: output lacks %q:\n%s", tc.bin, tc.ci, tc.after, w, b.String())
+			}
+		}
+	}
+}
+
+// make test and make race say whether the emulator suites ran also when the tests fail (as
+// they do under CI=true without the emulator), and exit with the tests' failure. A stand-in
+// for go fails "go test" and runs everything else with the real go.
+func TestMakeReportsAfterFailingTests(t *testing.T) {
+	mk, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make is not installed")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not on PATH")
+	}
+	fake := filepath.Join(t.TempDir(), "go")
+	script := "#!/bin/sh\nif [ \"$1\" = test ]; then echo 'FAIL (stand-in go test)'; exit 3; fi\nexec '" + goBin + "' \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"test", "race"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cmd := exec.CommandContext(ctx, mk, "-C", root, target, "GO="+fake)
+		cmd.Env = append(os.Environ(), "SPANNER_EMULATOR_BIN=/nonexistent", "CI=true")
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Errorf("make %s with failing tests: %v, want a failure exit\n%s", target, err, out)
+		}
+		for _, want := range []string{"will FAIL, since CI=true", "FAIL (stand-in go test)", "the emulator suites failed (CI=true)"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("make %s: output lacks %q:\n%s", target, want, out)
 			}
 		}
 	}
