@@ -66,9 +66,8 @@ type GCPMultiEndpoint struct {
 	pools   map[string]*pool // the pools of the configured endpoints
 	retired map[*pool]bool   // draining pools, until closed
 	// front is the connection given to the Spanner client (NewMultiEndpointClient*), closed
-	// with gme; frontDone is closed when its watcher goroutine ends.
+	// with gme.
 	front     *grpc.ClientConn
-	frontDone chan struct{}
 	closeDone chan struct{} // closed when the first Close has finished
 }
 
@@ -90,11 +89,13 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 
 // NewGCPMultiEndpointWithSettings is NewGCPMultiEndpoint with Settings beyond upstream's.
 //
-// gmeCfg is not modified and not retained. GRPCgcpConfig may be nil; its channel pool MaxSize
-// defaults to DefaultPoolSize and MinSize to MaxSize. DialFunc, if set, dials each pool (it
-// receives the endpoint and the dial options); otherwise grpc.NewClient does. opts come after
-// this package's dial options (grpc_gcp balancer, reconnect backoff, keepalive, no channel
-// idleness), so they can override them.
+// gmeCfg is not modified and not retained. GRPCgcpConfig may be nil; its channel pool is
+// sized by the rule of DefaultPoolSize (MinSize 4 connected, growing up to 10 under load).
+// DialFunc, if set, dials each pool (it receives the endpoint and the dial options);
+// otherwise grpc.NewClient does. opts come after this package's dial options (grpc_gcp
+// balancer, reconnect backoff, keepalive, no channel idleness), so they win; a resolver in
+// opts for a scheme wins too (gRPC uses the first registered for a scheme, and this package's
+// DNS wrapper, see resolver.go, is registered after opts).
 //
 // Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group and endpoint, for any
 // invalid configuration; the dial error, naming the endpoint, if a pool cannot be dialed. On
@@ -124,14 +125,13 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
 	}
-	dopts = append(dopts, safeDNS()...)
 	if settings.KeepaliveTime > 0 {
 		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 			Time: settings.KeepaliveTime, Timeout: settings.KeepaliveTimeout, PermitWithoutStream: settings.KeepaliveWithoutCalls}))
 	}
 	gme := &GCPMultiEndpoint{
 		dial:      gmeCfg.DialFunc,
-		dialOpts:  append(dopts, opts...),
+		dialOpts:  append(append(dopts, opts...), safeDNS()...),
 		gcpConfig: apiCfg,
 		settings:  settings,
 		log:       settings.Logger,
@@ -531,21 +531,12 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 // calls fail with codes.Canceled. For a GCPMultiEndpoint made by
 // NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
 // idempotent; it returns the first errors from closing the pools.
-func (gme *GCPMultiEndpoint) Close() error { return gme.close(true) }
-
-// close is Close; the front connection's watcher calls it with waitFront false, since it is
-// the goroutine Close would wait for.
-func (gme *GCPMultiEndpoint) close(waitFront bool) error {
+func (gme *GCPMultiEndpoint) Close() error {
 	gme.mu.Lock()
 	if gme.closed {
-		done, frontDone := gme.closeDone, gme.frontDone
+		done := gme.closeDone
 		gme.mu.Unlock()
-		if waitFront {
-			<-done // Close returns only once everything is closed
-			if frontDone != nil {
-				<-frontDone
-			}
-		}
+		<-done // Close returns only once everything is closed
 		return nil
 	}
 	gme.closed = true
@@ -560,7 +551,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.changed.signal() // waiting calls see the closed snapshot
 	close(gme.stop)
 	gme.mu.Lock()
-	groups, pools, front, frontDone := gme.groups, gme.pools, gme.front, gme.frontDone
+	groups, pools, front := gme.groups, gme.pools, gme.front
 	gme.mu.Unlock()
 	for _, me := range groups {
 		me.Close()
@@ -574,10 +565,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	}
 	gme.wg.Wait() // drains see stop and close their pools
 	if front != nil {
-		front.Close() // already closed when the Spanner client closed it
-		if waitFront {
-			<-frontDone
-		}
+		front.Close() // the Spanner client may have closed it already
 	}
 	return errors.Join(errs...)
 }
