@@ -168,12 +168,12 @@ func effectiveAPIConfig(cfg *pb.ApiConfig, warm uint32) *pb.ApiConfig {
 	return c
 }
 
-// serviceConfigJSON is the gRPC service config that makes the grpc_gcp balancer manage each
-// endpoint's channel pool.
+// serviceConfigJSON is the gRPC service config that makes the grpc_gcp balancer (behind
+// nonEmptyBalancer, balancer.go) manage each endpoint's channel pool.
 func serviceConfigJSON(cfg *pb.ApiConfig) (string, error) {
 	b, err := protojson.Marshal(cfg)
 	if err != nil {
 		return "", fmt.Errorf("spannerme: encoding GRPCgcpConfig: %w", err)
 	}
-	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:%s}]}`, grpcgcp.Name, b), nil
+	return fmt.Sprintf(`{"loadBalancingConfig":[{%q:%s}]}`, balancerName, b), nil
 }

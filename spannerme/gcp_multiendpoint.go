@@ -93,9 +93,9 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 // sized by the rule of DefaultPoolSize (MinSize 4 connected, growing up to 10 under load).
 // DialFunc, if set, dials each pool (it receives the endpoint and the dial options);
 // otherwise grpc.NewClient does. opts come after this package's dial options (grpc_gcp
-// balancer, reconnect backoff, keepalive, no channel idleness), so they win; a resolver in
-// opts for a scheme wins too (gRPC uses the first registered for a scheme, and this package's
-// DNS wrapper, see resolver.go, is registered after opts).
+// balancer, reconnect backoff, keepalive, no channel idleness), so they win; this package
+// registers no resolver, so a resolver in opts (grpc.WithResolvers, for the dns scheme too)
+// is used.
 //
 // Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group and endpoint, for any
 // invalid configuration; the dial error, naming the endpoint, if a pool cannot be dialed. On
@@ -131,7 +131,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	}
 	gme := &GCPMultiEndpoint{
 		dial:      gmeCfg.DialFunc,
-		dialOpts:  append(append(dopts, opts...), safeDNS()...),
+		dialOpts:  append(dopts, opts...),
 		gcpConfig: apiCfg,
 		settings:  settings,
 		log:       settings.Logger,
