@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 )
@@ -429,4 +431,80 @@ func startTLSProxy(t *testing.T, pki *testPKI, mTLS bool, backend string) *tlsPr
 		wg.Wait()
 	})
 	return p
+}
+
+// The Spanner client's request-ID header (x-goog-spanner-request-id) reaches the pools on
+// unary and streaming calls, and errors carry the ID, as with a plain client. A caller's
+// interceptors on the pools see the header.
+func TestClient_RequestIDReachesPools(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	var mu sync.Mutex // guards ids
+	ids := map[string][]string{}
+	record := func(ctx context.Context, method string) {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		mu.Lock()
+		ids[method[strings.LastIndex(method, "/")+1:]] = append(ids[method[strings.LastIndex(method, "/")+1:]], md.Get(requestIDHeader)...)
+		mu.Unlock()
+	}
+	opts := append(clientOptions(),
+		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			record(ctx, method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			record(ctx, method)
+			return streamer(ctx, desc, cc, method, opts...)
+		})))
+	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, gme, err := NewMultiEndpointClientWithSettings(ctx, b.database, fixture.ClientConfig(), o, fastSettings(nil), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme.Close()
+	defer client.Close()
+	if _, err := countAccounts(ctx, client); err != nil {
+		t.Fatal(err)
+	}
+	accts, err := fixture.Accounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+		_, err := tx.Update(ctx, spanner.Statement{SQL: "UPDATE Accounts SET Region = 'r' WHERE AccountId = @a", Params: map[string]any{"a": accts[0].AccountID}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	format := regexp.MustCompile(`^1\.[0-9a-f]{16}\.\d+\.\d+\.\d+\.\d+$`)
+	mu.Lock()
+	for _, m := range []string{"CreateSession", "ExecuteStreamingSql", "ExecuteSql", "Commit"} {
+		if len(ids[m]) == 0 {
+			t.Errorf("%s: no request ID reached the pool (seen: %v)", m, ids)
+			continue
+		}
+		for _, id := range ids[m] {
+			if !format.MatchString(id) {
+				t.Errorf("%s: request ID %q, want version.process.client.channel.request.attempt", m, id)
+			}
+		}
+	}
+	mu.Unlock()
+
+	bad := spanner.Statement{SQL: "SELECT * FROM NoSuchTable"}
+	queryErr := func(c *spanner.Client) error {
+		return c.Single().Query(ctx, bad).Do(func(*spanner.Row) error { return nil })
+	}
+	plain, err := fixture.NewClient(ctx, b.eps[0].Addr(), b.database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	for name, c := range map[string]*spanner.Client{"plain client": plain, "multi-endpoint client": client} {
+		var se *spanner.Error
+		if err := queryErr(c); !errors.As(err, &se) || se.RequestID == "" {
+			t.Errorf("%s: error %v carries no request ID", name, err)
+		}
+	}
 }
