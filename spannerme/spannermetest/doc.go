@@ -32,7 +32,31 @@
 //	           completes; the backend is not even dialed.
 //	Slow       added one-way latency and a bandwidth limit per direction.
 //
-// Everything listens on 127.0.0.1 only. Endpoint.Close stops every goroutine
-// the endpoint started before it returns, so tests can check for leaks (for
-// example with go.uber.org/goleak).
+// A fake Google frontend ([Frontend]) is the other kind of fault: a gRPC
+// server at which HTTP/2 ends, as it ends at the Google frontend behind a
+// real PSC endpoint, forwarding every call to one backend. Its connections
+// stay up while the service behind it fails, so a client's channel stays
+// READY while calls fail or stall:
+//
+//	Pass          calls are forwarded (the default).
+//	FailAll       every call fails with one code (UNAVAILABLE,
+//	              RESOURCE_EXHAUSTED, ...); the backend sees none.
+//	FailFraction  a seeded random fraction of calls fails with one code.
+//	Hang          calls are accepted and never answered until their
+//	              caller gives up.
+//	SetLatency    added delay before each call is forwarded, failed or
+//	              held; composes with the modes.
+//
+// It counts calls per method ([Frontend.Stats]) and takes the limits of a
+// Google frontend as options: concurrent streams per connection
+// ([WithMaxConcurrentStreams]) and connection age, ended by GOAWAY
+// ([WithMaxConnectionAge]).
+//
+// A Frontend can stand alone in front of the backend, or behind an
+// [Endpoint] (client → Endpoint → Frontend → backend) to combine network
+// faults with service faults.
+//
+// Everything listens on 127.0.0.1 only. Endpoint.Close and Frontend.Close
+// stop every goroutine the endpoint or frontend started before they return,
+// so tests can check for leaks (for example with go.uber.org/goleak).
 package spannermetest

@@ -1,11 +1,20 @@
 package spannermetest_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -78,4 +87,66 @@ func Example() {
 	// E1: {Accepted:1 Active:1 BytesToBackend:5 BytesFromBackend:5}
 	// E2: {Accepted:0 Active:0 BytesToBackend:0 BytesFromBackend:0}
 	// E1 is down
+}
+
+// A fake Google frontend in front of a gRPC backend (here the standard
+// health service; in real tests spannertest or the Spanner emulator): it
+// forwards calls, then fails every call with UNAVAILABLE while the client's
+// connection stays up, then forwards again.
+func ExampleFrontend() {
+	// The one backend.
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	defer func() {
+		srv.Stop()
+		<-served
+	}()
+
+	fe, err := spannermetest.NewFrontend(ln.Addr().String(),
+		spannermetest.WithMaxConcurrentStreams(spannermetest.GoogleFrontendMaxConcurrentStreams))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer fe.Close()
+
+	conn, err := grpc.NewClient(fe.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	check := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		fmt.Printf("%-9s %v %v\n", fe.Mode().String()+":", resp.GetStatus(), status.Code(err))
+	}
+
+	check()
+	if err := fe.FailAll(codes.Unavailable); err != nil {
+		log.Fatal(err)
+	}
+	check()
+	fe.Pass()
+	check()
+
+	st := fe.Stats()
+	fmt.Printf("forwarded %d, failed %d, over %d connection(s)\n", st.Forwarded, st.Failed, st.Accepted)
+	fmt.Printf("%+v\n", st.Methods["/grpc.health.v1.Health/Check"])
+
+	// Output:
+	// pass:     SERVING OK
+	// fail-all: UNKNOWN Unavailable
+	// pass:     SERVING OK
+	// forwarded 2, failed 1, over 1 connection(s)
+	// {Received:3 Forwarded:2 Failed:1 Hung:0}
 }
