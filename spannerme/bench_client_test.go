@@ -72,7 +72,8 @@ var benchClients = []benchClient{
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return c, func() { c.Close(); gme.Close() }
+		_ = gme // c.Close closes it
+		return c, c.Close
 	}},
 	{"spannerme", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
 		c, gme, err := NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),

@@ -115,8 +115,6 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	dopts := []grpc.DialOption{
 		grpc.WithDisableServiceConfig(),
 		grpc.WithDefaultServiceConfig(sc),
-		grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
-		grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			// gRPC waits BaseDelay before the first retry whatever MaxDelay says.
 			Backoff: backoff.Config{BaseDelay: min(backoff.DefaultConfig.BaseDelay, settings.ReconnectMaxDelay),
@@ -124,6 +122,14 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 			MinConnectTimeout: settings.MinConnectTimeout,
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
+	}
+	if len(apiCfg.Method) > 0 {
+		// grpcgcp's interceptors hand the request and reply to its picker, which reads them
+		// only for methods with an affinity; without any they cost a stream wrapper, a
+		// context and a condition variable per call, for nothing.
+		dopts = append(dopts,
+			grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
+			grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor))
 	}
 	if settings.KeepaliveTime > 0 {
 		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
