@@ -137,6 +137,7 @@ func withRequestID(err error, id string) error {
 	if err == nil || err == io.EOF || err == context.Canceled {
 		return err
 	}
+	//lint:ignore SA1019 the request ID lives in spanner.Error, which the Spanner client's own interceptor returns too
 	var se *spanner.Error
 	if errors.As(spanner.ToSpannerError(err), &se) && se.RequestID == "" {
 		se.RequestID = id

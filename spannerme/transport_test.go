@@ -502,6 +502,7 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 	}
 	defer plain.Close()
 	for name, c := range map[string]*spanner.Client{"plain client": plain, "multi-endpoint client": client} {
+		//lint:ignore SA1019 the request ID is only exposed by spanner.Error
 		var se *spanner.Error
 		if err := queryErr(c); !errors.As(err, &se) || se.RequestID == "" {
 			t.Errorf("%s: error %v carries no request ID", name, err)
