@@ -12,7 +12,9 @@ package spannerme
 //     Spanner (so that the transport, not the backend's CPU, is measured). Metrics: qps;
 //     x-plain, the ratio to the plain client at the same L and C in the same run; x-limit, the
 //     ratio to what the frontend allows the channels the client opened:
-//     min(C, channels x 100) / L; channels, the client's connections to the frontend.
+//     min(C, channels x 100) / L; channels, the client's connections to the frontend;
+//     allocs/query (all of the process's allocations, servers included). One op is a wave of
+//     C queries.
 //
 // B/op and allocs/op include the in-process servers' allocations, the same for every client,
 // so differences between clients are the clients'.
@@ -23,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -228,15 +231,22 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			if err := runConcurrently(ctx, c, 2*c, func() error { return query(ctx, client) }); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportAllocs()
+			// One op is a wave of C queries: with one query per op, b.N would grow from 1
+			// in rounds that each last the latency, and a round with b.N < C measures
+			// nothing.
+			queries := b.N * c
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
 			b.ResetTimer()
 			start := time.Now()
-			if err := runConcurrently(ctx, c, b.N, func() error { return query(ctx, client) }); err != nil {
+			if err := runConcurrently(ctx, c, queries, func() error { return query(ctx, client) }); err != nil {
 				b.Fatal(err)
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			qps := float64(b.N) / elapsed.Seconds()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
+			qps := float64(queries) / elapsed.Seconds()
 			channels := fe.Stats().Active
 			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()
 			b.ReportMetric(qps, "qps")
