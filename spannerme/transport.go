@@ -44,6 +44,11 @@ import (
 //   - EnableDirectAccess: refused. DirectPath replaces the endpoint with a google-c2p target
 //     resolved by Traffic Director, which a PSC endpoint is not.
 //     GOOGLE_SPANNER_ENABLE_DIRECT_ACCESS is ignored by the pools, with a logged notice.
+//   - Native metrics (DisableNativeMetrics false): turned off, with a logged notice. The
+//     client's metrics interceptors are dial options and never reach the pools, so queries
+//     and reads record nothing; and the client hands its own options, the GCPMultiEndpoint
+//     included, to its Cloud Monitoring exporter, whose calls would go to the Spanner
+//     endpoints. ClientMetricsProvider (the caller's own pipeline) is passed unchanged.
 //   - DynamicChannelPoolConfig.DCPEnabled: turned off, with a logged notice, as upstream does
 //     for its multi-endpoint client (google-cloud-go#14611): the dynamic channel pool closes
 //     connections it believes it owns. Each endpoint's pool grows with load instead;
@@ -137,6 +142,12 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 		t.client.DisableNativeMetrics = true
 		t.notices = append(t.notices, "location-aware routing (on for Type OMNI) is turned off: calls go through the MultiEndpoint's endpoints")
 	}
+	if nativeMetricsOn(t.client) {
+		t.client.DisableNativeMetrics = true
+		t.notices = append(t.notices, "the Spanner client's native metrics are turned off (ClientConfig.DisableNativeMetrics): "+
+			"its metrics interceptors cannot reach the endpoints' pools, so queries and reads would record nothing, "+
+			"and its Cloud Monitoring exporter would be handed the GCPMultiEndpoint as its connection")
+	}
 	//lint:ignore SA1019 the pool sizing rule reads NumChannels, as upstream's multi-endpoint client does
 	if n := config.NumChannels; n > 0 {
 		t.minSize = uint32(n)
@@ -160,6 +171,15 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 		t.dialOpts = append(t.dialOpts, grpc.WithDefaultCallOptions(grpc.UseCompressor(gzip.Name)))
 	}
 	return t, nil
+}
+
+// nativeMetricsOn reports whether the Spanner client would export native metrics to Cloud
+// Monitoring with config (cloud.google.com/go/spanner v1.96.1, newClientWithConfig).
+func nativeMetricsOn(config spanner.ClientConfig) bool {
+	if off, _ := strconv.ParseBool(os.Getenv("SPANNER_DISABLE_BUILTIN_METRICS")); off {
+		return false
+	}
+	return !config.DisableNativeMetrics && os.Getenv(emulatorHostEnv) == ""
 }
 
 // planOmni applies Type OMNI's connection settings: the pools' transport credentials and

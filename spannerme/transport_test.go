@@ -509,3 +509,36 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 		}
 	}
 }
+
+// Native metrics are turned off, with a notice: the client's metrics interceptors cannot
+// reach the pools, and its exporter would be handed the GCPMultiEndpoint. A client built with
+// the default configuration (metrics on) and no credentials works (F9).
+func TestClient_NativeMetricsTurnedOff(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	logs := &syncBuffer{}
+	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, gme, err := NewMultiEndpointClientWithSettings(ctx, b.database, spanner.ClientConfig{}, o, fastSettings(logs), clientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme.Close()
+	defer client.Close()
+	if _, err := countAccounts(ctx, client); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "native metrics are turned off") {
+		t.Errorf("no notice that native metrics are off:\n%s", logs)
+	}
+	logs2 := &syncBuffer{}
+	client2, gme2, err := NewMultiEndpointClientWithSettings(ctx, b.database, fixture.ClientConfig(), o, fastSettings(logs2), clientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme2.Close()
+	defer client2.Close()
+	if strings.Contains(logs2.String(), "native metrics") {
+		t.Errorf("a notice although DisableNativeMetrics is set:\n%s", logs2)
+	}
+}
