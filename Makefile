@@ -13,7 +13,7 @@ SEED ?= 0
 # the tests, after them whatever their outcome (the exit status stays go test's).
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 
-.PHONY: all check demo chaos test race lint fmt vet staticcheck bench ci
+.PHONY: all check demo chaos test race lint fmt vet staticcheck bench bench-client ci
 
 all: ci
 
@@ -57,9 +57,16 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 
-## bench: benchmarks, ours against upstream grpcgcp and a plain client in the same run.
+## bench: every benchmark, ours against upstream and a plain client in the same run.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem -timeout $(TEST_TIMEOUT) ./...
+
+## bench-client: the end-to-end benchmarks through the Spanner client only (plain, upstream, ours):
+## point reads and streaming queries on spannertest, and 100/400/1000 concurrent queries through a
+## 100-stream frontend adding 50 ms. BENCHTIME=2s by default.
+BENCHTIME ?= 2s
+bench-client:
+	$(GO) test -run '^$$' -bench 'Client_' -benchmem -benchtime $(BENCHTIME) -timeout $(TEST_TIMEOUT) ./spannerme/
 
 ## ci: what CI runs (.ci/run): lint, then every test under -race.
 ci: lint race

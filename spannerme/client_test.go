@@ -11,6 +11,7 @@ import (
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
@@ -477,8 +478,9 @@ func TestCase_F8_EmulatorHostCollapsesGroups(t *testing.T) {
 	}
 }
 
-// Pool size: ChannelPool.MaxSize, else ClientConfig.NumChannels, else DefaultPoolSize; the
-// Spanner client itself is not given a NumChannels it would reject.
+// Pool size: ClientConfig.NumChannels sets the channels each pool keeps connected (MinSize);
+// the pool may grow to DefaultMaxPoolSize; the Spanner client itself is not given a
+// NumChannels it would reject, and no session affinity is configured.
 func TestClient_PoolSize(t *testing.T) {
 	b := startSpannerBackend(t, 1)
 	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
@@ -491,39 +493,41 @@ func TestClient_PoolSize(t *testing.T) {
 	defer gme.Close()
 	defer client.Close()
 	pool := gme.GCPConfig().GetChannelPool()
-	if pool.GetMaxSize() != 3 || pool.GetMinSize() != 3 {
-		t.Errorf("channel pool %v, want 3/3", pool)
+	if pool.GetMinSize() != 3 || pool.GetMaxSize() != DefaultMaxPoolSize {
+		t.Errorf("channel pool %v, want MinSize 3, MaxSize %d", pool, DefaultMaxPoolSize)
 	}
-	if len(gme.GCPConfig().GetMethod()) == 0 {
-		t.Error("no Spanner affinity methods filled in")
+	if m := gme.GCPConfig().GetMethod(); len(m) != 0 {
+		t.Errorf("affinity methods %v, want none", m)
 	}
 	eventually(t, 10*time.Second, "3 connections", func() bool { return b.eps[0].Stats().Active == 3 })
+	if _, err := countAccounts(context.Background(), client); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// F12: with multiplexed sessions every data call carries the same session, and the session
-// affinity of the default grpcgcp configuration pins them all to one channel of the pool.
-// This measures the spread of 64 concurrent queries; the limitation and the setting that
-// lifts it (a GRPCgcpConfig with Method set, e.g. to an empty affinity list) are documented
-// in the package doc.
+// F12: with multiplexed sessions every data call carries the same session. With the default
+// configuration (no affinity) 64 concurrent queries spread over the pool's channels; with
+// upstream's session affinity (SessionAffinityConfig) they are pinned to one.
 func TestCase_F12_ChannelSpreadWithMultiplexedSession(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		methods bool // keep the Spanner affinity (default) or lift it
+		cfg     *pb.ApiConfig
 		minUsed int
+		maxUsed int
 	}{
-		{"default affinity pins to one channel", true, 1},
-		{"affinity lifted spreads over channels", false, 2},
+		{"default spreads over channels", nil, 2, DefaultMaxPoolSize},
+		{"session affinity pins to one channel", SessionAffinityConfig(DefaultPoolSize), 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := startSpannerBackend(t, 1)
 			e := b.eps[0]
 			o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, e.Addr())})
-			if !tc.methods {
-				o.GRPCgcpConfig = NoAffinityConfig(0)
-			}
-			client, gme := newSpannerClient(t, b, o, fastSettings(nil))
-			_ = gme
+			o.GRPCgcpConfig = tc.cfg
+			client, _ := newSpannerClient(t, b, o, fastSettings(nil))
 			eventually(t, 10*time.Second, "4 connections", func() bool { return e.Stats().Active == DefaultPoolSize })
+			if _, err := countAccounts(context.Background(), client); err != nil { // the session exists
+				t.Fatal(err)
+			}
 			before := e.ConnStats()
 			var wg sync.WaitGroup
 			errs := make(chan error, 64)
@@ -551,12 +555,9 @@ func TestCase_F12_ChannelSpreadWithMultiplexedSession(t *testing.T) {
 					used++
 				}
 			}
-			t.Logf("64 concurrent queries used %d of %d channels", used, DefaultPoolSize)
-			if tc.methods && used != 1 {
-				t.Logf("note: expected the session affinity to pin to one channel, saw %d", used)
-			}
-			if used < tc.minUsed {
-				t.Errorf("used %d channels, want at least %d", used, tc.minUsed)
+			t.Logf("64 concurrent queries used %d channels", used)
+			if used < tc.minUsed || used > tc.maxUsed {
+				t.Errorf("used %d channels, want %d to %d", used, tc.minUsed, tc.maxUsed)
 			}
 		})
 	}

@@ -13,9 +13,37 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 )
 
-// DefaultPoolSize is the number of channels (gRPC connections) in each endpoint's pool when
-// GRPCgcpConfig.ChannelPool.MaxSize is not set.
-const DefaultPoolSize = 4
+// Channel pool sizing. Each endpoint's pool is a grpcgcp pool of channels (gRPC
+// connections). It keeps MinSize channels connected at all times (a warm standby is ready to
+// take traffic), sends each call to the channel with the fewest active streams, and adds a
+// channel, up to MaxSize, when every channel carries MaxConcurrentStreamsLowWatermark
+// streams (grpcgcp v1.6.0, gcp_picker.go getLeastBusySubConnRef). Channels are not removed
+// when load drops. The sizing rule, for GRPCgcpConfig.ChannelPool:
+//
+//   - MinSize and MaxSize both set: as given (MinSize is capped at MaxSize);
+//   - only MaxSize set: MinSize = MaxSize, a fixed pool (upstream's rule: "the number of
+//     channels is configured via MaxSize");
+//   - only MinSize set: MaxSize = max(MinSize, DefaultMaxPoolSize);
+//   - neither: MinSize = ClientConfig.NumChannels if set (client constructors), else
+//     DefaultPoolSize; MaxSize = max(MinSize, DefaultMaxPoolSize);
+//   - MaxConcurrentStreamsLowWatermark 0: DefaultStreamsPerChannel.
+//
+// So an endpoint carries up to MaxSize x 100 concurrent calls before calls queue for a
+// stream, against NumChannels x 100 for a plain Spanner client.
+const (
+	// DefaultPoolSize is the number of channels each endpoint's pool keeps connected
+	// (MinSize) by default: 4, the Spanner client's own default number of channels
+	// (cloud.google.com/go/spanner v1.96.1, client.go numChannels) and its dynamic channel
+	// pool's default DCPInitialChannels.
+	DefaultPoolSize = 4
+	// DefaultMaxPoolSize is the number of channels a pool may grow to by default: 10, the
+	// Spanner client's dynamic channel pool default DCPMaxChannels (dynamic_channel_pool.go).
+	DefaultMaxPoolSize = 10
+	// DefaultStreamsPerChannel is the default MaxConcurrentStreamsLowWatermark: a pool grows
+	// when every channel carries this many streams. 100 is the limit of concurrent streams
+	// per HTTP/2 connection of Google's front ends, and grpcgcp's default.
+	DefaultStreamsPerChannel = 100
+)
 
 // groupConfig is one validated MultiEndpoint.
 type groupConfig struct {
@@ -109,10 +137,10 @@ func parseConfig(o *grpcgcp.GCPMultiEndpointOptions) (*config, error) {
 	return c, nil
 }
 
-// effectiveAPIConfig returns a copy of cfg (nil allowed) with the channel pool filled in:
-// MaxSize defaults to poolSize, and MinSize to MaxSize so that every channel of a standby
-// endpoint connects up front (a warm standby).
-func effectiveAPIConfig(cfg *pb.ApiConfig, poolSize uint32) *pb.ApiConfig {
+// effectiveAPIConfig returns a copy of cfg (nil allowed) with the channel pool filled in by
+// the sizing rule above; warm is the MinSize used when cfg sets neither size (0:
+// DefaultPoolSize).
+func effectiveAPIConfig(cfg *pb.ApiConfig, warm uint32) *pb.ApiConfig {
 	c := &pb.ApiConfig{}
 	if cfg != nil {
 		c = proto.Clone(cfg).(*pb.ApiConfig)
@@ -120,11 +148,22 @@ func effectiveAPIConfig(cfg *pb.ApiConfig, poolSize uint32) *pb.ApiConfig {
 	if c.ChannelPool == nil {
 		c.ChannelPool = &pb.ChannelPoolConfig{}
 	}
-	if c.ChannelPool.MaxSize == 0 {
-		c.ChannelPool.MaxSize = poolSize
+	cp := c.ChannelPool
+	if warm == 0 {
+		warm = DefaultPoolSize
 	}
-	if c.ChannelPool.MinSize == 0 || c.ChannelPool.MinSize > c.ChannelPool.MaxSize {
-		c.ChannelPool.MinSize = c.ChannelPool.MaxSize
+	switch {
+	case cp.MinSize == 0 && cp.MaxSize == 0:
+		cp.MinSize, cp.MaxSize = warm, max(warm, DefaultMaxPoolSize)
+	case cp.MinSize == 0:
+		cp.MinSize = cp.MaxSize
+	case cp.MaxSize == 0:
+		cp.MaxSize = max(cp.MinSize, DefaultMaxPoolSize)
+	case cp.MinSize > cp.MaxSize:
+		cp.MinSize = cp.MaxSize
+	}
+	if cp.MaxConcurrentStreamsLowWatermark == 0 {
+		cp.MaxConcurrentStreamsLowWatermark = DefaultStreamsPerChannel
 	}
 	return c
 }

@@ -23,8 +23,9 @@ import (
 // generic "all SubConns are in TransientFailure"), and a standby gets no calls anyway. So
 // each pool is dialed with this package's load-balancing policy, spannerme_pool, a thin
 // wrapper around grpcgcp's grpc_gcp that records every channel's connection errors and
-// every ready connection that closes, and with a DNS resolver wrapper that records
-// resolution errors (resolver.go). Both feed the pool's connWatch. This works whatever the
+// every ready connection that closes (and guards grpc_gcp against an empty address list,
+// balancer.go), and, when this package dials the pool itself, with a DNS resolver wrapper
+// that records resolution errors (resolver.go). Both feed the pool's connWatch. This works whatever the
 // credentials (TLS errors included), dialer or DialFunc, as long as the dial options given to
 // DialFunc are applied; a caller's dial option that replaces the default service config
 // (grpc.WithDefaultServiceConfig) turns the recording off for that pool.
@@ -79,12 +80,17 @@ func newConnWatch(endpoint string, now func() time.Time, report func(*connWatch,
 func (w *connWatch) release() { watches.Delete(w.id) }
 
 // poolDialOptions returns the dial options of the pool w watches: its service config (the
-// spannerme_pool policy naming w, around the grpc_gcp configuration), its DNS resolver
-// reporting to w, then the endpoint's other dial options, base (the caller's last).
+// spannerme_pool policy naming w, around the grpc_gcp configuration), then the endpoint's
+// other dial options, base (the caller's last), then, for a pool this package dials itself
+// (no caller DialFunc, which would add its options after these), the DNS resolver that
+// records resolution errors in w; a caller's own "dns" resolver, earlier, wins over it.
 func (gme *GCPMultiEndpoint) poolDialOptions(w *connWatch, base []grpc.DialOption) []grpc.DialOption {
 	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"watch":"%d","child":%s}}]}`, poolBalancerName, w.id, gme.gcpJSON)
-	opts := append([]grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}, safeDNS(w, gme.settings.dns)...)
-	return append(opts, base...)
+	opts := append([]grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}, base...)
+	if gme.settings.ownDialer {
+		opts = append(opts, recordDNS(w, gme.settings.dns)...)
+	}
+	return opts
 }
 
 // record keeps err as the pool's last connection error and reports it. nil w is a no-op.
@@ -124,7 +130,7 @@ func (poolBalancerBuilder) Name() string { return poolBalancerName }
 
 func (poolBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
 	b := &poolBalancer{states: make(map[balancer.SubConn]connectivity.State)}
-	b.child = balancer.Get(grpcgcp.Name).Build(&poolClientConn{ClientConn: cc, b: b}, opts)
+	b.child = nonEmptyBuilder{}.Build(&poolClientConn{ClientConn: cc, b: b}, opts)
 	return b
 }
 
@@ -180,11 +186,17 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		b.mu.Unlock()
 		s.BalancerConfig = c.child
 	}
+	if len(s.ResolverState.Addresses) == 0 && len(s.ResolverState.Endpoints) == 0 {
+		b.mu.Lock()
+		w := b.watch
+		b.mu.Unlock()
+		w.record(ConnDNS, errNoAddresses)
+	}
 	return b.child.UpdateClientConnState(s)
 }
 
-// ResolverError records a name resolution error of a resolver this package does not wrap
-// (the DNS resolver's are recorded by nonEmptyBuilder, before any balancer exists).
+// ResolverError records a name resolution error that comes after the first resolution (those
+// before it reach no balancer: dnsRecorder records them).
 func (b *poolBalancer) ResolverError(err error) {
 	b.mu.Lock()
 	w := b.watch

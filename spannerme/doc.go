@@ -61,14 +61,27 @@
 //     Spanner client closes the GCPMultiEndpoint and its pools.
 //   - Configuration errors never half-apply: the previous configuration stays in force.
 //
-// # Channels and session affinity
+// # Channels and load
 //
-// The default grpcgcp configuration binds calls to the channel of their session. With
-// multiplexed sessions (always on in the Spanner client) every data call carries the same
-// session, so every call of a client goes through ONE channel of each endpoint's pool,
-// however large the pool. Pass NoAffinityConfig as GRPCgcpConfig to spread calls over all
-// channels (measured: 64 concurrent queries use 1 of 4 channels with the default, 4 of 4
-// with NoAffinityConfig).
+// Each endpoint's pool keeps MinSize channels (gRPC connections) connected, sends each call to
+// the channel with the fewest active streams, and adds a channel, up to MaxSize, whenever
+// every channel carries 100 streams (the limit per connection of Google's front ends); see
+// DefaultPoolSize for the sizing rule. There is no session affinity by default: the Spanner
+// client's calls all carry its one multiplexed session, and binding them to the session's
+// channel would carry 100 concurrent queries per endpoint at most (measured: 64 concurrent
+// queries use 4 of 4 channels; 450 concurrent streams through a 100-stream frontend open a
+// fifth). ClientConfig.NumChannels is the number of channels each endpoint keeps connected,
+// not a cap. SessionAffinityConfig gives upstream's affinity.
+//
+// # The Spanner client's transport
+//
+// The Spanner client is given the GCPMultiEndpoint as its connection, so every ClientConfig
+// setting that shapes a connection is applied to every endpoint's pool or refused with a
+// *ConfigError naming it (Type OMNI with UsePlainText or TLS files: applied; EnableDirectAccess:
+// refused; the dynamic channel pool: turned off with a logged notice). Dial options given by
+// the caller win over this package's. The client's request-ID header reaches the pools; its
+// built-in metrics interceptors do not (the README lists what is lost). Only Client.Close or
+// GCPMultiEndpoint.Close closes the GCPMultiEndpoint.
 //
 // # Configuration files
 //

@@ -85,9 +85,8 @@ type GCPMultiEndpoint struct {
 	pools   map[string]*pool // the pools of the configured endpoints
 	retired map[*pool]bool   // draining pools, until closed
 	// front is the connection given to the Spanner client (NewMultiEndpointClient*), closed
-	// with gme; frontDone is closed when its watcher goroutine ends.
+	// with gme.
 	front     *grpc.ClientConn
-	frontDone chan struct{}
 	closeDone chan struct{} // closed when the first Close has finished
 	// closedAt and lastDefault are when Close was called and the default group's name
 	// then, for Status after Close.
@@ -113,13 +112,14 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 
 // NewGCPMultiEndpointWithSettings is NewGCPMultiEndpoint with Settings beyond upstream's.
 //
-// gmeCfg is not modified and not retained. GRPCgcpConfig may be nil; its channel pool MaxSize
-// defaults to DefaultPoolSize and MinSize to MaxSize. DialFunc, if set, dials each pool (it
-// receives the endpoint and the dial options); otherwise grpc.NewClient does. opts come after
-// this package's dial options (grpc_gcp balancer, reconnect backoff, keepalive, no channel
-// idleness), so they can override them. A grpc.WaitForReady(true) among the default call
-// options of opts (grpc.WithDefaultCallOptions) applies to every call as if the call gave it
-// (see Invoke); default call options that only a DialFunc adds are not seen.
+// gmeCfg is not modified and not retained. GRPCgcpConfig may be nil; its channel pool is
+// sized by the rule of DefaultPoolSize (MinSize 4 connected, growing up to 10 under load).
+// DialFunc, if set, dials each pool (it receives the endpoint and the dial options);
+// otherwise grpc.NewClient does. opts come after this package's dial options (grpc_gcp
+// balancer, reconnect backoff, keepalive, no channel idleness), so they win; a resolver in
+// opts (grpc.WithResolvers, for the dns scheme too) is used. A grpc.WaitForReady(true) among
+// the default call options of opts (grpc.WithDefaultCallOptions) applies to every call as if
+// the call gave it (see Invoke); default call options that only a DialFunc adds are not seen.
 //
 // Each pool tracks its calls' outcomes and probes its endpoint (settings.Health, with
 // UnimplementedMethodProbe unless settings.Health.Probe is set): an endpoint whose calls fail
@@ -152,8 +152,6 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	// placed before these.
 	dopts := []grpc.DialOption{
 		grpc.WithDisableServiceConfig(),
-		grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
-		grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			// gRPC waits BaseDelay before the first retry whatever MaxDelay says.
 			Backoff: backoff.Config{BaseDelay: min(backoff.DefaultConfig.BaseDelay, settings.ReconnectMaxDelay),
@@ -161,6 +159,14 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 			MinConnectTimeout: settings.MinConnectTimeout,
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
+	}
+	if len(apiCfg.Method) > 0 {
+		// grpcgcp's interceptors hand the request and reply to its picker, which reads them
+		// only for methods with an affinity; without any they cost a stream wrapper, a
+		// context and a condition variable per call, for nothing.
+		dopts = append(dopts,
+			grpc.WithChainUnaryInterceptor(grpcgcp.GCPUnaryClientInterceptor),
+			grpc.WithChainStreamInterceptor(grpcgcp.GCPStreamClientInterceptor))
 	}
 	if settings.KeepaliveTime > 0 {
 		dopts = append(dopts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
@@ -185,6 +191,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	gme.endpointOpts = endpointOpts
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
+		gme.settings.ownDialer = true
 		gme.dial = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			return grpc.NewClient(target, opts...)
 		}
@@ -637,21 +644,12 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 // NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
 // idempotent; it returns the first errors from closing the pools. On a zero-value
 // GCPMultiEndpoint it does nothing and returns nil.
-func (gme *GCPMultiEndpoint) Close() error { return gme.close(true) }
-
-// close is Close; the front connection's watcher calls it with waitFront false, since it is
-// the goroutine Close would wait for.
-func (gme *GCPMultiEndpoint) close(waitFront bool) error {
+func (gme *GCPMultiEndpoint) Close() error {
 	gme.mu.Lock()
 	if gme.closed {
-		done, frontDone := gme.closeDone, gme.frontDone
+		done := gme.closeDone
 		gme.mu.Unlock()
-		if waitFront {
-			<-done // Close returns only once everything is closed
-			if frontDone != nil {
-				<-frontDone
-			}
-		}
+		<-done // Close returns only once everything is closed
 		return nil
 	}
 	gme.closed = true
@@ -672,7 +670,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.changed.signal() // waiting calls see the closed snapshot
 	close(gme.stop)
 	gme.mu.Lock()
-	groups, pools, front, frontDone := gme.groups, gme.pools, gme.front, gme.frontDone
+	groups, pools, front := gme.groups, gme.pools, gme.front
 	gme.mu.Unlock()
 	for _, me := range groups {
 		me.Close()
@@ -687,10 +685,7 @@ func (gme *GCPMultiEndpoint) close(waitFront bool) error {
 	gme.wg.Wait() // drains see stop and close their pools
 	gme.obs.close()
 	if front != nil {
-		front.Close() // already closed when the Spanner client closed it
-		if waitFront {
-			<-frontDone
-		}
+		front.Close() // the Spanner client may have closed it already
 	}
 	return errors.Join(errs...)
 }

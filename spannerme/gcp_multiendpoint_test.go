@@ -566,8 +566,8 @@ func TestCallerOptionsNotMutated(t *testing.T) {
 	if after := fmt.Sprintf("%+v %+v %v", *o, *o.MultiEndpoints["a"], o.GRPCgcpConfig); after != before {
 		t.Errorf("options changed:\n%s\n%s", before, after)
 	}
-	if got := gme.GCPConfig().GetChannelPool(); got.GetMaxSize() != DefaultPoolSize || got.GetMinSize() != DefaultPoolSize {
-		t.Errorf("GCPConfig channel pool = %v, want %d/%d", got, DefaultPoolSize, DefaultPoolSize)
+	if got := gme.GCPConfig().GetChannelPool(); got.GetMinSize() != DefaultPoolSize || got.GetMaxSize() != DefaultMaxPoolSize {
+		t.Errorf("GCPConfig channel pool = %v, want MinSize %d, MaxSize %d", got, DefaultPoolSize, DefaultMaxPoolSize)
 	}
 }
 

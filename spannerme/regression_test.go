@@ -299,7 +299,8 @@ func TestWaitForReadyCallFollowsFailover(t *testing.T) {
 
 // A name that resolves to no address (gRPC's DNS resolver reports NXDOMAIN so) must not make
 // grpcgcp's balancer spin: the group fails over and Close returns. The resolver here is a
-// manual one wrapped as spannerme wraps the DNS resolver; no DNS query is made.
+// manual one that resolves to nothing; no DNS query is made. The pool's balancer refuses the
+// empty state (balancer.go), whatever the resolver.
 func TestNameWithoutAddressesDoesNotHang(t *testing.T) {
 	e2 := startEndpoint(t, "E2")
 	empty := manual.NewBuilderWithScheme("empty")
@@ -307,7 +308,7 @@ func TestNameWithoutAddressesDoesNotHang(t *testing.T) {
 	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(300*time.Millisecond, 0, "nxdomain:1", e2.Addr())})
 	o.DialFunc = func(_ context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		if target == "nxdomain:1" {
-			return grpc.NewClient("empty:///nxdomain", append(opts, grpc.WithResolvers(nonEmptyBuilder{Builder: empty}))...)
+			return grpc.NewClient("empty:///nxdomain", append(opts, grpc.WithResolvers(empty))...)
 		}
 		return grpc.NewClient(target, opts...)
 	}

@@ -104,6 +104,10 @@ type Settings struct {
 	// dns, if not nil, resolves the "dns" scheme instead of gRPC's resolver. Tests in this
 	// package set it, to fail name resolution without a DNS query.
 	dns resolver.Builder
+	// ownDialer: the pools are dialed by this package (grpc.NewClient, or gtransport for
+	// NewMultiEndpointClient*), not by a caller's DialFunc, so dial options it appends come
+	// after the caller's (resolver.go).
+	ownDialer bool
 	// callDefaults are the default call options of the client options' dial options
 	// (NewMultiEndpointClient*), which come before the GCPMultiEndpoint's own.
 	callDefaults []grpc.CallOption

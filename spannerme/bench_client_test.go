@@ -1,0 +1,336 @@
+package spannerme
+
+// End-to-end benchmarks through the Spanner client, side by side in one run: a plain
+// spanner.Client, upstream's spanner.NewMultiEndpointClientWithConfig and this package's
+// NewMultiEndpointClientWithConfig, each with its default configuration and one endpoint.
+//
+//   - BenchmarkClient_PointRead and BenchmarkClient_StreamingQuery: straight to an in-memory
+//     spannertest server on loopback, b.RunParallel (GOMAXPROCS goroutines).
+//   - BenchmarkClient_Frontend: C concurrent queries (C = 100, 400, 1000) through a
+//     spannermetest.Frontend that allows 100 streams per HTTP/2 connection, as Google's front
+//     ends do, and adds a latency L (50 ms, and 1 s) to each call, in front of a minimal fake
+//     Spanner (so that the transport, not the backend's CPU, is measured). Metrics: qps;
+//     x-plain, the ratio to the plain client at the same L and C in the same run; x-limit, the
+//     ratio to what the frontend allows the channels the client opened:
+//     min(C, channels x 100) / L; channels, the client's connections to the frontend;
+//     allocs/query (all of the process's allocations, servers included). One op is a wave of
+//     C queries.
+//
+// B/op and allocs/op include the in-process servers' allocations, the same for every client,
+// so differences between clients are the clients'.
+//
+//	make bench-client   (go test -run '^$' -bench Client_ -benchmem -benchtime 2s ./spannerme/)
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	sppb "cloud.google.com/go/spanner/apiv1/spannerpb"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+// benchClient is one way to build a Spanner client for one endpoint. close closes what new
+// built. A benchmark function runs once per round (b.N), so each round builds and closes its
+// own client.
+type benchClient struct {
+	name string
+	new  func(tb testing.TB, endpoint, database string) (client *spanner.Client, close func())
+}
+
+// benchClientOptions connect in plaintext without credentials.
+func benchClientOptions() []option.ClientOption {
+	return []option.ClientOption{option.WithoutAuthentication(), option.WithGRPCDialOption(insecureDial)}
+}
+
+var benchClients = []benchClient{
+	{"plain", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
+		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+			append(benchClientOptions(), option.WithEndpoint(endpoint))...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c, c.Close
+	}},
+	{"upstream", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
+		c, gme, err := spanner.NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+			&grpcgcp.GCPMultiEndpointOptions{
+				MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{"default": {Endpoints: []string{endpoint}}},
+				Default:        "default",
+			}, benchClientOptions()...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		_ = gme // c.Close closes it
+		return c, c.Close
+	}},
+	{"spannerme", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
+		c, gme, err := NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
+			benchClientOptions()...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c, func() { c.Close(); _ = gme.Close() }
+	}},
+}
+
+// benchSpannertest starts a seeded spannertest server with events rows of payload bytes.
+func benchSpannertest(b *testing.B, events, payload int) (addr, database string, accounts []fixture.Account) {
+	b.Helper()
+	fixture.DisableGCEDetection()
+	srv, db := fixture.StartSpannertest(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	direct, err := fixture.NewClient(ctx, srv.Addr, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Close()
+	if err := fixture.Seed(ctx, direct); err != nil {
+		b.Fatal(err)
+	}
+	if err := fixture.FillEvents(ctx, direct, events, payload); err != nil {
+		b.Fatal(err)
+	}
+	accounts, err = fixture.Accounts()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv.Addr, db, accounts
+}
+
+// BenchmarkClient_PointRead reads one row by key (a StreamingRead).
+func BenchmarkClient_PointRead(b *testing.B) {
+	addr, db, accounts := benchSpannertest(b, 0, 0)
+	for _, bc := range benchClients {
+		b.Run(bc.name, func(b *testing.B) {
+			client, closeClient := bc.new(b, addr, db)
+			defer closeClient()
+			ctx := context.Background()
+			if _, err := client.Single().ReadRow(ctx, fixture.TableAccounts, spanner.Key{accounts[0].AccountID}, []string{"Balance"}); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := accounts[next.Add(1)%int64(len(accounts))].AccountID
+					if _, err := client.Single().ReadRow(ctx, fixture.TableAccounts, spanner.Key{id}, []string{"Balance"}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// benchStreamRows and benchStreamPayload shape BenchmarkClient_StreamingQuery's result.
+const benchStreamRows, benchStreamPayload = 100, 1024
+
+// BenchmarkClient_StreamingQuery runs a query that streams benchStreamRows rows of
+// benchStreamPayload bytes, read to the end.
+func BenchmarkClient_StreamingQuery(b *testing.B) {
+	addr, db, _ := benchSpannertest(b, benchStreamRows, benchStreamPayload)
+	stmt := spanner.Statement{SQL: "SELECT EventId, Payload FROM Events"}
+	readAll := func(ctx context.Context, client *spanner.Client) error {
+		it := client.Single().Query(ctx, stmt)
+		defer it.Stop()
+		n := 0
+		for {
+			_, err := it.Next()
+			if err == iterator.Done {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			n++
+		}
+		if n != benchStreamRows {
+			return fmt.Errorf("%d rows, want %d", n, benchStreamRows)
+		}
+		return nil
+	}
+	for _, bc := range benchClients {
+		b.Run(bc.name, func(b *testing.B) {
+			client, closeClient := bc.new(b, addr, db)
+			defer closeClient()
+			ctx := context.Background()
+			if err := readAll(ctx, client); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := readAll(ctx, client); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// frontendStreams is the frontend's limit of concurrent streams per connection.
+const frontendStreams = spannermetest.GoogleFrontendMaxConcurrentStreams
+
+// BenchmarkClient_Frontend runs C concurrent queries through a 100-stream frontend that adds
+// 50 ms per call; see the file comment for its metrics. It runs with 1 s per call too: on a
+// small machine the CPU caps 50 ms calls well below the frontend's limit, and 1 s calls show
+// the limit itself.
+func BenchmarkClient_Frontend(b *testing.B) {
+	backend := startFakeSpanner(b)
+	fixture.DisableGCEDetection()
+	stmt := spanner.Statement{SQL: "SELECT 1"}
+	query := func(ctx context.Context, client *spanner.Client) error {
+		return client.Single().Query(ctx, stmt).Do(func(*spanner.Row) error { return nil })
+	}
+	for _, latency := range []time.Duration{50 * time.Millisecond, time.Second} {
+		for _, c := range []int{100, 400, 1000} {
+			benchFrontend(b, backend, latency, c, query)
+		}
+	}
+}
+
+// benchFrontend runs the clients at one latency and concurrency.
+func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, query func(context.Context, *spanner.Client) error) {
+	plainQPS := 0.0
+	for _, bc := range benchClients {
+		b.Run(fmt.Sprintf("latency=%v/C=%d/%s", latency, c, bc.name), func(b *testing.B) {
+			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fe.Close()
+			fe.SetLatency(latency)
+			client, closeClient := bc.new(b, fe.Addr(), fixture.SpannertestDatabase)
+			defer closeClient()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			// Warm up: the session exists, and a pool that grows has grown for C.
+			if err := runConcurrently(ctx, c, 2*c, func() error { return query(ctx, client) }); err != nil {
+				b.Fatal(err)
+			}
+			// One op is a wave of C queries: with one query per op, b.N would grow from 1
+			// in rounds that each last the latency, and a round with b.N < C measures
+			// nothing.
+			queries := b.N * c
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			b.ResetTimer()
+			start := time.Now()
+			if err := runConcurrently(ctx, c, queries, func() error { return query(ctx, client) }); err != nil {
+				b.Fatal(err)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
+			qps := float64(queries) / elapsed.Seconds()
+			channels := fe.Stats().Active
+			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()
+			b.ReportMetric(qps, "qps")
+			b.ReportMetric(qps/limit, "x-limit")
+			b.ReportMetric(float64(channels), "channels")
+			if bc.name == "plain" {
+				plainQPS = qps
+			} else if plainQPS > 0 {
+				b.ReportMetric(qps/plainQPS, "x-plain")
+			}
+		})
+	}
+}
+
+// runConcurrently calls f n times from c goroutines and returns the first error.
+func runConcurrently(ctx context.Context, c, n int, f func() error) error {
+	var next atomic.Int64
+	var first error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				if err := f(); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// fakeSpanner is the least of a Spanner server the client needs for single-use queries: it
+// creates sessions and answers every query with one row holding the INT64 1, at a fraction
+// of spannertest's CPU cost.
+type fakeSpanner struct {
+	sppb.UnimplementedSpannerServer
+}
+
+var fakeResult = &sppb.PartialResultSet{
+	Metadata: &sppb.ResultSetMetadata{RowType: &sppb.StructType{Fields: []*sppb.StructType_Field{
+		{Name: "n", Type: &sppb.Type{Code: sppb.TypeCode_INT64}}}}},
+	Values: []*structpb.Value{structpb.NewStringValue("1")},
+}
+
+func (fakeSpanner) CreateSession(_ context.Context, req *sppb.CreateSessionRequest) (*sppb.Session, error) {
+	return &sppb.Session{Name: req.Database + "/sessions/fake", Multiplexed: req.GetSession().GetMultiplexed()}, nil
+}
+
+func (fakeSpanner) BatchCreateSessions(_ context.Context, req *sppb.BatchCreateSessionsRequest) (*sppb.BatchCreateSessionsResponse, error) {
+	resp := &sppb.BatchCreateSessionsResponse{}
+	for i := range req.SessionCount {
+		resp.Session = append(resp.Session, &sppb.Session{Name: fmt.Sprintf("%s/sessions/fake-%d", req.Database, i)})
+	}
+	return resp, nil
+}
+
+func (fakeSpanner) GetSession(_ context.Context, req *sppb.GetSessionRequest) (*sppb.Session, error) {
+	return &sppb.Session{Name: req.Name}, nil
+}
+
+func (fakeSpanner) DeleteSession(context.Context, *sppb.DeleteSessionRequest) (*emptypb.Empty, error) {
+	return &emptypb.Empty{}, nil
+}
+
+func (fakeSpanner) ExecuteStreamingSql(_ *sppb.ExecuteSqlRequest, stream sppb.Spanner_ExecuteStreamingSqlServer) error {
+	return stream.Send(fakeResult)
+}
+
+// startFakeSpanner serves fakeSpanner on 127.0.0.1:0 and returns its address.
+func startFakeSpanner(tb testing.TB) string {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	sppb.RegisterSpannerServer(srv, fakeSpanner{})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	tb.Cleanup(func() { srv.Stop(); <-done })
+	return lis.Addr().String()
+}

@@ -1,0 +1,157 @@
+package spannerme
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"cloud.google.com/go/spanner"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	gtransport "google.golang.org/api/transport/grpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// The Spanner client is given the GCPMultiEndpoint as a gtransport.ConnPool (frontPool)
+// whose one connection (the front) never connects: its interceptors send every call into the
+// GCPMultiEndpoint. Two facts make this robust (google-cloud-go#14611 is what happens
+// otherwise):
+//
+//   - gRPC runs a ClientConn's interceptors before it looks at the connection's state
+//     (grpc-go v1.85, call.go Invoke and stream.go NewStream), so the front keeps working
+//     after anything closes it; closing it releases nothing of ours;
+//   - the GCPMultiEndpoint closes only when the pool is closed, which the Spanner client does
+//     in Client.Close (sessionClient.close), or when gme.Close is called. The client's other
+//     closers of pools it believes it owns, the dynamic channel pool and the location-aware
+//     endpoint clients, are turned off or refused (transport.go).
+
+// errFrontDial is what the front connection's dialer returns: it never connects.
+var errFrontDial = errors.New("spannerme: the front connection never dials; calls go through the GCPMultiEndpoint")
+
+// frontPool is the gtransport.ConnPool given to the Spanner client: one connection, the
+// front, and Close closes the GCPMultiEndpoint. Safe for concurrent use.
+type frontPool struct {
+	conn *grpc.ClientConn
+	gme  *GCPMultiEndpoint
+}
+
+var _ gtransport.ConnPool = (*frontPool)(nil)
+
+// Conn returns the front connection. The Spanner client builds its per-channel RPC clients on
+// it (sessionClient.nextClient).
+func (p *frontPool) Conn() *grpc.ClientConn { return p.conn }
+
+// Num is 1: the client sees one connection; the channels are in each endpoint's pool.
+func (p *frontPool) Num() int { return 1 }
+
+// Invoke sends a unary call through the front (and so into the GCPMultiEndpoint).
+func (p *frontPool) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return p.conn.Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream starts a stream through the front (and so in the GCPMultiEndpoint).
+func (p *frontPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return p.conn.NewStream(ctx, desc, method, opts...)
+}
+
+// Close closes the GCPMultiEndpoint, its pools and the front. It is what spanner.Client.Close
+// calls.
+func (p *frontPool) Close() error { return p.gme.Close() }
+
+// newFrontPool returns the pool handed to the Spanner client, whose front connection sends
+// every call into gme and carries the Spanner client's request-ID header (see requestID).
+// gme.Close closes the front as well.
+func newFrontPool(gme *GCPMultiEndpoint) (*frontPool, error) {
+	front, err := grpc.NewClient("passthrough:///spannerme-multiendpoint",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, errFrontDial }),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			id, ok := requestID(opts)
+			if !ok {
+				return gme.Invoke(ctx, method, req, reply, opts...)
+			}
+			err := gme.Invoke(withRequestIDHeader(ctx, id), method, req, reply, opts...)
+			return withRequestID(err, id)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			id, ok := requestID(opts)
+			if !ok {
+				return gme.NewStream(ctx, desc, method, opts...)
+			}
+			cs, err := gme.NewStream(withRequestIDHeader(ctx, id), desc, method, opts...)
+			if err != nil {
+				return nil, withRequestID(err, id)
+			}
+			return &requestIDStream{ClientStream: cs, id: id}, nil
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("spannerme: front connection: %w", err)
+	}
+	gme.mu.Lock()
+	gme.front = front
+	gme.mu.Unlock()
+	return &frontPool{conn: front, gme: gme}, nil
+}
+
+// requestIDHeader is the Spanner client's request-ID header (cloud.google.com/go/spanner
+// v1.96.1, request_id_header.go).
+const requestIDHeader = "x-goog-spanner-request-id"
+
+// requestID finds the request ID the Spanner client passes to its own interceptor: a
+// grpc.Header call option whose metadata holds requestIDHeader. It must be read before the
+// call: gRPC writes the response headers into that metadata. This mirrors the Spanner
+// client's requestIDHeaderInjector, which is a dial option and so never reaches a connection
+// it is given.
+func requestID(opts []grpc.CallOption) (string, bool) {
+	for _, o := range opts {
+		h, ok := o.(grpc.HeaderCallOption)
+		if !ok || h.HeaderAddr == nil {
+			continue
+		}
+		if ids := h.HeaderAddr.Get(requestIDHeader); len(ids) != 0 && ids[0] != "" {
+			return ids[0], true
+		}
+	}
+	return "", false
+}
+
+// withRequestIDHeader returns ctx with the request-ID header added to its outgoing metadata,
+// and the ID set on the current span as the Spanner client does.
+func withRequestIDHeader(ctx context.Context, id string) context.Context {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("x_goog_spanner_request_id", id))
+	}
+	return metadata.AppendToOutgoingContext(ctx, requestIDHeader, id)
+}
+
+// withRequestID returns err as a *spanner.Error carrying the request ID, as the Spanner
+// client's interceptor does, except that nil, io.EOF and context.Canceled pass unchanged, and
+// that a DEADLINE_EXCEEDED error is not marked "transaction outcome unknown" here (the client
+// marks a Commit's own errors so itself).
+func withRequestID(err error, id string) error {
+	if err == nil || err == io.EOF || err == context.Canceled {
+		return err
+	}
+	//lint:ignore SA1019 the request ID lives in spanner.Error, which the Spanner client's own interceptor returns too
+	var se *spanner.Error
+	if errors.As(spanner.ToSpannerError(err), &se) && se.RequestID == "" {
+		se.RequestID = id
+		return se
+	}
+	return err
+}
+
+// requestIDStream adds the request ID to the errors of a stream, as the Spanner client's own
+// stream interceptor does.
+type requestIDStream struct {
+	grpc.ClientStream
+	id string
+}
+
+func (s *requestIDStream) SendMsg(m any) error { return withRequestID(s.ClientStream.SendMsg(m), s.id) }
+func (s *requestIDStream) RecvMsg(m any) error { return withRequestID(s.ClientStream.RecvMsg(m), s.id) }
