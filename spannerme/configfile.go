@@ -139,11 +139,11 @@ func ParseConfig(data []byte) (*FileConfig, error) {
 type fileDecoder struct {
 	options  *grpcgcp.GCPMultiEndpointOptions
 	settings Settings
-	// poolSize and noAffinity come from poolSize and sessionAffinity: false.
-	poolSize   uint32
-	poolSet    bool
-	noAffinity bool
-	affSet     bool
+	// poolSize and affinity come from poolSize and sessionAffinity.
+	poolSize uint32
+	poolSet  bool
+	affinity bool
+	affSet   bool
 	// nodes locates fields by path, for errors found after decoding.
 	nodes map[string]*yaml.Node
 }
@@ -203,7 +203,7 @@ func (d *fileDecoder) decode(data []byte) error {
 		},
 		"sessionAffinity": func(n *yaml.Node, p string) error {
 			v, err := d.boolean(n, p)
-			d.noAffinity, d.affSet = !v, true
+			d.affinity, d.affSet = v, true
 			return err
 		},
 		"settings": d.settingsSection,
@@ -222,11 +222,14 @@ func (d *fileDecoder) decode(data []byte) error {
 		}
 	}
 	if d.poolSet || d.affSet {
-		if d.noAffinity {
-			d.options.GRPCgcpConfig = NoAffinityConfig(d.poolSize)
+		// poolSize is the channels kept connected (MinSize); the pool grows by the rule of
+		// DefaultPoolSize. sessionAffinity: true is upstream's session affinity.
+		if d.affinity {
+			d.options.GRPCgcpConfig = SessionAffinityConfig(0)
 		} else {
-			d.options.GRPCgcpConfig = &pb.ApiConfig{ChannelPool: &pb.ChannelPoolConfig{MaxSize: d.poolSize}}
+			d.options.GRPCgcpConfig = &pb.ApiConfig{ChannelPool: &pb.ChannelPoolConfig{}}
 		}
+		d.options.GRPCgcpConfig.ChannelPool.MinSize = d.poolSize
 	}
 	return nil
 }

@@ -29,8 +29,8 @@ func TestParseConfigExamples(t *testing.T) {
 	if !reflect.DeepEqual(c.Options.MultiEndpoints, wantGroups) || c.Options.Default != "default" {
 		t.Errorf("groups %+v default %q", c.Options.MultiEndpoints, c.Options.Default)
 	}
-	if !isNoAffinity(c.Options.GRPCgcpConfig) || c.Options.GRPCgcpConfig.ChannelPool.MaxSize != 4 {
-		t.Errorf("GRPCgcpConfig %v, want NoAffinityConfig(4)", c.Options.GRPCgcpConfig)
+	if hasAffinity(c.Options.GRPCgcpConfig) || c.Options.GRPCgcpConfig.ChannelPool.MinSize != 4 {
+		t.Errorf("GRPCgcpConfig %v, want no affinity and MinSize 4", c.Options.GRPCgcpConfig)
 	}
 	wantSettings := Settings{ReconnectMaxDelay: 5 * time.Second, MinConnectTimeout: 10 * time.Second, KeepaliveTime: 120 * time.Second,
 		KeepaliveTimeout: 20 * time.Second, DrainTimeout: 5 * time.Minute, SwitchingJitter: 0.2,
@@ -41,7 +41,7 @@ func TestParseConfigExamples(t *testing.T) {
 	// The JSON example says the same as the YAML one.
 	j := parsed[1]
 	if !reflect.DeepEqual(j.Options.MultiEndpoints, c.Options.MultiEndpoints) || !reflect.DeepEqual(j.Settings, c.Settings) ||
-		!isNoAffinity(j.Options.GRPCgcpConfig) || len(c.Hash) != 64 || j.Hash == c.Hash {
+		hasAffinity(j.Options.GRPCgcpConfig) || len(c.Hash) != 64 || j.Hash == c.Hash {
 		t.Errorf("JSON example differs: %+v %+v hash %s vs %s", j.Options, j.Settings, j.Hash, c.Hash)
 	}
 	// The parsed options are accepted as they are.
@@ -62,7 +62,7 @@ func TestParseConfigMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Options.GRPCgcpConfig.ChannelPool.MaxSize != 8 || len(c.Options.GRPCgcpConfig.Method) != 0 || c.Settings.KeepaliveTime >= 0 {
+	if c.Options.GRPCgcpConfig.ChannelPool.MinSize != 8 || len(c.Options.GRPCgcpConfig.Method) != 0 || c.Settings.KeepaliveTime >= 0 {
 		t.Errorf("poolSize 8, keepalive off: %v %+v", c.Options.GRPCgcpConfig, c.Settings)
 	}
 }

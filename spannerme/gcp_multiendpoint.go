@@ -249,7 +249,7 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 		p.release()
 		return nil, err
 	}
-	return newTrackedStream(ctx, cs, p).forDesc(desc).measured(gme.obs, me.Name(), start), nil
+	return newTrackedStream(ctx, cs, p, desc, gme.obs, me.Name(), start), nil
 }
 
 // errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a

@@ -33,13 +33,18 @@ func (c dnsRecorderConn) ReportError(err error) {
 // recordDNS returns the dial option that puts dnsRecorder, reporting to w, in front of gRPC's
 // DNS resolver (or of dns, if not nil: tests give a resolver for the "dns" scheme). It must
 // come after the caller's dial options: gRPC uses the first resolver given for a scheme
-// (grpc/grpc-go#3320), so a caller's own "dns" resolver keeps winning.
+// (grpc/grpc-go#3320), so a caller's own "dns" resolver keeps winning. It is therefore a
+// trailingDialOption.
 func recordDNS(w *connWatch, dns resolver.Builder) []grpc.DialOption {
 	if dns == nil {
 		dns = resolver.Get("dns")
 	}
 	if dns != nil {
-		return []grpc.DialOption{grpc.WithResolvers(dnsRecorder{Builder: dns, watch: w})}
+		return []grpc.DialOption{trailingDialOption{grpc.WithResolvers(dnsRecorder{Builder: dns, watch: w})}}
 	}
 	return nil
 }
+
+// trailingDialOption marks a dial option that must come after the caller's: this package's
+// own dialers (gtransportDialer) move it behind the caller's client options.
+type trailingDialOption struct{ grpc.DialOption }

@@ -24,29 +24,19 @@ type trackedStream struct {
 	stopAfter     func() bool
 	health        atomic.Uint32 // streamSent, streamAnswered, streamReported (health.go)
 
-	// obs, if not nil, measures the stream as a call of group that started at start.
+	// obs, if not nil, measures the stream as a call of group that started at start. These
+	// fields and serverStreams are set before the stream is shared, never changed after.
 	obs   *observer
 	group string
 	start callStart
 }
 
-func newTrackedStream(ctx context.Context, cs grpc.ClientStream, p *pool) *trackedStream {
-	s := &trackedStream{ClientStream: cs, ctx: ctx, pool: p, serverStreams: true}
+// newTrackedStream tracks cs, a stream of desc on p, measured by obs (nil: not measured) as a
+// call of group that started at start. Every field is set before the context's callback is
+// registered: it may run at once, on another goroutine, if ctx is already done.
+func newTrackedStream(ctx context.Context, cs grpc.ClientStream, p *pool, desc *grpc.StreamDesc, obs *observer, group string, start callStart) *trackedStream {
+	s := &trackedStream{ClientStream: cs, ctx: ctx, pool: p, serverStreams: desc.ServerStreams, obs: obs, group: group, start: start}
 	s.stopAfter = context.AfterFunc(ctx, s.ctxDone)
-	return s
-}
-
-// measured makes the stream's end count as the end of a call of group that started at
-// start (observer.callEnd). It must be called before the stream is handed out.
-func (s *trackedStream) measured(obs *observer, group string, start callStart) *trackedStream {
-	s.obs, s.group, s.start = obs, group, start
-	return s
-}
-
-// forDesc records whether the call streams responses; a call that does not is over after
-// its one response.
-func (s *trackedStream) forDesc(desc *grpc.StreamDesc) *trackedStream {
-	s.serverStreams = desc.ServerStreams
 	return s
 }
 

@@ -283,7 +283,12 @@ func (t *clientTransport) poolSizes(cfg *pb.ApiConfig) *pb.ApiConfig {
 func (t *clientTransport) gtransportDialer(opts []option.ClientOption) DialFunc {
 	return func(ctx context.Context, target string, dopts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		all := append(vkit.DefaultClientOptions(), option.WithUserAgent(userAgent()))
+		var last []option.ClientOption // trailing dial options go after the caller's
 		for _, d := range dopts {
+			if tr, ok := d.(trailingDialOption); ok {
+				last = append(last, option.WithGRPCDialOption(tr.DialOption))
+				continue
+			}
 			all = append(all, option.WithGRPCDialOption(d))
 		}
 		all = append(all, opts...)
@@ -291,6 +296,7 @@ func (t *clientTransport) gtransportDialer(opts []option.ClientOption) DialFunc 
 		if t.omniLogin != nil {
 			all = append(all, t.omniLogin(ctx, target, append(append([]option.ClientOption(nil), opts...), t.poolOpts...)))
 		}
+		all = append(all, last...)
 		all = append(all, option.WithEndpoint(target), option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil))
 		return gtransport.Dial(ctx, all...)
 	}

@@ -298,21 +298,15 @@ func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
 		}
 	}
 	if c := fc.Options.GRPCgcpConfig; c != nil {
-		if n := c.GetChannelPool().GetMaxSize(); n != 0 && n != gme.gcpConfig.GetChannelPool().GetMaxSize() {
+		if n := c.GetChannelPool().GetMinSize(); n != 0 && n != gme.gcpConfig.GetChannelPool().GetMinSize() {
 			out = append(out, "poolSize")
 		}
-		if isNoAffinity(c) != isNoAffinity(gme.gcpConfig) {
+		if hasAffinity(c) != hasAffinity(gme.gcpConfig) {
 			out = append(out, "sessionAffinity")
 		}
 	}
 	return out
 }
 
-// noAffinityMethod is the one method name of NoAffinityConfig.
-const noAffinityMethod = "/spannerme.NoAffinity/None"
-
-// isNoAffinity reports whether c is a NoAffinityConfig.
-func isNoAffinity(c *pb.ApiConfig) bool {
-	m := c.GetMethod()
-	return len(m) == 1 && len(m[0].GetName()) == 1 && m[0].GetName()[0] == noAffinityMethod
-}
+// hasAffinity reports whether c binds calls to channels (SessionAffinityConfig).
+func hasAffinity(c *pb.ApiConfig) bool { return len(c.GetMethod()) > 0 }

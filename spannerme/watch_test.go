@@ -280,7 +280,7 @@ func TestWatchFileDeletedAndRecreated(t *testing.T) {
 
 func TestWatchRestartNeeded(t *testing.T) {
 	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
-	next := watchConfigYAML("poolSize: 2\nsessionAffinity: false\nsettings:\n  drainTimeout: 1s\n  keepaliveTime: 120s\n",
+	next := watchConfigYAML("poolSize: 2\nsessionAffinity: true\nsettings:\n  drainTimeout: 1s\n  keepaliveTime: 120s\n",
 		f.eps[1].Addr())
 	writeFile(t, f.path, next)
 	s := f.waitApplied(t, next)
