@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -206,20 +207,20 @@ func (k *HealthEventKind) UnmarshalText(b []byte) error {
 // HealthEvent reports one ejection or readmission of an endpoint.
 type HealthEvent struct {
 	// Endpoint is the endpoint, as in PoolStatus.
-	Endpoint string
+	Endpoint string `json:"endpoint"`
 	// Kind is EndpointEjected or EndpointReadmitted.
-	Kind HealthEventKind
+	Kind HealthEventKind `json:"kind"`
 	// Reason is why the endpoint was ejected (for a readmission: why it had been), and
 	// Detail says it in words, with the last error.
-	Reason EjectionReason
-	Detail string
+	Reason EjectionReason `json:"reason"`
+	Detail string         `json:"detail"`
 	// At is when it happened.
-	At time.Time
+	At time.Time `json:"at"`
 	// Until is when the ejection time ends: the endpoint is probed then, and readmitted by
 	// the first probe that passes.
-	Until time.Time
+	Until time.Time `json:"until"`
 	// Ejections counts the endpoint's ejections so far.
-	Ejections int
+	Ejections int `json:"ejections"`
 }
 
 // PoolHealth is an endpoint's health from call outcomes, in a PoolStatus. Times are zero
@@ -227,40 +228,72 @@ type HealthEvent struct {
 type PoolHealth struct {
 	// Disabled reports that health from call outcomes is off (HealthSettings.Disabled, or a
 	// retired pool); the other fields are then zero.
-	Disabled bool
+	Disabled bool `json:"disabled"`
 	// Ejected reports whether the endpoint is ejected: not available to any group although
 	// its connections may be up.
-	Ejected bool
+	Ejected bool `json:"ejected"`
 	// EjectedAt and EjectedUntil bound the current or last ejection; a probe that passes at
 	// or after EjectedUntil readmits the endpoint.
-	EjectedAt, EjectedUntil time.Time
+	EjectedAt    time.Time `json:"ejectedAt,omitzero"`
+	EjectedUntil time.Time `json:"ejectedUntil,omitzero"`
 	// Reason and Detail say why the endpoint is (or was last) ejected.
-	Reason EjectionReason
-	Detail string
+	Reason EjectionReason `json:"reason,omitzero"`
+	Detail string         `json:"detail,omitempty"`
 	// Ejections counts the ejections since the pool was created.
-	Ejections int
+	Ejections int `json:"ejections"`
 	// Suspect reports that calls timed out without an answer and a probe is deciding.
-	Suspect bool
+	Suspect bool `json:"suspect"`
 	// LastProbe is the last probe that ended.
-	LastProbe ProbeStatus
+	LastProbe ProbeStatus `json:"lastProbe"`
 	// IntervalStart is when the current counting interval began. Calls counts the calls of
 	// the interval that succeeded or failed; Failures and Timeouts those that failed or
 	// timed out.
-	IntervalStart             time.Time
-	Calls, Failures, Timeouts int64
+	IntervalStart time.Time `json:"intervalStart,omitzero"`
+	Calls         int64     `json:"calls"`
+	Failures      int64     `json:"failures"`
+	Timeouts      int64     `json:"timeouts"`
 	// ConsecutiveFailures counts the failures since the last success.
-	ConsecutiveFailures int64
+	ConsecutiveFailures int64 `json:"consecutiveFailures"`
 }
 
-// ProbeStatus is one probe's result.
+// ProbeStatus is one probe's result. In JSON, Latency is a Go duration string such as "3ms".
 type ProbeStatus struct {
 	// At is when the probe started; zero if none has ended.
-	At time.Time
+	At time.Time `json:"at,omitzero"`
 	// Latency is how long it took.
-	Latency time.Duration
+	Latency time.Duration `json:"-"`
 	// Passed reports whether it passed; Error says why not.
-	Passed bool
-	Error  string
+	Passed bool   `json:"passed"`
+	Error  string `json:"error,omitempty"`
+}
+
+// probeStatusJSON is ProbeStatus with its latency as a string.
+type probeStatusJSON struct {
+	probeStatusAlias
+	Latency string `json:"latency,omitempty"`
+}
+
+type probeStatusAlias ProbeStatus
+
+// MarshalJSON writes Latency as a Go duration string ("3ms"), omitted when no probe ended.
+func (p ProbeStatus) MarshalJSON() ([]byte, error) {
+	j := probeStatusJSON{probeStatusAlias: probeStatusAlias(p)}
+	if !p.At.IsZero() {
+		j.Latency = p.Latency.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *ProbeStatus) UnmarshalJSON(b []byte) error {
+	var j probeStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*p = ProbeStatus(j.probeStatusAlias)
+	var err error
+	p.Latency, err = parseDurationOrZero(j.Latency)
+	return err
 }
 
 // poolHealth returns p's PoolHealth.

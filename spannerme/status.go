@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -45,17 +46,35 @@ type Status struct {
 	Config *ConfigStatus `json:"config,omitempty"`
 }
 
-// MarshalJSON writes a ConfigStatus with its LastError as text ("" when none).
+// MarshalJSON writes a ConfigStatus with its LastError as text (omitted when none).
 func (s ConfigStatus) MarshalJSON() ([]byte, error) {
 	type alias ConfigStatus
 	j := struct {
 		alias
-		LastError string `json:",omitempty"`
+		LastError string `json:"lastError,omitempty"`
 	}{alias: alias(s)}
 	if s.LastError != nil {
 		j.LastError = s.LastError.Error()
 	}
 	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; LastError becomes an error with the text
+// written.
+func (s *ConfigStatus) UnmarshalJSON(b []byte) error {
+	type alias ConfigStatus
+	var j struct {
+		alias
+		LastError string `json:"lastError,omitempty"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = ConfigStatus(j.alias)
+	if j.LastError != "" {
+		s.LastError = errors.New(j.LastError)
+	}
+	return nil
 }
 
 // GroupStatus is one group (MultiEndpoint) in a Status.

@@ -162,7 +162,7 @@ func TestStatusHandlerShowsConfigFile(t *testing.T) {
 		}
 	}
 	_, doc := get(t, h, http.MethodGet, "/?format=json", "")
-	if !strings.Contains(doc, `"LastError": "line 3: field recoveryTimeout: bad duration"`) {
+	if !strings.Contains(doc, `"lastError": "line 3: field recoveryTimeout: bad duration"`) {
 		t.Errorf("JSON:\n%s", doc)
 	}
 }

@@ -17,26 +17,26 @@ import (
 // (ConfigWatcher.Status, and Status.Config of its GCPMultiEndpoint).
 type ConfigStatus struct {
 	// Path is the watched file, as given to WatchConfig.
-	Path string
+	Path string `json:"path"`
 	// Hash is the hex SHA-256 (FileConfig.Hash) of the configuration in force, and AppliedAt
 	// when it was applied.
-	Hash      string
-	AppliedAt time.Time
+	Hash      string    `json:"hash"`
+	AppliedAt time.Time `json:"appliedAt"`
 	// Applied counts the configurations applied, the first (by WatchConfig) included.
-	Applied int64
+	Applied int64 `json:"applied"`
 	// LastError is the error of the last reload: nil when it applied the file or found the
 	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
 	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
-	LastError error
+	LastError error `json:"-"`
 	// LastErrorAt is when LastError last happened (a file that stays bad fails again at each
 	// re-read, and is logged only the first time); zero when there was none yet.
-	LastErrorAt time.Time
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// RestartNeeded lists what the configuration in force asks for but a running
 	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
 	// "sessionAffinity", and "endpoints.<endpoint>" for an endpoint whose pool was dialed
 	// with other EndpointOptions. They take effect when the GCPMultiEndpoint is created
 	// again (an endpoint's options also when it is removed and added again). Empty when none.
-	RestartNeeded []string
+	RestartNeeded []string `json:"restartNeeded,omitempty"`
 }
 
 func (s *ConfigStatus) clone() *ConfigStatus {
