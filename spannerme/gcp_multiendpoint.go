@@ -436,7 +436,7 @@ func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpoi
 // dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
 func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	gme.mu.Lock()
-	if gme.closed {
+	if gme.closed || gme.stop == nil { // closed, or a zero-value GCPMultiEndpoint
 		gme.mu.Unlock()
 		return ErrClosed
 	}

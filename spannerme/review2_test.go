@@ -3,6 +3,8 @@ package spannerme
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"testing"
@@ -60,5 +62,22 @@ func TestStatusJSON_OneStyleAndRoundTrip(t *testing.T) {
 	var evBack HealthEvent
 	if err := json.Unmarshal(b, &evBack); err != nil || evBack != ev {
 		t.Fatalf("HealthEvent round trip: %+v, %v", evBack, err)
+	}
+}
+
+// WatchConfig on a zero-value GCPMultiEndpoint (which is closed) fails with ErrClosed, as
+// UpdateMultiEndpoints does, instead of panicking (it reached the dial through a nil
+// observer, and logged through a nil logger).
+func TestWatchConfig_ZeroValueGCPMultiEndpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	if err := os.WriteFile(path, []byte("default: g\nmultiEndpoints:\n  g:\n    endpoints: [\"127.0.0.1:1\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := WatchConfig(&GCPMultiEndpoint{}, path, WatchOptions{})
+	if w != nil {
+		w.Close()
+	}
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("WatchConfig on a zero-value GCPMultiEndpoint: %v, want ErrClosed", err)
 	}
 }

@@ -114,6 +114,9 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 	if w.log == nil {
 		w.log = gme.log
 	}
+	if w.log == nil { // a zero-value GCPMultiEndpoint
+		w.log = slog.Default()
+	}
 	w.status.Path = path
 	// The directory is watched before the first reading, so that an edit made meanwhile is
 	// seen (its events wait in fsnotify's queue until run starts).
