@@ -154,7 +154,7 @@ func userAgent() string {
 // NoAffinityConfig returns a GRPCgcpConfig without session affinity, with a fixed pool of
 // poolSize channels per endpoint (0: the default sizing rule, see DefaultPoolSize). No
 // affinity is what the client constructors use by default, since every call of the Spanner
-// client's one multiplexed session would be pinned to one channel (F12); this function is
+// client's one multiplexed session would be pinned to one channel; this function is
 // kept for code that passes it explicitly.
 func NoAffinityConfig(poolSize uint32) *pb.ApiConfig {
 	return &pb.ApiConfig{ChannelPool: &pb.ChannelPoolConfig{MaxSize: poolSize}}

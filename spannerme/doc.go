@@ -5,13 +5,16 @@
 // # MultiEndpoints
 //
 // A MultiEndpoint (also called a group) is a named list of endpoints in priority order. It
-// uses its first endpoint while any connection to it is ready; when that endpoint has no ready
-// connection it waits RecoveryTimeout, then fails over to the next available endpoint; when a
-// higher endpoint is available again it switches back after SwitchingDelay. A call picks a
-// group through its context (NewMEContext, or grpcgcp.NewMEContext: both use the same key),
-// else it uses the Default group. Each unique endpoint has one grpcgcp channel pool, shared by
-// every group that lists it, and every pool stays connected even when it carries no traffic
-// (a warm standby), so failover and switch-back do not wait for a connection.
+// uses its first endpoint while that endpoint is available: a connection to it is ready, and
+// it is not ejected by health from call outcomes (HealthSettings: an endpoint whose calls
+// keep failing or stalling on live connections is ejected until a probe passes). When that
+// endpoint is not available it waits RecoveryTimeout, then fails over to the next available
+// endpoint; when a higher endpoint is available again it switches back after SwitchingDelay.
+// A call picks a group through its context (NewMEContext, or grpcgcp.NewMEContext: both use
+// the same key), else it uses the Default group. Each unique endpoint has one grpcgcp channel
+// pool, shared by every group that lists it, and every pool stays connected even when it
+// carries no traffic (a warm standby), so failover and switch-back do not wait for a
+// connection.
 //
 // The configuration types are upstream's: grpcgcp.GCPMultiEndpointOptions with
 // multiendpoint.MultiEndpointOptions groups (Endpoints, RecoveryTimeout, SwitchingDelay), and
@@ -98,7 +101,8 @@
 // the last connection error classified as a ConnErrorKind: refused, dns, timeout, tls, ...).
 // After Close it reports Closed and nothing alive. StatusHandler serves it as an HTML page
 // and as JSON. Settings.Logger gets one line per transition of an endpoint (down with its
-// reason, up) and per switch, never one per call. Metrics go to an OpenTelemetry meter
+// reason, up, ejected, readmitted) and per switch, never one per call. Each pool's
+// PoolStatus.Health shows its health from call outcomes. Metrics go to an OpenTelemetry meter
 // provider (Settings.MeterProvider, else the Spanner client's
 // ClientConfig.OpenTelemetryMeterProvider, else the global one); the README lists the
 // instruments. A call whose context carries a recording span adds the attributes

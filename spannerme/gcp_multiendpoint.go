@@ -639,8 +639,9 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 
 // Close stops every group's timers and every pool's monitor, closes every pool (calls in
 // flight end with codes.Canceled, as on a closed grpc.ClientConn), and waits for its
-// goroutines, except that an OnSwitch call already running may still be finishing. Later
-// calls fail with codes.Canceled. For a GCPMultiEndpoint made by
+// goroutines, except that an OnSwitch or OnHealth call already running may still be
+// finishing (and an ejection or readmission being reported: it is then neither logged nor
+// delivered). Later calls fail with codes.Canceled. For a GCPMultiEndpoint made by
 // NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
 // idempotent; it returns the first errors from closing the pools. On a zero-value
 // GCPMultiEndpoint it does nothing and returns nil.

@@ -147,7 +147,8 @@ type EndpointStatus struct {
 	// Priority is the endpoint's position in the group's list: 0 is the top priority.
 	Priority int `json:"priority"`
 	// State is the endpoint's availability in this group. The reason an endpoint is not
-	// Available is in the PoolStatus of the same endpoint (LastError).
+	// Available is in the PoolStatus of the same endpoint (LastError, or Health when it is
+	// ejected).
 	State EndpointState `json:"state"`
 	// Since is when the endpoint entered State (or was added to the group).
 	Since time.Time `json:"since"`
@@ -187,7 +188,8 @@ const (
 	// passed, or RecoveryTimeout is zero. The group does not use it while another endpoint is
 	// Available.
 	Unavailable EndpointState = iota
-	// Available: at least one connection to the endpoint is ready.
+	// Available: at least one connection to the endpoint is ready, and the endpoint is not
+	// ejected by health from call outcomes (HealthSettings).
 	Available
 	// Recovering: the endpoint is not available, but for less than RecoveryTimeout since it
 	// left Available (or since it was added). A current endpoint that is Recovering stays
