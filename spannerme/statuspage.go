@@ -191,6 +191,9 @@ func healthText(now time.Time, h PoolHealth) string {
 	switch {
 	case h.Disabled:
 		return "off"
+	case h.Ejected && !now.Before(h.EjectedUntil):
+		// It stays ejected until a probe passes.
+		return fmt.Sprintf("ejected (%s), ejection time over, probing for readmission: %s", h.Reason, h.Detail)
 	case h.Ejected:
 		return fmt.Sprintf("ejected (%s), %s left: %s", h.Reason, h.EjectedUntil.Sub(now).Round(time.Second), h.Detail)
 	case h.Suspect:
