@@ -169,7 +169,7 @@ func effectiveAPIConfig(cfg *pb.ApiConfig, warm uint32) *pb.ApiConfig {
 }
 
 // grpcgcpConfigJSON is the configuration of the grpc_gcp balancer that manages each
-// endpoint's channel pool; connWatch.dialOptions puts it in the pool's service config.
+// endpoint's channel pool; poolDialOptions puts it in the pool's service config.
 func grpcgcpConfigJSON(cfg *pb.ApiConfig) ([]byte, error) {
 	b, err := protojson.Marshal(cfg)
 	if err != nil {

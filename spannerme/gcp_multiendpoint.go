@@ -148,8 +148,9 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	if err != nil {
 		return nil, err
 	}
-	// Each pool also gets its own service config and DNS resolver (connWatch.dialOptions),
-	// placed before these.
+	// Each pool also gets its own service config, placed before these, and, when this
+	// package dials it, the DNS error recorder, placed after the caller's options
+	// (poolDialOptions).
 	dopts := []grpc.DialOption{
 		grpc.WithDisableServiceConfig(),
 		grpc.WithConnectParams(grpc.ConnectParams{
