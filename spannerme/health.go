@@ -400,12 +400,11 @@ func (p *pool) stopHealth() {
 	p.probes.Wait()
 }
 
-// onHealthEvent receives p's ejections and readmissions (no lock held): the groups hear the
-// new availability, waiting calls pick again, and the event goes to the logger and
-// Settings.OnHealth.
+// onHealthEvent receives p's ejections and readmissions (no lock held): the event goes to
+// the logger and Settings.OnHealth, then the groups hear the new availability and waiting
+// calls pick again. In that order, so that a switch the event causes at once
+// (RecoveryTimeout or SwitchingDelay 0) is queued after it.
 func (gme *GCPMultiEndpoint) onHealthEvent(p *pool, ev health.Event) {
-	gme.publish(p)
-	gme.changed.signal()
 	if ev.Kind == health.Ejected {
 		gme.obs.ejected(p.endpoint, ev.Reason.String(), ev.Detail, ev.Until, ev.Ejections)
 	} else {
@@ -413,6 +412,8 @@ func (gme *GCPMultiEndpoint) onHealthEvent(p *pool, ev health.Event) {
 	}
 	gme.events.pushHealth(HealthEvent{Endpoint: p.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason), Detail: ev.Detail,
 		At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
+	gme.publish(p)
+	gme.changed.signal()
 }
 
 // initialState is what a group adding endpoint e knows of it: Available when its pool is

@@ -1,14 +1,19 @@
 package spannerme
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc/codes"
 )
 
 // The JSON form of a Status is one style throughout: camelCase keys and durations as Go
@@ -90,5 +95,53 @@ func TestStatusPageHealthText_EjectionTimeOver(t *testing.T) {
 	got := healthText(now, h)
 	if want := "ejected (timeouts), ejection time over, probing for readmission: probe failed"; got != want {
 		t.Fatalf("healthText = %q, want %q", got, want)
+	}
+}
+
+// An ejection that makes a group fail over at once (RecoveryTimeout 0), and a readmission
+// that makes it switch back at once (SwitchingDelay 0), reach the callbacks in causal order:
+// the health event first, then the switch it caused (the README: OnHealth is called "in order
+// with the switch events").
+func TestHealthEventsBeforeTheSwitchesTheyCause(t *testing.T) {
+	e1, e2 := frontedServer(t, "e1"), frontedServer(t, "e2")
+	s := fastSettings(nil)
+	var mu sync.Mutex
+	var seen []string
+	note := func(what string) { mu.Lock(); seen = append(seen, what); mu.Unlock() }
+	s.OnHealth = func(ev HealthEvent) { note("health " + ev.Kind.String()) }
+	s.OnSwitch = func(ev SwitchEvent) { note("switch " + ev.Reason.String()) }
+	s.Health = HealthSettings{BaseEjectionTime: 200 * time.Millisecond, ProbeInterval: 100 * time.Millisecond}
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr(), e2.Addr())}), s)
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "e1", 10*time.Second)
+	eventually(t, 10*time.Second, "E2 available", func() bool {
+		for _, g := range gme.Status().Groups {
+			for _, e := range g.Endpoints {
+				if e.Endpoint == e2.Addr() {
+					return e.State == Available
+				}
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	seen = nil // the switches of the start, if any
+	mu.Unlock()
+
+	if err := e1.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		_, _ = call(ctx, gme)
+	}
+	waitServedBy(t, ctx, gme, "e2", 10*time.Second)
+	e1.Pass()
+	waitServedBy(t, ctx, gme, "e1", 10*time.Second)
+	want := []string{"health ejected", "switch fallback", "health readmitted", "switch recovery"}
+	eventually(t, 10*time.Second, "four events", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= len(want) })
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(seen, want) {
+		t.Fatalf("callbacks in the order %q, want %q", seen, want)
 	}
 }
