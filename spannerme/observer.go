@@ -116,8 +116,9 @@ func (o *observer) switched(ev SwitchEvent) {
 }
 
 // ejected records that outcome-based health took endpoint out of service until the given
-// time (zero: unknown), for reason (a short word such as "failures" or "probe"; it is a metric
-// attribute, so keep the set of reasons small): a log line and the ejections metric.
+// time (zero: unknown), for reason (an EjectionReason's String: "consecutive failures",
+// "failure percentage", "timeouts" or "probe failed"; it is a metric attribute, so the set
+// stays small): a log line and the ejections metric.
 func (o *observer) ejected(endpoint, reason, detail string, until time.Time, ejections int) {
 	now := o.now()
 	args := []any{"endpoint", endpoint, "reason", reason, "detail", detail, "ejections", ejections}
