@@ -52,9 +52,9 @@ type connWatch struct {
 	mu sync.Mutex // guards the fields below: the endpoint's transitions as logged
 	// up: the pool was last reported available.
 	up bool
-	// logged: the kind of connection error already logged since the last transition, so
-	// that retries failing the same way log nothing more.
-	logged ConnErrorKind
+	// logged: the kinds of connection error already logged since the endpoint was last up,
+	// so that retries failing the same ways (by turns, too) log nothing more. nil: none.
+	logged map[ConnErrorKind]bool
 	// upAt, downAt: when the pool last became available, and unavailable.
 	upAt, downAt time.Time
 }

@@ -48,9 +48,9 @@ func (o *observer) close() {
 // available pool that fails is no transition of the endpoint: its error shows in Status only.
 func (o *observer) connError(w *connWatch, e *ConnError) {
 	w.mu.Lock()
-	log := !w.up && w.logged != e.Kind
+	log := !w.up && !w.logged[e.Kind]
 	if log {
-		w.logged = e.Kind
+		w.noteLoggedLocked(e.Kind)
 	}
 	never := w.upAt.IsZero()
 	w.mu.Unlock()
@@ -62,6 +62,14 @@ func (o *observer) connError(w *connWatch, e *ConnError) {
 		msg = "spannerme: endpoint unreachable: it has never connected"
 	}
 	o.logs.add(slog.LevelWarn, e.At, msg, "endpoint", w.endpoint, "kind", string(e.Kind), "error", e.Message)
+}
+
+// noteLoggedLocked records that a connection error of kind was logged. w.mu must be held.
+func (w *connWatch) noteLoggedLocked(kind ConnErrorKind) {
+	if w.logged == nil {
+		w.logged = make(map[ConnErrorKind]bool)
+	}
+	w.logged[kind] = true
 }
 
 // poolAvailability logs an endpoint's transition after its pool's monitor reported a change
@@ -76,7 +84,7 @@ func (o *observer) poolAvailability(p *pool) {
 	w.mu.Lock()
 	switch {
 	case ready && !w.up:
-		w.up, w.upAt, w.logged = true, now, ""
+		w.up, w.upAt, w.logged = true, now, nil
 		downAt := w.downAt
 		w.mu.Unlock()
 		args := []any{"endpoint", p.endpoint}
@@ -94,13 +102,14 @@ func (o *observer) poolAvailability(p *pool) {
 		if reason != nil {
 			kind, msg = reason.Kind, reason.Message
 		}
-		w.logged = kind
+		w.logged = nil
+		w.noteLoggedLocked(kind)
 		w.mu.Unlock()
 		o.logs.add(slog.LevelWarn, now, "spannerme: endpoint down: no ready connection", "endpoint", p.endpoint, "kind", string(kind), "error", msg)
-	case !ready && w.logged == "":
+	case !ready && len(w.logged) == 0:
 		// Its first connection attempt failed and no error was recorded (a caller's dial
 		// options replaced this package's load-balancing policy): say so without a reason.
-		w.logged = "unknown"
+		w.noteLoggedLocked("unknown")
 		w.mu.Unlock()
 		o.logs.add(slog.LevelWarn, now, "spannerme: endpoint unreachable: its first connection attempt failed", "endpoint", p.endpoint,
 			"kind", "unknown", "error", "no connection error was reported")
