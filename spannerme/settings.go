@@ -86,7 +86,7 @@ type Settings struct {
 	OnHealth func(HealthEvent)
 	// SwitchingJitter spreads switch-backs over a part of SwitchingDelay, so that a fleet of
 	// clients that see an endpoint recover at the same moment do not all move their traffic
-	// back at the same instant (scenario F22). It is a fraction in [0, 1]: a switch that waits
+	// back at the same instant. It is a fraction in [0, 1]: a switch that waits
 	// SwitchingDelay (back to a higher endpoint, or to one a reconfiguration raised) lands at
 	// a random moment, uniform in [SwitchingDelay, SwitchingDelay×(1+SwitchingJitter)), after
 	// the endpoint's return to available: never before SwitchingDelay. The moment is drawn
