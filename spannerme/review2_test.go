@@ -15,7 +15,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
@@ -178,5 +180,40 @@ func TestConnErrorsAlternatingKindsLoggedOnce(t *testing.T) {
 	}
 	if got := logLines(logs, "endpoint=e1:443", "kind=tls"); len(got) != 2 {
 		t.Errorf("tls lines: %d, want 2 (once before, and the down line after)\n%s", len(got), logs)
+	}
+}
+
+// A stream started with a context that is already done: with grpcgcp's stream interceptor
+// (an affinity configuration) gRPC's stream is created only at the first SendMsg, so
+// NewStream succeeds and the context's callback runs at once, on another goroutine. The
+// stream's tracking must be complete before that callback can run (run with -race: it read
+// fields still being written), the call ends once (in flight back to 0, counted once as
+// CANCELED).
+func TestStreamWithContextAlreadyDone(t *testing.T) {
+	e1 := startEndpoint(t, "E1")
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())})
+	o.GRPCgcpConfig = SessionAffinityConfig(1)
+	reader, mp := newMetricReader()
+	s := fastSettings(nil)
+	s.MeterProvider = mp
+	gme := newGME(t, o, s)
+	waitServedBy(t, context.Background(), gme, "E1", 10*time.Second)
+	before := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)["1"]
+	const n = 50
+	desc := &grpc.StreamDesc{ServerStreams: true}
+	for range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		cs, err := gme.NewStream(ctx, desc, "/grpc.testing.TestService/StreamingOutputCall")
+		if err != nil {
+			t.Fatalf("NewStream with grpcgcp's interceptor: %v, want a stream (created at SendMsg)", err)
+		}
+		if err := cs.SendMsg(&testpb.StreamingOutputCallRequest{}); err == nil {
+			_ = cs.RecvMsg(new(testpb.StreamingOutputCallResponse))
+		}
+	}
+	eventually(t, 10*time.Second, "no call in flight", func() bool { p, _ := poolOf(gme, e1.Addr()); return p.InFlight == 0 })
+	if got := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)["1"] - before; got != n {
+		t.Fatalf("CANCELED calls counted: %d, want %d (each stream once)", got, n)
 	}
 }
