@@ -261,7 +261,7 @@ type ProbeStatus struct {
 	// At is when the probe started; zero if none has ended.
 	At time.Time `json:"at,omitzero"`
 	// Latency is how long it took.
-	Latency time.Duration `json:"-"`
+	Latency time.Duration `json:"latency"`
 	// Passed reports whether it passed; Error says why not.
 	Passed bool   `json:"passed"`
 	Error  string `json:"error,omitempty"`
