@@ -245,7 +245,12 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 	start := gme.obs.callBegin(ctx, p, me)
 	cs, err := p.conn.NewStream(ctx, desc, method, opts...)
 	if err != nil {
-		p.observe(err, false)
+		if status.Code(err) != codes.DeadlineExceeded {
+			// A deadline that passes here passed before the stream existed (gRPC held it
+			// for a free HTTP/2 stream of a busy pool, or it was already over): it says
+			// nothing about the endpoint.
+			p.observe(err, false)
+		}
 		gme.obs.callEnd(ctx, p, me.Name(), start, err)
 		p.release()
 		return nil, err

@@ -389,3 +389,52 @@ func TestHealthTextForms(t *testing.T) {
 		t.Error("an unknown reason was read without error")
 	}
 }
+
+// A stream that never got a stream on the endpoint (every HTTP/2 stream of a saturated pool
+// busy, so gRPC held it until its deadline) says nothing about the endpoint: a traffic peak
+// beyond the pool's streams must not make a healthy endpoint suspect, probe it and eject it.
+func TestStreamsQueuedBehindTheStreamLimitAreNoTimeouts(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxConcurrentStreams(1))
+	testpb.RegisterTestServiceServer(srv, stallServer{})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+	addr := lis.Addr().String()
+
+	o := options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)})
+	o.GRPCgcpConfig = NoAffinityConfig(1) // one channel: its one stream is the pool's limit
+	gme := newGME(t, o, fastSettings(nil))
+	client := testpb.NewTestServiceClient(gme)
+	health := func() PoolHealth { p, _ := poolOf(gme, addr); return p.Health }
+
+	// One stream holds the only slot (answered: its header arrives), until cancelled.
+	hold, cancelHold := context.WithCancel(context.Background())
+	defer cancelHold()
+	held, err := client.StreamingOutputCall(hold, &testpb.StreamingOutputCallRequest{
+		ResponseParameters: []*testpb.ResponseParameters{{}}}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.Header(); err != nil {
+		t.Fatal(err)
+	}
+	// Streams queued behind it end with DEADLINE_EXCEEDED without reaching the server.
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		st, err := client.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		cancel()
+		if status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("queued stream: %v, want DEADLINE_EXCEEDED", err)
+		}
+	}
+	if h := health(); h.Timeouts != 0 || h.Suspect || h.Ejected {
+		t.Fatalf("streams that never reached the endpoint counted against it: %+v", h)
+	}
+}
