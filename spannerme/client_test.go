@@ -29,6 +29,18 @@ type spannerBackend struct {
 
 func startSpannerBackend(t *testing.T, endpoints int) *spannerBackend {
 	t.Helper()
+	addr, db := startSeededSpannertest(t)
+	b := &spannerBackend{database: db}
+	for range endpoints {
+		b.eps = append(b.eps, spannermetest.NewEndpointTB(t, addr))
+	}
+	return b
+}
+
+// startSeededSpannertest starts ONE in-memory Spanner seeded from testdata and returns its
+// address and database.
+func startSeededSpannertest(t *testing.T) (addr, database string) {
+	t.Helper()
 	srv, db := fixture.StartSpannertest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -40,11 +52,7 @@ func startSpannerBackend(t *testing.T, endpoints int) *spannerBackend {
 	if err := fixture.Seed(ctx, direct); err != nil {
 		t.Fatalf("seed: %v", err)
 	}
-	b := &spannerBackend{database: db}
-	for range endpoints {
-		b.eps = append(b.eps, spannermetest.NewEndpointTB(t, srv.Addr))
-	}
-	return b
+	return srv.Addr, db
 }
 
 // clientOptions connect without credentials and in plaintext, with no reliance on

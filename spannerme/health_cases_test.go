@@ -20,7 +20,6 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/grpc/codes"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -38,20 +37,10 @@ type frontendBackend struct {
 
 func startFrontendBackend(t *testing.T, frontends int) *frontendBackend {
 	t.Helper()
-	srv, db := fixture.StartSpannertest(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	direct, err := fixture.NewClient(ctx, srv.Addr, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer direct.Close()
-	if err := fixture.Seed(ctx, direct); err != nil {
-		t.Fatalf("seed: %v", err)
-	}
-	b := &frontendBackend{addr: srv.Addr, database: db}
+	addr, db := startSeededSpannertest(t)
+	b := &frontendBackend{addr: addr, database: db}
 	for range frontends {
-		b.fes = append(b.fes, spannermetest.NewFrontendTB(t, srv.Addr))
+		b.fes = append(b.fes, spannermetest.NewFrontendTB(t, addr))
 	}
 	return b
 }
