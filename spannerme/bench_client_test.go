@@ -90,6 +90,39 @@ var benchClients = []benchClient{
 	}},
 }
 
+// benchClientsCallPath adds, for the per-call benchmarks, this package's GCPMultiEndpoint
+// without the x-goog-spanner-request-id header, which the plain client and this package's
+// client send and upstream's multi-endpoint client does not (its GCPMultiEndpoint is handed
+// to the Spanner client as a connection pool, past the client's request-ID interceptor): the
+// same calls as upstream's row, so that the two multi-endpoint layers compare like for like.
+var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClients)], benchClient{
+	"spannerme-no-request-id", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
+		ours, gme, err := NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
+			benchClientOptions()...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		// The benchmarked client shares the pools, dialed above with the Spanner client's
+		// transport settings, through a front connection that calls gme's public methods.
+		front, err := grpc.NewClient("passthrough:///no-request-id", insecureDial,
+			grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				return gme.Invoke(ctx, method, req, reply, opts...)
+			}),
+			grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				return gme.NewStream(ctx, desc, method, opts...)
+			}))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+			append(benchClientOptions(), option.WithGRPCConn(front))...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c, func() { c.Close(); _ = front.Close(); ours.Close() }
+	}})
+
 // benchSpannertest starts a seeded spannertest server with events rows of payload bytes.
 func benchSpannertest(b *testing.B, events, payload int) (addr, database string, accounts []fixture.Account) {
 	b.Helper()
@@ -118,7 +151,7 @@ func benchSpannertest(b *testing.B, events, payload int) (addr, database string,
 // BenchmarkClient_PointRead reads one row by key (a StreamingRead).
 func BenchmarkClient_PointRead(b *testing.B) {
 	addr, db, accounts := benchSpannertest(b, 0, 0)
-	for _, bc := range benchClients {
+	for _, bc := range benchClientsCallPath {
 		b.Run(bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()
@@ -169,7 +202,7 @@ func BenchmarkClient_StreamingQuery(b *testing.B) {
 		}
 		return nil
 	}
-	for _, bc := range benchClients {
+	for _, bc := range benchClientsCallPath {
 		b.Run(bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()

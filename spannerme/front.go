@@ -79,14 +79,10 @@ func newFrontPool(gme *GCPMultiEndpoint) (*frontPool, error) {
 		}),
 		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 			id, ok := requestID(opts)
-			if !ok {
-				return gme.NewStream(ctx, desc, method, opts...)
+			if ok {
+				ctx = withRequestIDHeader(ctx, id)
 			}
-			cs, err := gme.NewStream(withRequestIDHeader(ctx, id), desc, method, opts...)
-			if err != nil {
-				return nil, withRequestID(err, id)
-			}
-			return &requestIDStream{ClientStream: cs, id: id}, nil
+			return gme.newStream(ctx, desc, method, id, opts)
 		}),
 	)
 	if err != nil {
@@ -129,12 +125,12 @@ func withRequestIDHeader(ctx context.Context, id string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, requestIDHeader, id)
 }
 
-// withRequestID returns err as a *spanner.Error carrying the request ID, as the Spanner
-// client's interceptor does, except that nil, io.EOF and context.Canceled pass unchanged, and
+// withRequestID returns err as a *spanner.Error carrying the request ID id, as the Spanner
+// client's interceptor does, except that an empty id, nil, io.EOF and context.Canceled pass unchanged, and
 // that a DEADLINE_EXCEEDED error is not marked "transaction outcome unknown" here (the client
 // marks a Commit's own errors so itself).
 func withRequestID(err error, id string) error {
-	if err == nil || err == io.EOF || err == context.Canceled {
+	if id == "" || err == nil || err == io.EOF || err == context.Canceled {
 		return err
 	}
 	//lint:ignore SA1019 the request ID lives in spanner.Error, which the Spanner client's own interceptor returns too
@@ -145,13 +141,3 @@ func withRequestID(err error, id string) error {
 	}
 	return err
 }
-
-// requestIDStream adds the request ID to the errors of a stream, as the Spanner client's own
-// stream interceptor does.
-type requestIDStream struct {
-	grpc.ClientStream
-	id string
-}
-
-func (s *requestIDStream) SendMsg(m any) error { return withRequestID(s.ClientStream.SendMsg(m), s.id) }
-func (s *requestIDStream) RecvMsg(m any) error { return withRequestID(s.ClientStream.RecvMsg(m), s.id) }

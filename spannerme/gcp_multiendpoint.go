@@ -32,9 +32,10 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 //
 // All methods are safe for concurrent use. Invoke and NewStream take no lock; the routing
 // pick, the recording of a successful call's outcome (HealthSettings) and the metrics
-// allocate nothing, and NewStream adds one small wrapper per stream (about 250 bytes, to
-// count the stream as in flight until it ends and see its outcome). UpdateMultiEndpoints and
-// Close are serialized with each other.
+// allocate nothing, and NewStream adds two small allocations per stream (about 250 bytes in
+// all: a wrapper and the callback through which gRPC reports the stream's end, to count the
+// stream as in flight until it ends and see its outcome). UpdateMultiEndpoints and Close are
+// serialized with each other.
 //
 // The zero value is a closed GCPMultiEndpoint: Status reports Closed, Close returns nil,
 // calls fail with CANCELED and UpdateMultiEndpoints with ErrClosed. Create one with
@@ -67,6 +68,10 @@ type GCPMultiEndpoint struct {
 	// waitForReadyDefault: the dial options make grpc.WaitForReady(true) a default call
 	// option (grpc.WithDefaultCallOptions); read once at construction.
 	waitForReadyDefault bool
+	// lazyStreams: the pools have grpcgcp's stream interceptor, which creates the gRPC stream
+	// on the first SendMsg, so a stream abandoned before that is never reported ended by
+	// gRPC; set at construction.
+	lazyStreams bool
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
@@ -161,7 +166,8 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
 	}
-	if len(apiCfg.Method) > 0 {
+	lazyStreams := len(apiCfg.Method) > 0
+	if lazyStreams {
 		// grpcgcp's interceptors hand the request and reply to its picker, which reads them
 		// only for methods with an affinity; without any they cost a stream wrapper, a
 		// context and a condition variable per call, for nothing.
@@ -186,6 +192,8 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 		stop:      make(chan struct{}),
 		events:    newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:   newBroadcast(),
+
+		lazyStreams: lazyStreams,
 	}
 	gme.obs = newObserver(settings.Logger, settings.clock, newMetrics(settings.MeterProvider))
 	gme.waitForReadyDefault = waitForReady(waitForReady(false, settings.callDefaults), defaultCallOptions(gme.dialOpts))
@@ -232,18 +240,30 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 }
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
-// for Invoke, with the same errors. The call counts as in flight on that endpoint until the
-// stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than
-// io.EOF, a call without server streaming has its response, or ctx is done), so removing the
-// endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
-// cancel ctx.
+// for Invoke, with the same errors. The call counts as in flight on that endpoint until gRPC
+// reports the stream's end (RecvMsg returns an error or io.EOF, SendMsg returns an error other
+// than io.EOF, a call without server streaming has its response, or ctx is done), so removing
+// the endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
+// cancel ctx. A stream interceptor among the caller's dial options that defers creating the
+// gRPC stream, as grpcgcp's does, defers that report until it creates it (this package watches
+// ctx itself when it installs grpcgcp's interceptor).
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return gme.newStream(ctx, desc, method, "", opts)
+}
+
+// newStream is NewStream for a call that carries the Spanner client's request ID id ("" for
+// none; the header is already in ctx), which is added to the stream's errors.
+func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	p, me, err := gme.pickConnected(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, withRequestID(err, id)
 	}
-	start := gme.obs.callBegin(ctx, p, me)
-	cs, err := p.conn.NewStream(ctx, desc, method, opts...)
+	s := &trackedStream{ctx: ctx, pool: p, serverStreams: desc.ServerStreams, requestID: id, obs: gme.obs, group: me.Name()}
+	s.start = gme.obs.callBegin(ctx, p, me)
+	if gme.lazyStreams {
+		s.watchContext()
+	}
+	cs, err := p.conn.NewStream(ctx, desc, method, s.callOptions(opts)...)
 	if err != nil {
 		if status.Code(err) != codes.DeadlineExceeded {
 			// A deadline that passes here passed before the stream existed (gRPC held it
@@ -251,11 +271,11 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 			// nothing about the endpoint.
 			p.observe(err, false)
 		}
-		gme.obs.callEnd(ctx, p, me.Name(), start, err)
-		p.release()
-		return nil, err
+		s.finish(err) // gRPC has reported it, unless an interceptor failed before gRPC ran
+		return nil, withRequestID(err, id)
 	}
-	return newTrackedStream(ctx, cs, p, desc, gme.obs, me.Name(), start), nil
+	s.ClientStream = cs
+	return s, nil
 }
 
 // errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a

@@ -1,0 +1,98 @@
+package spannerme
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+)
+
+// How a stream's end reaches the pool's in-flight count and the calls metric, on each path:
+// gRPC reports it (grpc.OnFinish) when the caller cancels and walks away; this package watches
+// the context where grpcgcp's interceptor would never create the gRPC stream; and a caller's
+// interceptor that fails before gRPC runs ends it through NewStream's error. Each stream is
+// counted once, with its code.
+func TestStreamEndReported(t *testing.T) {
+	failing := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return nil, status.Error(codes.PermissionDenied, "refused by the caller's interceptor")
+	})
+	tests := []struct {
+		name     string
+		affinity bool
+		dial     []grpc.DialOption
+		// use starts a stream of gme with ctx and cancels it or lets it fail, as a caller
+		// would; it returns the code the stream is counted with.
+		use func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code
+	}{
+		{"cancelled after the first message, never read again", false, nil,
+			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
+				s, err := testpb.NewTestServiceClient(gme).StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{
+					ResponseParameters: []*testpb.ResponseParameters{{}, {IntervalUs: 1_000_000}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Recv(); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				return codes.Canceled
+			}},
+		{"affinity: cancelled before the first SendMsg", true, nil,
+			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
+				if _, err := gme.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/grpc.testing.TestService/StreamingOutputCall"); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				return codes.Canceled
+			}},
+		{"a caller's interceptor fails before gRPC runs", false, []grpc.DialOption{failing},
+			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
+				defer cancel()
+				_, err := gme.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/grpc.testing.TestService/StreamingOutputCall")
+				if status.Code(err) != codes.PermissionDenied {
+					t.Fatalf("NewStream: %v, want the interceptor's PERMISSION_DENIED", err)
+				}
+				return codes.PermissionDenied
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e1 := startEndpoint(t, "E1")
+			o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())})
+			if tc.affinity {
+				o.GRPCgcpConfig = SessionAffinityConfig(1)
+			}
+			reader, mp := newMetricReader()
+			s := fastSettings(nil)
+			s.MeterProvider = mp
+			gme := newGME(t, o, s, tc.dial...)
+			waitConnected(t, gme, e1.Addr())
+			const n = 20
+			var want codes.Code
+			for range n {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				want = tc.use(t, gme, ctx, cancel)
+			}
+			eventually(t, 5*time.Second, "no stream in flight", func() bool { p, _ := poolOf(gme, e1.Addr()); return p.InFlight == 0 })
+			got := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)
+			if got[codeAttr(want)] != n || len(got) != 1 {
+				t.Fatalf("calls counted by code: %v, want %d with code %d only", got, n, want)
+			}
+		})
+	}
+}
+
+// codeAttr is a gRPC code as the calls metric's AttrGRPCStatusCode writes it.
+func codeAttr(c codes.Code) string { return strconv.Itoa(int(c)) }
+
+// waitConnected waits until the pool of endpoint is READY.
+func waitConnected(t *testing.T, gme *GCPMultiEndpoint, endpoint string) {
+	t.Helper()
+	eventually(t, 10*time.Second, endpoint+" READY", func() bool { p, _ := poolOf(gme, endpoint); return p.Connectivity == "READY" })
+}
