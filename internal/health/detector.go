@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 )
 
 // ErrProbeSkipped, given to ProbeDone, ends a probe without a verdict: it was not sent, or its
@@ -103,8 +104,7 @@ type Detector struct {
 	probeTimer       clock.Timer
 	tickGen          uint64
 	probeGen         uint64
-	events           []Event
-	delivering       bool
+	events           ordered.Queue[Event] // for OnEvent
 }
 
 // New returns a Detector whose endpoint is not ejected, and starts its interval timer and,
@@ -261,7 +261,7 @@ func (d *Detector) Close() {
 	if d.probeTimer != nil {
 		d.probeTimer.Stop()
 	}
-	d.events = nil
+	d.events.Drop()
 }
 
 // overPercentageLocked applies rule 3 to the current interval. d.mu must be held.
@@ -400,29 +400,13 @@ func (d *Detector) startProbeLocked() uint64 {
 
 func (d *Detector) queueLocked(ev Event) {
 	if d.onEvent != nil {
-		d.events = append(d.events, ev)
+		d.events.Push(ev)
 	}
 }
 
-// deliver hands queued events to OnEvent, in order, with no lock held. Only one goroutine
-// delivers at a time; others leave their events to it.
+// deliver hands queued events to OnEvent, in order, with no lock held (package ordered).
 func (d *Detector) deliver() {
-	if d.onEvent == nil {
-		return
+	if d.onEvent != nil {
+		d.events.Deliver(&d.mu, func() bool { return d.closed }, d.onEvent)
 	}
-	d.mu.Lock()
-	if d.delivering {
-		d.mu.Unlock()
-		return
-	}
-	d.delivering = true
-	for len(d.events) > 0 && !d.closed {
-		ev := d.events[0]
-		d.events = d.events[1:]
-		d.mu.Unlock()
-		d.onEvent(ev)
-		d.mu.Lock()
-	}
-	d.delivering = false
-	d.mu.Unlock()
 }

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 )
 
 // Options configures a MultiEndpoint.
@@ -122,8 +123,7 @@ type MultiEndpoint struct {
 	pending         *pendingSwitch
 	switchGen       uint64
 	closed          bool
-	events          []Event // emitted, not yet delivered
-	delivering      bool    // a goroutine is delivering events
+	events          ordered.Queue[Event] // emitted, not yet delivered to OnSwitch
 }
 
 type endpoint struct {
@@ -449,7 +449,7 @@ func (m *MultiEndpoint) Close() {
 		m.stopTimerLocked(e)
 	}
 	m.cancelSwitchLocked()
-	m.events = nil
+	m.events.Drop()
 }
 
 // initialStates asks Options.InitialState about each endpoint, with no lock held; a missing
@@ -670,30 +670,14 @@ func (m *MultiEndpoint) switchLocked(id string, reason Reason, now time.Time) {
 	}
 	m.current.Store(&id)
 	if m.onSwitch != nil {
-		m.events = append(m.events, Event{Name: m.name, From: from, To: id, Reason: reason, At: now})
+		m.events.Push(Event{Name: m.name, From: from, To: id, Reason: reason, At: now})
 	}
 }
 
-// deliver hands queued events to OnSwitch, in order, with no lock held. Only one goroutine
-// delivers at a time; others leave their events to it, so order is kept without holding a
-// lock across the callback.
+// deliver hands queued events to OnSwitch, in order, with no lock held (package ordered):
+// only one goroutine delivers at a time, and others leave their events to it.
 func (m *MultiEndpoint) deliver() {
-	if m.onSwitch == nil {
-		return
+	if m.onSwitch != nil {
+		m.events.Deliver(&m.mu, func() bool { return m.closed }, m.onSwitch)
 	}
-	m.mu.Lock()
-	if m.delivering {
-		m.mu.Unlock()
-		return
-	}
-	m.delivering = true
-	for len(m.events) > 0 && !m.closed {
-		ev := m.events[0]
-		m.events = m.events[1:]
-		m.mu.Unlock()
-		m.onSwitch(ev)
-		m.mu.Lock()
-	}
-	m.delivering = false
-	m.mu.Unlock()
 }
