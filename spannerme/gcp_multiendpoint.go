@@ -33,9 +33,9 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 // All methods are safe for concurrent use. Invoke and NewStream take no lock; the routing
 // pick, the recording of a successful call's outcome (HealthSettings) and the metrics
 // allocate nothing, and NewStream adds two small allocations per stream (about 250 bytes in
-// all: a wrapper and the callback through which gRPC reports the stream's end, to count the
-// stream as in flight until it ends and see its outcome). UpdateMultiEndpoints and Close are
-// serialized with each other.
+// all: a wrapper and the callback through which gRPC reports a cancelled stream's end, to
+// count the stream as in flight until it ends and see its outcome). UpdateMultiEndpoints and
+// Close are serialized with each other.
 //
 // The zero value is a closed GCPMultiEndpoint: Status reports Closed, Close returns nil,
 // calls fail with CANCELED and UpdateMultiEndpoints with ErrClosed. Create one with
@@ -240,13 +240,14 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 }
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
-// for Invoke, with the same errors. The call counts as in flight on that endpoint until gRPC
-// reports the stream's end (RecvMsg returns an error or io.EOF, SendMsg returns an error other
-// than io.EOF, a call without server streaming has its response, or ctx is done), so removing
-// the endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
-// cancel ctx. A stream interceptor among the caller's dial options that defers creating the
-// gRPC stream, as grpcgcp's does, defers that report until it creates it (this package watches
-// ctx itself when it installs grpcgcp's interceptor).
+// for Invoke, with the same errors. The call counts as in flight on that endpoint until the
+// stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than io.EOF,
+// a call without server streaming has its response, or ctx is done), so removing the
+// endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
+// cancel ctx. gRPC reports that cancellation through a grpc.OnFinish call option: a stream
+// interceptor among the caller's dial options that does not pass the call options on to gRPC
+// hides it, and a stream abandoned that way then counts as in flight until its endpoint's
+// pool is closed (Settings.DrainTimeout after the endpoint is removed).
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return gme.newStream(ctx, desc, method, "", opts)
 }
@@ -271,7 +272,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 			// nothing about the endpoint.
 			p.observe(err, false)
 		}
-		s.finish(err) // gRPC has reported it, unless an interceptor failed before gRPC ran
+		s.finish(err)
 		return nil, withRequestID(err, id)
 	}
 	s.ClientStream = cs

@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"testing"
 	"time"
@@ -19,6 +20,20 @@ import (
 // interceptor that fails before gRPC runs ends it through NewStream's error. Each stream is
 // counted once, with its code.
 func TestStreamEndReported(t *testing.T) {
+	// retrying opens a stream, gives it up (as a retry policy would after an error), and
+	// returns a second one, both with the call's options.
+	retrying := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		first, cancel := context.WithCancel(ctx)
+		ended := make(chan struct{}) // gRPC has reported the first stream's end to every OnFinish
+		firstOpts := append(opts[:len(opts):len(opts)], grpc.OnFinish(func(error) { close(ended) }))
+		if _, err := streamer(first, desc, cc, method, firstOpts...); err != nil {
+			cancel()
+			return nil, err
+		}
+		cancel()
+		<-ended
+		return streamer(ctx, desc, cc, method, opts...)
+	})
 	failing := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		return nil, status.Error(codes.PermissionDenied, "refused by the caller's interceptor")
 	})
@@ -50,6 +65,28 @@ func TestStreamEndReported(t *testing.T) {
 				}
 				cancel()
 				return codes.Canceled
+			}},
+		{"a caller's interceptor gives up one stream and returns another", false, []grpc.DialOption{retrying},
+			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
+				defer cancel()
+				s, err := testpb.NewTestServiceClient(gme).StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{
+					ResponseParameters: []*testpb.ResponseParameters{{}, {IntervalUs: 20_000}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Recv(); err != nil {
+					t.Fatal(err)
+				}
+				if p, _ := poolOf(gme, gme.snap.Load().def.Current()); p.InFlight != 1 {
+					t.Fatalf("in flight while the stream is read: %d, want 1", p.InFlight)
+				}
+				for err == nil {
+					_, err = s.Recv()
+				}
+				if err != io.EOF {
+					t.Fatal(err)
+				}
+				return codes.OK
 			}},
 		{"a caller's interceptor fails before gRPC runs", false, []grpc.DialOption{failing},
 			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {

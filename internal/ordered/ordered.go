@@ -27,11 +27,13 @@ func (q *Queue[E]) Drop() { q.events = nil }
 // Deliver hands the queued events to f, oldest first, with mu unlocked during each call of f,
 // until the queue is empty or stopped (called with mu held) reports true; events still queued
 // then stay queued. If another goroutine is delivering, Deliver returns at once and that
-// goroutine delivers the events. The caller must not hold mu.
+// goroutine delivers the events. The caller must not hold mu. If f panics, the panic goes on
+// to Deliver's caller with mu unlocked, and the events still queued are delivered by the next
+// Deliver.
 func (q *Queue[E]) Deliver(mu *sync.Mutex, stopped func() bool, f func(E)) {
 	mu.Lock()
-	defer mu.Unlock()
 	if q.delivering {
+		mu.Unlock()
 		return
 	}
 	q.delivering = true
@@ -41,8 +43,23 @@ func (q *Queue[E]) Deliver(mu *sync.Mutex, stopped func() bool, f func(E)) {
 		q.events[0] = zero // the backing array does not keep delivered events alive
 		q.events = q.events[1:]
 		mu.Unlock()
-		f(ev)
+		q.call(mu, f, ev)
 		mu.Lock()
 	}
 	q.delivering = false
+	mu.Unlock()
+}
+
+// call calls f(ev), mu unlocked. If f panics, it ends the delivery before the panic goes on.
+func (q *Queue[E]) call(mu *sync.Mutex, f func(E), ev E) {
+	returned := false
+	defer func() {
+		if !returned {
+			mu.Lock()
+			q.delivering = false
+			mu.Unlock()
+		}
+	}()
+	f(ev)
+	returned = true
 }

@@ -123,3 +123,36 @@ func TestDeliverStopsAndDrop(t *testing.T) {
 		t.Fatalf("a dropped event was delivered: %v", got)
 	}
 }
+
+// A callback that panics: the panic reaches the goroutine that delivered, which may recover;
+// the owner's mutex is unlocked, and the next Deliver goes on with the events left.
+func TestDeliverAfterPanickingCallback(t *testing.T) {
+	o := &owner{}
+	var got []int
+	f := func(ev int) {
+		got = append(got, ev)
+		if ev == 1 {
+			o.mu.Lock()
+			o.n++
+			o.q.Push(o.n) // queued behind the event that panics
+			o.mu.Unlock()
+			panic("callback failed")
+		}
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != "callback failed" {
+				t.Fatalf("recovered %v, want the callback's panic", r)
+			}
+		}()
+		o.change(f)
+	}()
+	if !o.mu.TryLock() {
+		t.Fatal("the owner's mutex is still held after the panic")
+	}
+	o.mu.Unlock()
+	o.q.Deliver(&o.mu, func() bool { return o.stopped }, f)
+	if !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("delivered %v, want [1 2]", got)
+	}
+}
