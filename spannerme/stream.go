@@ -24,14 +24,17 @@ const inlineCallOptions = 6
 //     or a call without server streaming has its response: seen here, as the caller sees it,
 //     whatever interceptors sit between this package and gRPC;
 //   - or the call's context is done, which may come with no further call of the caller (it
-//     cancels and walks away). gRPC watches the context of every stream it creates and reports
-//     the stream's end through grpc.OnFinish; finishOnContext takes that report only when the
-//     call's own context is done, so a stream that an interceptor opens and ends on its own
-//     (a retry) does not end the call. Where grpcgcp's interceptor creates the gRPC stream
-//     only at the first SendMsg, the context is watched here instead (watchContext).
+//     cancels and walks away). gRPC watches the context of every stream it creates, until the
+//     stream ends, and reports that end through grpc.OnFinish (reported). A report that comes
+//     with the context done ends the call. Any other report is one the caller sees in RecvMsg,
+//     or, when it may not (gRPC ended the stream in Header, in SendMsg, or on a timeout of its
+//     own, and the caller may yet cancel without reading), from then on the context is
+//     watched here (watchAfterReport). A stream that an interceptor opens and gives up (a
+//     retry) therefore does not end the call. Where grpcgcp's interceptor creates the gRPC
+//     stream only at the first SendMsg, the context is watched from the start (watchContext).
 //
 // A stream costs two allocations: the trackedStream, which also holds the call options, and
-// the OnFinish callback.
+// the OnFinish callback; watching the context costs two more, on the paths above only.
 type trackedStream struct {
 	grpc.ClientStream
 	ctx           context.Context
@@ -44,6 +47,13 @@ type trackedStream struct {
 	// stopAfter stops the context callback of watchContext; nil without one. Set before the
 	// stream is shared, never changed after.
 	stopAfter func() bool
+	// recving: the caller is in RecvMsg. gotReport: gRPC has reported the stream's end.
+	// stopLate stops the context callback of watchAfterReport. Each side stores its flag
+	// before it loads the other's (sequentially consistent atomics), so a report made while
+	// RecvMsg returns a message is seen by at least one of them.
+	recving   atomic.Bool
+	gotReport atomic.Bool
+	stopLate  atomic.Pointer[func() bool]
 
 	// obs, if not nil, measures the stream as a call of group that started at start. These
 	// fields and serverStreams are set before the stream is shared, never changed after.
@@ -63,17 +73,39 @@ func (s *trackedStream) callOptions(opts []grpc.CallOption) []grpc.CallOption {
 		all = make([]grpc.CallOption, 0, len(opts)+1)
 	}
 	all = append(all, opts...)
-	all = append(all, grpc.OnFinish(s.finishOnContext))
+	all = append(all, grpc.OnFinish(s.reported))
 	return all[:len(all):len(all)]
 }
 
-// finishOnContext receives gRPC's report that a stream of this call ended. It ends the
-// tracking only if the call's context is done: otherwise the caller sees the end through
-// RecvMsg or SendMsg (or NewStream's error), or an interceptor ended one stream of its own
-// and goes on with another.
-func (s *trackedStream) finishOnContext(error) {
-	if err := s.ctx.Err(); err != nil {
-		s.finish(status.FromContextError(err).Err())
+// reported receives gRPC's report that a stream of this call ended, with its error. With
+// the call's context done, that ends the call. Otherwise, unless the caller is in RecvMsg
+// (which returns the end), the context is watched from now on.
+func (s *trackedStream) reported(err error) {
+	if s.ctx.Err() != nil {
+		s.finish(err)
+		return
+	}
+	s.gotReport.Store(true)
+	if !s.recving.Load() {
+		s.watchAfterReport(err, true)
+	}
+}
+
+// watchAfterReport ends the tracking when the call's context is done, after gRPC reported an
+// end that the caller may not see: with err, gRPC's outcome, if known, else the context's
+// error. Idempotent; a no-op once the tracking has ended.
+func (s *trackedStream) watchAfterReport(err error, known bool) {
+	if s.done.Load() || s.stopAfter != nil || s.stopLate.Load() != nil {
+		return
+	}
+	stop := context.AfterFunc(s.ctx, func() {
+		if !known {
+			err = status.FromContextError(s.ctx.Err()).Err()
+		}
+		s.end(err)
+	})
+	if !s.stopLate.CompareAndSwap(nil, &stop) || s.done.Load() {
+		stop() // another goroutine watches, or finish may have missed this callback
 	}
 }
 
@@ -88,10 +120,13 @@ func (s *trackedStream) watchContext() {
 // finish ends the tracking (once) with the stream's outcome, nil or io.EOF for OK, and stops
 // watching the context.
 func (s *trackedStream) finish(err error) {
+	s.end(err)
 	if s.stopAfter != nil {
 		s.stopAfter()
 	}
-	s.end(err)
+	if stop := s.stopLate.Load(); stop != nil {
+		(*stop)()
+	}
 }
 
 // end ends the tracking once: the call is measured and released from the pool.
@@ -110,12 +145,17 @@ func (s *trackedStream) end(err error) {
 // RecvMsg receives a message and, when the stream is over, records its outcome and ends the
 // tracking.
 func (s *trackedStream) RecvMsg(m any) error {
+	s.recving.Store(true)
 	err := s.ClientStream.RecvMsg(m)
+	s.recving.Store(false)
 	if err != nil || !s.serverStreams {
 		s.ended(err)
 		s.finish(err)
 	} else {
 		s.mark(streamAnswered)
+		if s.gotReport.Load() { // gRPC ended the stream while this message was returned
+			s.watchAfterReport(nil, false)
+		}
 	}
 	return withRequestID(err, s.requestID)
 }

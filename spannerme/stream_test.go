@@ -16,9 +16,11 @@ import (
 
 // How a stream's end reaches the pool's in-flight count and the calls metric, on each path:
 // gRPC reports it (grpc.OnFinish) when the caller cancels and walks away; this package watches
-// the context where grpcgcp's interceptor would never create the gRPC stream; and a caller's
-// interceptor that fails before gRPC runs ends it through NewStream's error. Each stream is
-// counted once, with its code.
+// the context where grpcgcp's interceptor would never create the gRPC stream, and where gRPC
+// ended the stream without the caller seeing it (in Header, on a timeout of its own); a
+// stream an interceptor gives up does not end the call; and a caller's interceptor that
+// fails before gRPC runs ends it through NewStream's error. Each stream is counted once, with
+// its code.
 func TestStreamEndReported(t *testing.T) {
 	// retrying opens a stream, gives it up (as a retry policy would after an error), and
 	// returns a second one, both with the call's options.
@@ -34,6 +36,8 @@ func TestStreamEndReported(t *testing.T) {
 		<-ended
 		return streamer(ctx, desc, cc, method, opts...)
 	})
+	// methodTimeout gives the test service's calls a timeout of gRPC's own (a service config).
+	methodTimeout := grpc.WithDefaultServiceConfig(`{"methodConfig":[{"name":[{"service":"grpc.testing.TestService"}],"timeout":"0.05s"}]}`)
 	failing := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		return nil, status.Error(codes.PermissionDenied, "refused by the caller's interceptor")
 	})
@@ -87,6 +91,29 @@ func TestStreamEndReported(t *testing.T) {
 					t.Fatal(err)
 				}
 				return codes.OK
+			}},
+		{"gRPC ends the stream in Header (trailers only), then the caller cancels", false, nil,
+			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
+				s, err := gme.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, "/grpc.testing.TestService/NoSuchMethod")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Header(); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				return codes.Unimplemented
+			}},
+		{"gRPC's own method timeout ends the stream, then the caller cancels", false, []grpc.DialOption{methodTimeout},
+			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
+				s, err := testpb.NewTestServiceClient(gme).StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{
+					ResponseParameters: []*testpb.ResponseParameters{{IntervalUs: 2_000_000}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = s.Header() // returns when the timeout ends the stream
+				cancel()
+				return codes.DeadlineExceeded
 			}},
 		{"a caller's interceptor fails before gRPC runs", false, []grpc.DialOption{failing},
 			func(t *testing.T, gme *GCPMultiEndpoint, ctx context.Context, cancel context.CancelFunc) codes.Code {
