@@ -126,9 +126,10 @@ func withRequestIDHeader(ctx context.Context, id string) context.Context {
 }
 
 // withRequestID returns err as a *spanner.Error carrying the request ID id, as the Spanner
-// client's interceptor does, except that an empty id, nil, io.EOF and context.Canceled pass unchanged, and
-// that a DEADLINE_EXCEEDED error is not marked "transaction outcome unknown" here (the client
-// marks a Commit's own errors so itself).
+// client's interceptor does, except that with an empty id, and for nil, io.EOF and
+// context.Canceled, err is returned unchanged, and that a DEADLINE_EXCEEDED error is not
+// marked "transaction outcome unknown" here (the client marks a Commit's own errors so
+// itself).
 func withRequestID(err error, id string) error {
 	if id == "" || err == nil || err == io.EOF || err == context.Canceled {
 		return err
