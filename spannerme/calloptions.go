@@ -23,12 +23,7 @@ import (
 // replaces any such interceptor of opts on this client only and runs before every chained
 // one, so no interceptor of the caller sees the call, and it never reaches the network.
 func defaultCallOptions(opts []grpc.DialOption) []grpc.CallOption {
-	var got []grpc.CallOption
-	record := grpc.WithUnaryInterceptor(func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn,
-		_ grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		got = slices.Clone(callOpts)
-		return nil
-	})
+	got, record := callOptionsRecorder()
 	probe := append(slices.Clip(opts), record)
 	const target = "passthrough:///spannerme-default-call-options"
 	cc, err := grpc.NewClient(target, probe...)
@@ -41,8 +36,7 @@ func defaultCallOptions(opts []grpc.DialOption) []grpc.CallOption {
 		}
 	}
 	defer cc.Close()
-	_ = cc.Invoke(context.Background(), "/spannerme.internal/DefaultCallOptions", nil, nil)
-	return got
+	return readCallOptions(cc, got)
 }
 
 // clientDefaultCallOptions returns the default call options that the dial options among
@@ -54,12 +48,7 @@ func defaultCallOptions(opts []grpc.DialOption) []grpc.CallOption {
 // through it. Credentials are looked up as for a pool; if that fails, so will the pools'
 // dials. With grpc.WithBlock among opts the dial fails at once and nothing is read.
 func clientDefaultCallOptions(opts []option.ClientOption) []grpc.CallOption {
-	var got []grpc.CallOption
-	record := grpc.WithUnaryInterceptor(func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn,
-		_ grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		got = slices.Clone(callOpts)
-		return nil
-	})
+	got, record := callOptionsRecorder()
 	noNetwork := grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) {
 		return nil, errNoNetwork
 	})
@@ -78,8 +67,26 @@ func clientDefaultCallOptions(opts []option.ClientOption) []grpc.CallOption {
 		return nil
 	}
 	defer cc.Close()
+	return readCallOptions(cc, got)
+}
+
+// callOptionsRecorder returns a unary interceptor, as a dial option, that records the call
+// options of the call it intercepts into *got, without sending the call.
+func callOptionsRecorder() (got *[]grpc.CallOption, record grpc.DialOption) {
+	got = new([]grpc.CallOption)
+	record = grpc.WithUnaryInterceptor(func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn,
+		_ grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		*got = slices.Clone(callOpts)
+		return nil
+	})
+	return got, record
+}
+
+// readCallOptions makes one call through cc, whose dial options include the recorder that
+// fills got, and returns what it recorded.
+func readCallOptions(cc *grpc.ClientConn, got *[]grpc.CallOption) []grpc.CallOption {
 	_ = cc.Invoke(context.Background(), "/spannerme.internal/DefaultCallOptions", nil, nil)
-	return got
+	return *got
 }
 
 // errNoNetwork fails every connection attempt of the client clientDefaultCallOptions dials.

@@ -641,7 +641,7 @@ func (gme *GCPMultiEndpoint) onSwitch(me multiendpoint.Event) {
 // starts a goroutine counted by gme.wg).
 func (gme *GCPMultiEndpoint) retire(p *pool) {
 	p.retire()
-	p.stopHealth()
+	p.haltHealth() // the drain goroutine's close waits for the probes, not the update
 	gme.wg.Add(1)
 	go func() {
 		defer gme.wg.Done()

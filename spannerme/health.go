@@ -79,8 +79,10 @@ type HealthSettings struct {
 	ResourceExhaustedIsFailure bool
 	// Probe sends one probe through one endpoint's channel pool, conn, and returns nil if the
 	// backend answered (with any answer that proves the path works), an error otherwise. ctx
-	// carries ProbeTimeout and is cancelled by Close. Probes go to the pool directly, not
-	// through routing, and are not counted as calls. Nil means SpannerProbe for
+	// carries ProbeTimeout and is cancelled by Close and when the endpoint is removed; Probe
+	// must return once ctx is done (Close waits for it). It is called concurrently for
+	// different endpoints, at most once at a time per endpoint. Probes go to the pool
+	// directly, not through routing, and are not counted as calls. Nil means SpannerProbe for
 	// NewMultiEndpointClient*, and UnimplementedMethodProbe for NewGCPMultiEndpoint*.
 	Probe ProbeFunc
 }
@@ -217,7 +219,8 @@ type HealthEvent struct {
 	// At is when it happened.
 	At time.Time `json:"at"`
 	// Until is when the ejection time ends: the endpoint is probed then, and readmitted by
-	// the first probe that passes.
+	// the first probe that passes. In a Readmitted event it is the end of the ejection that
+	// ended; never zero.
 	Until time.Time `json:"until"`
 	// Ejections counts the endpoint's ejections so far.
 	Ejections int `json:"ejections"`
@@ -387,8 +390,9 @@ func (gme *GCPMultiEndpoint) probe(p *pool, seq uint64) {
 	}()
 }
 
-// stopHealth closes p's detector and cancels and waits for its probes. Idempotent.
-func (p *pool) stopHealth() {
+// haltHealth closes p's detector and cancels its probes, without waiting for them.
+// Idempotent.
+func (p *pool) haltHealth() {
 	if p.health == nil {
 		return
 	}
@@ -397,6 +401,14 @@ func (p *pool) stopHealth() {
 	p.probesStopped = true
 	p.probeMu.Unlock()
 	p.cancelProbes()
+}
+
+// stopHealth halts p's health and waits for its probes to return. Idempotent.
+func (p *pool) stopHealth() {
+	if p.health == nil {
+		return
+	}
+	p.haltHealth()
 	p.probes.Wait()
 }
 

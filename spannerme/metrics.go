@@ -169,13 +169,7 @@ func (m *metrics) observe(mp metric.MeterProvider, gme *GCPMultiEndpoint) {
 			return nil
 		}
 		gme.mu.Lock()
-		pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
-		for _, p := range gme.pools {
-			pools = append(pools, p)
-		}
-		for p := range gme.retired {
-			pools = append(pools, p)
-		}
+		pools := gme.allPoolsLocked()
 		gme.mu.Unlock()
 		active := make(map[string]int64, len(pools))
 		for _, p := range pools {

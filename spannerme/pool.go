@@ -33,7 +33,9 @@ type pool struct {
 	settled atomic.Bool
 	// publishMu serializes the reports of this pool's availability to the groups (the
 	// monitor's and an update's), so they land in order. It is held while the state machines
-	// run, never across a gRPC call or a user callback (switch events are queued).
+	// run, and so while a switch is counted on the meter provider's switches counter (an
+	// OpenTelemetry instrument's Add, which must not block); never across a gRPC call, a
+	// dial, or OnSwitch, OnHealth or the Logger (switch events are queued for them).
 	publishMu sync.Mutex
 
 	drained     chan struct{} // closed when retired and no call is in flight

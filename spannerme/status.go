@@ -333,13 +333,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	for _, me := range gme.groups {
 		groups = append(groups, me)
 	}
-	pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
-	for _, p := range gme.pools {
-		pools = append(pools, p)
-	}
-	for p := range gme.retired {
-		pools = append(pools, p)
-	}
+	pools := gme.allPoolsLocked()
 	gme.mu.Unlock()
 	if gme.obs != nil {
 		st.At, st.Started = gme.obs.now(), gme.obs.started
@@ -388,4 +382,17 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		return true
 	})
 	return st
+}
+
+// allPoolsLocked returns the pools of the configured endpoints and the retired ones still
+// draining. gme.mu must be held.
+func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool {
+	pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
+	for _, p := range gme.pools {
+		pools = append(pools, p)
+	}
+	for p := range gme.retired {
+		pools = append(pools, p)
+	}
+	return pools
 }

@@ -117,7 +117,9 @@ func New(o Options) *Detector {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.startIntervalLocked(d.clock.Now())
-	d.armIdleProbeLocked()
+	if d.probe != nil {
+		d.armIdleProbeLocked()
+	}
 	return d
 }
 
@@ -148,13 +150,16 @@ func (d *Detector) Record(o Outcome, err error) {
 
 // Failure records a call whose path to the backend failed (rules 2 and 3).
 func (d *Detector) Failure(err error) {
-	n := d.consecutive.Add(1)
+	d.consecutive.Add(1)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return
 	}
 	d.failures++
+	// Read under mu: a readmission between the Add and the Lock reset the count, and the
+	// failures before it happened while the endpoint was ejected (rule 8).
+	n := d.consecutive.Load()
 	if !d.out {
 		switch {
 		case n >= int64(d.cfg.ConsecutiveFailures):
@@ -303,7 +308,9 @@ func (d *Detector) readmitLocked(now time.Time) {
 	d.consecutive.Store(0)
 	d.suspect = false
 	d.startIntervalLocked(now)
-	d.armIdleProbeLocked()
+	if d.probe != nil {
+		d.armIdleProbeLocked()
+	}
 	d.queueLocked(Event{Kind: Readmitted, Reason: d.reason, Detail: d.detail, At: now, Until: d.until, Ejections: d.ejections})
 }
 
@@ -380,7 +387,9 @@ func (d *Detector) probeDue(gen uint64) {
 		if succ == d.successesAtCheck && d.probe != nil && d.probeSeq == 0 {
 			seq = d.startProbeLocked()
 		}
-		d.armIdleProbeLocked()
+		if d.probe != nil {
+			d.armIdleProbeLocked()
+		}
 	}
 	d.mu.Unlock()
 	d.deliver()

@@ -68,8 +68,8 @@ type Event struct {
 	Detail string
 	// At is when it happened, on the detector's clock.
 	At time.Time
-	// Until is, for Ejected, the end of the ejection time: the endpoint is probed then and
-	// readmitted when a probe passes.
+	// Until is the end of the ejection time: for Ejected, when the endpoint is probed and
+	// readmitted if a probe passes; for Readmitted, the end of the ejection that ended.
 	Until time.Time
 	// Ejections counts the endpoint's ejections so far, this one included.
 	Ejections int
@@ -118,8 +118,8 @@ type Status struct {
 	ConsecutiveFailures int64
 }
 
-// Config holds the detector's thresholds and durations. Every field must be positive; see
-// Defaults.
+// Config holds the detector's thresholds and durations. A field that is zero or negative
+// takes its value in Defaults (WithDefaults).
 type Config struct {
 	// Interval is the counting interval of the failure percentage and of the multiplier's
 	// decay.
