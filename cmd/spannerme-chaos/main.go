@@ -70,7 +70,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("-duration %v is shorter than %v", f.duration, chaos.MinDuration)
 	}
 	if f.seed == 0 {
-		f.seed = rand.Uint64N(1 << 31)
+		f.seed = 1 + rand.Uint64N(1<<31-1) // never 0, which means "pick one"
 	}
 	return f, nil
 }

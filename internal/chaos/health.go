@@ -31,11 +31,11 @@ const healthProbeTimeout = 2 * time.Second
 
 // healthLog prints every ejection and readmission and counts them.
 type healthLog struct {
-	out   io.Writer
-	start time.Time
-	name  func(addr string) string
+	out  io.Writer
+	name func(addr string) string
 
-	mu     sync.Mutex // guards counts
+	mu     sync.Mutex // guards start and counts
+	start  time.Time
 	counts map[string]int
 }
 
@@ -49,8 +49,9 @@ func (h *healthLog) add(ev spannerme.HealthEvent) {
 		h.counts = map[string]int{}
 	}
 	h.counts[what]++
+	start := h.start
 	h.mu.Unlock()
-	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(h.start).Seconds(), h.name(ev.Endpoint), what)
+	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(start).Seconds(), h.name(ev.Endpoint), what)
 	if ev.Kind == spannerme.EndpointEjected {
 		line += fmt.Sprintf(" until +%v", ev.Until.Sub(ev.At).Round(time.Millisecond))
 	}

@@ -23,15 +23,14 @@ type endpoint struct {
 
 // topology is the run's network: ONE backend and NumEndpoints endpoints in front of it.
 type topology struct {
-	backend *rig.Backend
-	eps     [NumEndpoints]endpoint
+	eps [NumEndpoints]endpoint
 }
 
 // startTopology starts the endpoints in front of b, with a gRPC frontend behind each TCP
 // fake when p has frontend faults (seeded from p.Seed, the GOAWAY storm p.Storm). Errors: a
 // listener cannot start; what started is closed then.
 func startTopology(b *rig.Backend, p *Plan) (*topology, error) {
-	t := &topology{backend: b}
+	t := &topology{}
 	for i := range t.eps {
 		target := b.Addr
 		if p.Frontends {
