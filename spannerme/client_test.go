@@ -72,7 +72,7 @@ func newSpannerClient(t *testing.T, b *spannerBackend, o *grpcgcp.GCPMultiEndpoi
 	t.Cleanup(func() { client.Close(); gme.Close() })
 	for _, g := range o.MultiEndpoints {
 		for _, e := range g.Endpoints {
-			eventually(t, 10*time.Second, e+" READY", func() bool { p, _ := poolOf(gme, e); return p.Connectivity == "READY" })
+			waitConnected(t, gme, e)
 		}
 	}
 	return client, gme

@@ -63,30 +63,35 @@ func startRecordingServer(tb testing.TB) (*recordingServer, string) {
 	return rs, lis.Addr().String()
 }
 
-// dialPath builds a GCPMultiEndpoint over one endpoint with the caller's dial options, in
-// one of the three ways a caller can give them.
+// dialPath builds a GCPMultiEndpoint with settings s over one endpoint with the caller's dial
+// options, in one of the three ways a caller can give them.
 type dialPath struct {
-	name string
-	dial func(t *testing.T, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint
+	name   string
+	dialIn func(t *testing.T, s Settings, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint
+}
+
+// dial is dialIn with fastSettings.
+func (d dialPath) dial(t *testing.T, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
+	return d.dialIn(t, fastSettings(nil), endpoint, caller...)
 }
 
 var dialPaths = []dialPath{
-	{"NewGCPMultiEndpoint", func(t *testing.T, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
-		return newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, endpoint)}), fastSettings(nil), caller...)
+	{"NewGCPMultiEndpoint", func(t *testing.T, s Settings, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
+		return newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, endpoint)}), s, caller...)
 	}},
-	{"client options", func(t *testing.T, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
+	{"client options", func(t *testing.T, s Settings, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
 		opts := clientOptions()
 		for _, o := range caller {
 			opts = append(opts, option.WithGRPCDialOption(o))
 		}
-		return newClientGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, endpoint)}), opts...)
+		return newClientGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, endpoint)}), s, opts...)
 	}},
-	{"client DialFunc", func(t *testing.T, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
+	{"client DialFunc", func(t *testing.T, s Settings, endpoint string, caller ...grpc.DialOption) *GCPMultiEndpoint {
 		o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, endpoint)})
 		o.DialFunc = func(_ context.Context, target string, dopts ...grpc.DialOption) (*grpc.ClientConn, error) {
 			return grpc.NewClient(target, append(append(dopts, insecureDial), caller...)...)
 		}
-		return newClientGME(t, o)
+		return newClientGMEWith(t, o, s)
 	}},
 }
 
@@ -95,8 +100,14 @@ var dialPaths = []dialPath{
 // The endpoints need not be Spanner: the GCPMultiEndpoint is used directly.
 func newClientGME(t *testing.T, o *grpcgcp.GCPMultiEndpointOptions, opts ...option.ClientOption) *GCPMultiEndpoint {
 	t.Helper()
+	return newClientGMEWith(t, o, fastSettings(nil), opts...)
+}
+
+// newClientGMEWith is newClientGME with settings s.
+func newClientGMEWith(t *testing.T, o *grpcgcp.GCPMultiEndpointOptions, s Settings, opts ...option.ClientOption) *GCPMultiEndpoint {
+	t.Helper()
 	fixture.DisableGCEDetection()
-	client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), fixture.SpannertestDatabase, fixture.ClientConfig(), o, fastSettings(nil), opts...)
+	client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), fixture.SpannertestDatabase, fixture.ClientConfig(), o, s, opts...)
 	if err != nil {
 		t.Fatalf("NewMultiEndpointClientWithSettings: %v", err)
 	}
@@ -197,7 +208,8 @@ func TestDialOptions_SpannerMaxReceiveSize(t *testing.T) {
 
 // A caller's keepalive parameters win over this package's (KeepaliveTime 120s by default):
 // with the caller's 10s (gRPC's minimum) and pings without calls, an idle pool's connections
-// carry pings within about 10s.
+// carry pings within about 10s. Health is off, so that no idle-endpoint probe (every
+// ProbeInterval, 10s) puts bytes on the connections instead.
 func TestDialOptions_CallerKeepaliveWins(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for gRPC's shortest keepalive interval, 10s")
@@ -207,8 +219,10 @@ func TestDialOptions_CallerKeepaliveWins(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			t.Parallel()
 			e := startEndpoint(t, "E1")
-			gme := path.dial(t, e.Addr(), caller)
-			eventually(t, 10*time.Second, "pool READY", func() bool { p, _ := poolOf(gme, e.Addr()); return p.Connectivity == "READY" })
+			s := fastSettings(nil)
+			s.Health.Disabled = true
+			gme := path.dialIn(t, s, e.Addr(), caller)
+			waitConnected(t, gme, e.Addr())
 			// Let the connections settle (handshakes, settings acknowledgements), then count
 			// what the idle connections send: only pings.
 			var before int64

@@ -82,7 +82,7 @@ func TestCase_F4_FlappingThroughSpannerClientServedByFallbackAtOnce(t *testing.T
 	}
 	t.Cleanup(func() { client.Close(); gme.Close() })
 	for _, e := range []string{e1.Addr(), e2.Addr()} {
-		eventually(t, 10*time.Second, e+" READY", func() bool { p, _ := poolOf(gme, e); return p.Connectivity == "READY" })
+		waitConnected(t, gme, e)
 	}
 	if _, err := countAccounts(ctx, client); err != nil { // the session exists
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
@@ -127,8 +128,12 @@ func TestEjectionFeedsEveryGroupAndProbesReadmit(t *testing.T) {
 		t.Fatalf("the ejection was not logged:\n%s", buf.String())
 	}
 
-	// Ejected for 500ms, then probed every 200ms until a probe passes.
-	time.Sleep(700 * time.Millisecond)
+	// Ejected for 500ms, then probed every 200ms until a probe passes: the first probe starts
+	// at ev.Until.
+	eventually(t, 10*time.Second, "a readmission probe", func() bool {
+		p, _ := poolOf(gme, e1.Addr())
+		return !p.Health.LastProbe.At.Before(ev.Until)
+	})
 	if p, _ := poolOf(gme, e1.Addr()); !p.Health.Ejected || p.Health.LastProbe.Passed || p.Health.LastProbe.At.IsZero() ||
 		!strings.Contains(p.Health.LastProbe.Error, "Unavailable") {
 		t.Fatalf("E1 still failing: want ejected with a failed probe, got %+v", p.Health)
@@ -205,7 +210,9 @@ func (stallServer) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, s
 // (the server answers UNIMPLEMENTED), so it is not ejected.
 func TestTimeoutsAreClassifiedByTheHeader(t *testing.T) {
 	addr := startGRPCServer(t, func(s *grpc.Server) { testpb.RegisterTestServiceServer(s, stallServer{}) })
+	clk := clock.NewFake(time.Now()) // the detector's: how often a timeout may probe again
 	s := fastSettings(nil)
+	s.clock = clk
 	gme := newGME(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)}), s)
 	client := testpb.NewTestServiceClient(gme)
 	stream := func(header bool) {
@@ -234,7 +241,7 @@ func TestTimeoutsAreClassifiedByTheHeader(t *testing.T) {
 		t.Fatalf("after a deadline with no answer: %+v, want one timeout", h)
 	}
 	eventually(t, 10*time.Second, "the suspicion probe passes", func() bool { h := health(); return h.LastProbe.Passed && !h.Suspect })
-	time.Sleep(gme.settings.Health.ProbeInterval / 10) // the next timeout may probe again
+	clk.Advance(gme.settings.Health.ProbeInterval / 10) // the next timeout may probe again
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	_, err := client.UnaryCall(ctx, &testpb.SimpleRequest{})
 	cancel()
@@ -412,7 +419,7 @@ func TestStreamsQueuedBehindTheStreamLimitAreNoTimeouts(t *testing.T) {
 	health := func() PoolHealth { p, _ := poolOf(gme, addr); return p.Health }
 
 	// One stream holds the only slot (answered: its header arrives), until cancelled.
-	hold, cancelHold := context.WithCancel(context.Background())
+	hold, cancelHold := context.WithTimeout(context.Background(), time.Minute) // bounded if the test fails early
 	defer cancelHold()
 	held, err := client.StreamingOutputCall(hold, &testpb.StreamingOutputCallRequest{
 		ResponseParameters: []*testpb.ResponseParameters{{}}}, grpc.WaitForReady(true))

@@ -197,3 +197,9 @@ func groupOf(gme *GCPMultiEndpoint, name string) GroupStatus {
 	}
 	return GroupStatus{}
 }
+
+// waitConnected waits until the pool of endpoint is READY.
+func waitConnected(t *testing.T, gme *GCPMultiEndpoint, endpoint string) {
+	t.Helper()
+	eventually(t, 10*time.Second, endpoint+" READY", func() bool { p, _ := poolOf(gme, endpoint); return p.Connectivity == "READY" })
+}

@@ -165,7 +165,7 @@ func TestCase_F23_ClosedClientSaysClosed(t *testing.T) {
 		gme := newGME(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{
 			"a": group(time.Second, 0, e1.Addr(), e2.Addr()), "b": group(time.Second, 0, e2.Addr())}), fastSettings(nil))
 		waitServedBy(t, ctx, gme, "E1", 10*time.Second)
-		eventually(t, 10*time.Second, "E2 ready", func() bool { p, _ := poolOf(gme, e2.Addr()); return p.Connectivity == "READY" })
+		waitConnected(t, gme, e2.Addr())
 		if err := gme.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -167,8 +167,15 @@ func TestNoOnSwitchAfterClose(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no switch was logged\n%s", statusString(gme))
 	}
-	if err := gme.Close(); err != nil {
-		t.Fatal(err)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- gme.Close() }()
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the log line being written")
 	}
 	close(h.release) // the log line ends after Close returned
 	released = true

@@ -33,7 +33,11 @@ func TestStreamEndReported(t *testing.T) {
 			return nil, err
 		}
 		cancel()
-		<-ended
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		return streamer(ctx, desc, cc, method, opts...)
 	})
 	// methodTimeout gives the test service's calls a timeout of gRPC's own (a service config).
@@ -154,9 +158,3 @@ func TestStreamEndReported(t *testing.T) {
 
 // codeAttr is a gRPC code as the calls metric's AttrGRPCStatusCode writes it.
 func codeAttr(c codes.Code) string { return strconv.Itoa(int(c)) }
-
-// waitConnected waits until the pool of endpoint is READY.
-func waitConnected(t *testing.T, gme *GCPMultiEndpoint, endpoint string) {
-	t.Helper()
-	eventually(t, 10*time.Second, endpoint+" READY", func() bool { p, _ := poolOf(gme, endpoint); return p.Connectivity == "READY" })
-}

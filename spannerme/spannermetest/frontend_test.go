@@ -609,7 +609,9 @@ func TestFrontendCloseEndsHeldCalls(t *testing.T) {
 	errs := make(chan error, 2)
 	go func() { errs <- unary(tc, "held") }()
 	go func() {
-		s, err := tc.FullDuplexCall(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		s, err := tc.FullDuplexCall(ctx)
 		if err == nil {
 			_, err = s.Recv()
 		}
@@ -624,9 +626,13 @@ func TestFrontendCloseEndsHeldCalls(t *testing.T) {
 		close(closed)
 	}()
 	for range 2 {
-		wantCode(t, "held call at Close", <-errs, codes.Unavailable)
+		wantCode(t, "held call at Close", <-errs, codes.Unavailable) // each call is bounded by waitTimeout
 	}
-	<-closed
+	select {
+	case <-closed:
+	case <-time.After(waitTimeout):
+		t.Fatal("Close did not return")
+	}
 	if m := f.Mode(); m != FrontendClosed {
 		t.Errorf("Mode() after Close = %v, want closed", m)
 	}
@@ -937,7 +943,8 @@ func TestFrontendModeChangesUnderLoad(t *testing.T) {
 	}
 	for i := range 60 {
 		switches[i%len(switches)]()
-		time.Sleep(5 * time.Millisecond) // let calls start under each mode
+		before := f.Stats().Received
+		waitFor(t, "calls started under the new mode", func() bool { return f.Stats().Received > before })
 	}
 	f.Pass()
 	close(stop)
