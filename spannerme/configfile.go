@@ -29,7 +29,8 @@ type FileConfig struct {
 	// nil. Options was validated as NewGCPMultiEndpoint validates it.
 	Options *grpcgcp.GCPMultiEndpointOptions
 	// Settings holds the file's settings section, and EndpointOptions from its endpoints
-	// section. Logger and OnSwitch are nil: set them before use.
+	// section. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
+	// Health.Probe): set it before use.
 	Settings Settings
 	// Hash is the hex SHA-256 of the file's bytes.
 	Hash string

@@ -40,9 +40,9 @@ type Status struct {
 	// which serves nothing). After Close every group has no current endpoint and every
 	// endpoint is Unavailable, every pool is SHUTDOWN: nothing is alive.
 	Closed bool `json:"closed"`
-	// Config is the status of the configuration file a ConfigWatcher applies; nil when no
-	// ConfigWatcher watches one for this GCPMultiEndpoint. In JSON its LastError is the
-	// error's text.
+	// Config is the status of the configuration file that a ConfigWatcher applies or last
+	// applied (it stays after the watcher's Close); nil when no ConfigWatcher was started for
+	// this GCPMultiEndpoint. In JSON its LastError is the error's text.
 	Config *ConfigStatus `json:"config,omitempty"`
 }
 
@@ -233,7 +233,7 @@ func endpointStateOf(s multiendpoint.State) EndpointState {
 }
 
 // SwitchReason says why a group's current endpoint changed. It is written as its String form
-// in JSON and text.
+// in JSON and text. The zero value is no reason: no SwitchEvent carries it.
 type SwitchReason int
 
 // The switch reasons.

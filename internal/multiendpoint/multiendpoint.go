@@ -84,8 +84,9 @@ type Options struct {
 	SwitchingJitter float64
 	// Rand returns the random numbers for SwitchingJitter, uniform in [0, 1); values outside
 	// are clamped into it. It is called only when SwitchingJitter > 0, with the
-	// MultiEndpoint's lock held, once per endpoint return or arrival, in priority order
-	// within one change; if shared by several MultiEndpoints it must be safe for concurrent
+	// MultiEndpoint's lock held, once per endpoint return or arrival (within one
+	// reconfiguration: the endpoints moved up first, then the added ones, each in priority
+	// order); if shared by several MultiEndpoints it must be safe for concurrent
 	// use. Nil means math/rand/v2's Float64.
 	Rand func() float64
 	// ConnectGrace applies with RecoveryTimeout 0: how long a new endpoint whose first

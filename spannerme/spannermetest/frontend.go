@@ -140,8 +140,9 @@ func WithMaxConcurrentStreams(n uint32) FrontendOption {
 // HTTP/2 GOAWAY, so that the client opens a new connection for new calls,
 // and closes the connection once its calls have ended, or grace after the
 // GOAWAY, whichever comes first. gRPC adds a random jitter of ±10% to age.
-// Zero age, the default, means connections are never aged out; zero grace
-// means calls in progress are never cut. Negative durations make
+// Zero age, the default, means connections are never aged out, and grace is
+// then ignored; zero grace means calls in progress are never cut. Negative
+// durations make
 // [NewFrontend] fail.
 func WithMaxConnectionAge(age, grace time.Duration) FrontendOption {
 	return func(o *frontendOptions) {
@@ -351,7 +352,8 @@ func (f *Frontend) Backend() string { return f.backend }
 // Mode returns the current mode.
 func (f *Frontend) Mode() FrontendMode { return f.behavior.Load().mode }
 
-// Latency returns the latency set by [Frontend.SetLatency].
+// Latency returns the latency set by [Frontend.SetLatency]: 0 if none, and after Close.
+// Safe for concurrent use.
 func (f *Frontend) Latency() time.Duration { return f.behavior.Load().latency }
 
 // Pass makes the frontend forward the calls that start from now on. Calls

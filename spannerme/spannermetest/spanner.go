@@ -91,7 +91,8 @@ func (s *Spanner) NewClient(ctx context.Context) (*spanner.Client, error) {
 	return spanner.NewClientWithConfig(ctx, s.Database(), ClientConfig(), s.ClientOptions()...)
 }
 
-// Close stops the Spanner; connections to it are closed.
+// Close stops the Spanner; connections to it are closed. Calling it again does nothing
+// (as after NewSpannerTB, whose cleanup calls it too).
 func (s *Spanner) Close() { s.srv.Close() }
 
 // ClientOptions returns the client options for an offline backend ([Spanner], [Emulator])
