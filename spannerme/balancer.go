@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/balancer/base"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 )
 
@@ -42,11 +43,7 @@ type nonEmptyBalancer struct {
 }
 
 func (b *nonEmptyBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
-	if len(s.ResolverState.Addresses) == 0 {
-		for _, e := range s.ResolverState.Endpoints {
-			s.ResolverState.Addresses = append(s.ResolverState.Addresses, e.Addresses...)
-		}
-	}
+	s.ResolverState.Addresses = resolvedAddresses(s.ResolverState)
 	if len(s.ResolverState.Addresses) == 0 {
 		if !b.started {
 			b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
@@ -56,4 +53,17 @@ func (b *nonEmptyBalancer) UpdateClientConnState(s balancer.ClientConnState) err
 	}
 	b.started = true
 	return b.Balancer.UpdateClientConnState(s)
+}
+
+// resolvedAddresses returns the addresses of a resolver state: its Addresses, else those of
+// its Endpoints. None means the name resolved to no address.
+func resolvedAddresses(s resolver.State) []resolver.Address {
+	if len(s.Addresses) != 0 {
+		return s.Addresses
+	}
+	var addrs []resolver.Address
+	for _, e := range s.Endpoints {
+		addrs = append(addrs, e.Addresses...)
+	}
+	return addrs
 }

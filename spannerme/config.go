@@ -138,9 +138,9 @@ func parseConfig(o *grpcgcp.GCPMultiEndpointOptions) (*config, error) {
 }
 
 // effectiveAPIConfig returns a copy of cfg (nil allowed) with the channel pool filled in by
-// the sizing rule above; warm is the MinSize used when cfg sets neither size (0:
-// DefaultPoolSize).
-func effectiveAPIConfig(cfg *pb.ApiConfig, warm uint32) *pb.ApiConfig {
+// the sizing rule above. minSize and maxSize are the sizes used when cfg sets neither (0:
+// DefaultPoolSize and DefaultMaxPoolSize; MaxSize is never below MinSize). It is idempotent.
+func effectiveAPIConfig(cfg *pb.ApiConfig, minSize, maxSize uint32) *pb.ApiConfig {
 	c := &pb.ApiConfig{}
 	if cfg != nil {
 		c = proto.Clone(cfg).(*pb.ApiConfig)
@@ -149,12 +149,15 @@ func effectiveAPIConfig(cfg *pb.ApiConfig, warm uint32) *pb.ApiConfig {
 		c.ChannelPool = &pb.ChannelPoolConfig{}
 	}
 	cp := c.ChannelPool
-	if warm == 0 {
-		warm = DefaultPoolSize
+	if minSize == 0 {
+		minSize = DefaultPoolSize
+	}
+	if maxSize == 0 {
+		maxSize = DefaultMaxPoolSize
 	}
 	switch {
 	case cp.MinSize == 0 && cp.MaxSize == 0:
-		cp.MinSize, cp.MaxSize = warm, max(warm, DefaultMaxPoolSize)
+		cp.MinSize, cp.MaxSize = minSize, max(minSize, maxSize)
 	case cp.MinSize == 0:
 		cp.MinSize = cp.MaxSize
 	case cp.MaxSize == 0:

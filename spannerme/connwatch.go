@@ -186,7 +186,7 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		b.mu.Unlock()
 		s.BalancerConfig = c.child
 	}
-	if len(s.ResolverState.Addresses) == 0 && len(s.ResolverState.Endpoints) == 0 {
+	if len(resolvedAddresses(s.ResolverState)) == 0 { // refused by nonEmptyBalancer
 		b.mu.Lock()
 		w := b.watch
 		b.mu.Unlock()

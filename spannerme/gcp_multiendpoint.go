@@ -148,7 +148,7 @@ func NewGCPMultiEndpointWithSettings(gmeCfg *grpcgcp.GCPMultiEndpointOptions, se
 	}
 	settings = settings.withDefaults()
 	cfg.collapseTo(settings.emulator)
-	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, DefaultPoolSize)
+	apiCfg := effectiveAPIConfig(gmeCfg.GRPCgcpConfig, 0, 0)
 	gcpJSON, err := grpcgcpConfigJSON(apiCfg)
 	if err != nil {
 		return nil, err

@@ -46,7 +46,7 @@ func TestPoolSizingRule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := effectiveAPIConfig(tr.poolSizes(tc.cfg), DefaultPoolSize).GetChannelPool()
+			got := effectiveAPIConfig(tr.poolSizes(tc.cfg), 0, 0).GetChannelPool()
 			if got.GetMinSize() != tc.wantMin || got.GetMaxSize() != tc.wantMax || got.GetMaxConcurrentStreamsLowWatermark() != DefaultStreamsPerChannel {
 				t.Errorf("pool %v, want MinSize %d, MaxSize %d, watermark %d", got, tc.wantMin, tc.wantMax, DefaultStreamsPerChannel)
 			}

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
-	"google.golang.org/protobuf/proto"
 )
 
 // How each transport setting of spanner.ClientConfig is handled by the client constructors
@@ -253,27 +252,10 @@ func omniCredentials(config spanner.ClientConfig) (credentials.TransportCredenti
 	return credentials.NewTLS(cfg), nil
 }
 
-// poolSizes returns cfg (nil allowed) with the channel pool sizes of t filled in where cfg
-// sets neither; effectiveAPIConfig completes it.
+// poolSizes returns a copy of cfg (nil allowed) sized by the sizing rule, with the pool
+// sizes of t (ClientConfig's NumChannels and dynamic channel pool) where cfg sets neither.
 func (t *clientTransport) poolSizes(cfg *pb.ApiConfig) *pb.ApiConfig {
-	c := &pb.ApiConfig{}
-	if cfg != nil {
-		c = proto.Clone(cfg).(*pb.ApiConfig)
-	}
-	if c.ChannelPool == nil {
-		c.ChannelPool = &pb.ChannelPoolConfig{}
-	}
-	if cp := c.ChannelPool; cp.MinSize == 0 && cp.MaxSize == 0 {
-		cp.MinSize = t.minSize
-		if cp.MinSize == 0 {
-			cp.MinSize = DefaultPoolSize
-		}
-		cp.MaxSize = max(cp.MinSize, DefaultMaxPoolSize)
-		if t.maxSize > 0 {
-			cp.MaxSize = max(cp.MinSize, t.maxSize)
-		}
-	}
-	return c
+	return effectiveAPIConfig(cfg, t.minSize, t.maxSize)
 }
 
 // gtransportDialer dials one endpoint's pool with gtransport.Dial: the Spanner API defaults,
