@@ -363,18 +363,44 @@ func TestSuccessAllocatesNothing(t *testing.T) {
 	}
 }
 
-// Concurrent outcomes, probes and status reads on the real clock, for the race detector.
+// Concurrent outcomes, probes and status reads on the real clock, for the race detector; the
+// events still come one at a time and in order: ejections and readmissions alternate, and
+// each ejection counts one more.
 func TestConcurrentUse(t *testing.T) {
 	var mu sync.Mutex
 	var d *Detector
 	pending := map[uint64]bool{}
+	var events []Event // appended by OnEvent, one call at a time
+	var evMu sync.Mutex
 	d = New(Options{Config: Config{Interval: time.Millisecond, ConsecutiveFailures: 3, FailurePercentage: 10, MinimumCalls: 5,
 		BaseEjectionTime: time.Millisecond, MaxEjectionTime: 3 * time.Millisecond, ProbeInterval: time.Millisecond},
 		Probe: func(seq uint64) { mu.Lock(); pending[seq] = true; mu.Unlock() },
-		OnEvent: func(Event) {
+		OnEvent: func(ev Event) {
 			_ = d.Status()
+			evMu.Lock()
+			events = append(events, ev)
+			evMu.Unlock()
 		}})
-	defer d.Close()
+	defer func() {
+		d.Close()
+		evMu.Lock()
+		defer evMu.Unlock()
+		ejections := 0
+		for i, ev := range events {
+			if want := []EventKind{Ejected, Readmitted}[i%2]; ev.Kind != want {
+				t.Fatalf("event %d is %v, want %v: ejections and readmissions must alternate", i, ev.Kind, want)
+			}
+			if ev.Kind == Ejected {
+				ejections++
+			}
+			if ev.Ejections != ejections {
+				t.Fatalf("event %d (%v) counts %d ejections, want %d", i, ev.Kind, ev.Ejections, ejections)
+			}
+		}
+		if ejections == 0 {
+			t.Fatal("no ejection: the test exercised nothing")
+		}
+	}()
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
