@@ -3,16 +3,14 @@ package spannermetest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
-	"cloud.google.com/go/compute/metadata"
 	"cloud.google.com/go/spanner"
 	"cloud.google.com/go/spanner/spannertest"
 	"cloud.google.com/go/spanner/spansql"
 	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 )
 
 // Database is the database path of a [Spanner]: spannertest serves one database whatever
@@ -99,21 +97,12 @@ func (s *Spanner) Close() { s.srv.Close() }
 // and fake endpoints in front of it: plaintext gRPC and no authentication. Give them to
 // spannerme.NewMultiEndpointClient* (whose endpoints say where to connect) or, with
 // option.WithEndpoint, to any Google Cloud client. Each call returns a new slice.
-func ClientOptions() []option.ClientOption {
-	return []option.ClientOption{
-		option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-	}
-}
+func ClientOptions() []option.ClientOption { return fixture.OfflineOptions() }
 
 // ClientConfig returns the Spanner client configuration for an offline backend: the
 // client's built-in metrics are off (exporting them looks for credentials and a network),
 // everything else is the default.
-func ClientConfig() spanner.ClientConfig {
-	return spanner.ClientConfig{DisableNativeMetrics: true}
-}
-
-var gceDetectionOff sync.Once
+func ClientConfig() spanner.ClientConfig { return fixture.ClientConfig() }
 
 // DisableGCEDetection settles, for the rest of the process, that it does not run on Google
 // Compute Engine, without asking the network. Each new Spanner client detects its region,
@@ -126,10 +115,4 @@ var gceDetectionOff sync.Once
 // cloud.google.com/go/compute/metadata remembers as "not on GCE". It has no effect once the
 // process has asked. Call it only in processes that use offline backends; [NewSpanner] and
 // [StartEmulator] call it. Safe for concurrent use.
-func DisableGCEDetection() {
-	gceDetectionOff.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		metadata.OnGCEWithContext(ctx)
-	})
-}
+func DisableGCEDetection() { fixture.DisableGCEDetection() }
