@@ -95,15 +95,10 @@ var dialPaths = []dialPath{
 	}},
 }
 
-// newClientGME returns the GCPMultiEndpoint of a Spanner client built by
-// NewMultiEndpointClientWithSettings over o (the client is closed at the end of the test).
+// newClientGMEWith returns the GCPMultiEndpoint of a Spanner client built by
+// NewMultiEndpointClientWithSettings over o with settings s (the client is closed at the
+// end of the test).
 // The endpoints need not be Spanner: the GCPMultiEndpoint is used directly.
-func newClientGME(t *testing.T, o *grpcgcp.GCPMultiEndpointOptions, opts ...option.ClientOption) *GCPMultiEndpoint {
-	t.Helper()
-	return newClientGMEWith(t, o, fastSettings(nil), opts...)
-}
-
-// newClientGMEWith is newClientGME with settings s.
 func newClientGMEWith(t *testing.T, o *grpcgcp.GCPMultiEndpointOptions, s Settings, opts ...option.ClientOption) *GCPMultiEndpoint {
 	t.Helper()
 	fixture.DisableGCEDetection()
