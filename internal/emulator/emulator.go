@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/api/option"
-
-	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Names of what Start creates in every emulator.
@@ -312,7 +312,13 @@ func (e *Emulator) databasePath(id string) string {
 // spanner.ClientConfig{DisableNativeMetrics: true}, or the client looks for
 // credentials to export metrics with, and call fixture.DisableGCEDetection
 // first (fixture.NewClient does both).
-func (e *Emulator) ClientOptions() []option.ClientOption { return fixture.ClientOptions(e.addr) }
+func (e *Emulator) ClientOptions() []option.ClientOption {
+	return []option.ClientOption{
+		option.WithEndpoint(e.addr),
+		option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+	}
+}
 
 // Output returns the most recent output of the emulator process (stdout and
 // stderr, up to 64 KiB), for diagnostics.
