@@ -252,10 +252,10 @@ func BenchmarkPick(b *testing.B) {
 		want := gme.snap.Load().groups[c.group].Current()
 		b.Run("spannerme"+c.name, func(b *testing.B) {
 			p, _, err := gme.pickConnected(c.ctx, nil)
-			if err != nil || p.endpoint != want {
+			if err != nil || p.Endpoint() != want {
 				b.Fatalf("picked %v, %v; want %s", p, err, want)
 			}
-			p.release()
+			p.Release()
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pp *testing.PB) {
@@ -265,7 +265,7 @@ func BenchmarkPick(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					p.release()
+					p.Release()
 				}
 			})
 		})
@@ -285,7 +285,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.release()
+			p.Release()
 		}); n != 0 {
 			t.Errorf("pick allocates %v times per call, want 0", n)
 		}

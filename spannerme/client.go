@@ -80,10 +80,8 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 // config setting; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
-	if _, err := parseConfig(gmeCfg); err != nil {
-		return nil, nil, err
-	}
-	if err := settings.validate(); err != nil {
+	parsed, err := parseConfig(gmeCfg)
+	if err != nil {
 		return nil, nil, err
 	}
 	if settings.Health.Probe == nil {
@@ -92,31 +90,35 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if settings.MeterProvider == nil {
 		settings.MeterProvider = config.OpenTelemetryMeterProvider // nil: the global one
 	}
+	s, err := settings.parse()
+	if err != nil {
+		return nil, nil, err
+	}
 	tr, err := planTransport(config, gmeCfg.DialFunc != nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	settings = settings.withDefaults()
 	for _, n := range tr.notices {
-		settings.Logger.Warn("spannerme: " + n)
+		s.Logger.Warn("spannerme: " + n)
 	}
+	var pl plumbing
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
 	opts = append([]option.ClientOption(nil), opts...)
 	if host := os.Getenv(emulatorHostEnv); host != "" {
-		settings.emulator = emulatorScheme.ReplaceAllString(host, "")
+		pl.emulator = emulatorScheme.ReplaceAllString(host, "")
 		opts = append(opts,
 			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 			option.WithoutAuthentication())
-		settings.Logger.Warn("spannerme: "+emulatorHostEnv+" is set: every MultiEndpoint points at the emulator, so failover is not exercised",
+		s.Logger.Warn("spannerme: "+emulatorHostEnv+" is set: every MultiEndpoint points at the emulator, so failover is not exercised",
 			"emulator", host)
 	}
 	cfg.GRPCgcpConfig = tr.poolSizes(cfg.GRPCgcpConfig)
 	if cfg.DialFunc == nil {
 		cfg.DialFunc = tr.gtransportDialer(opts)
-		settings.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady (issue 13)
-		settings.ownDialer = true
+		pl.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady
+		pl.ownDialer = true
 	}
-	gme, err := NewGCPMultiEndpointWithSettings(&cfg, settings, tr.dialOpts...)
+	gme, err := newGCPMultiEndpoint(parsed, &cfg, s, pl, tr.dialOpts)
 	if err != nil {
 		return nil, nil, err
 	}

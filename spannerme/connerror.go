@@ -1,15 +1,6 @@
 package spannerme
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"io"
-	"net"
-	"os"
-	"strings"
-	"syscall"
 	"time"
 )
 
@@ -61,57 +52,3 @@ const (
 	// ConnOther: anything else; Message says what.
 	ConnOther ConnErrorKind = "other"
 )
-
-// errConnClosed is the message of a ConnClosed error.
-var errConnClosed = errors.New("a ready connection was closed (GOAWAY from the server, reset, or keepalive timeout)")
-
-// classifyConnError returns the kind of a connection attempt's error, as gRPC reports it to
-// its load balancer (a transport ConnectionError wrapping the dialer's or the handshake's
-// error).
-func classifyConnError(err error) ConnErrorKind {
-	var dnsErr *net.DNSError
-	var recordErr tls.RecordHeaderError
-	var verifyErr *tls.CertificateVerificationError
-	var alertErr tls.AlertError
-	var authorityErr x509.UnknownAuthorityError
-	var hostErr x509.HostnameError
-	var invalidErr x509.CertificateInvalidError
-	var netErr net.Error
-	msg := ""
-	if err != nil {
-		msg = err.Error()
-	}
-	switch {
-	case err == nil:
-		return ConnOther
-	case errors.Is(err, errNoAddresses), errors.As(err, &dnsErr):
-		return ConnDNS
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return ConnRefused
-	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.EADDRNOTAVAIL):
-		return ConnUnreachable
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
-		return ConnReset
-	case errors.As(err, &recordErr), errors.As(err, &verifyErr), errors.As(err, &alertErr),
-		errors.As(err, &authorityErr), errors.As(err, &hostErr), errors.As(err, &invalidErr):
-		return ConnTLS
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT),
-		errors.As(err, &netErr) && netErr.Timeout(), strings.Contains(msg, "deadline exceeded"), strings.Contains(msg, "i/o timeout"),
-		// gRPC closes the connection when the attempt's deadline passes during the HTTP/2
-		// handshake; the read of the server's preface then fails so.
-		errors.Is(err, net.ErrClosed), strings.Contains(msg, "use of closed network connection"):
-		return ConnTimeout
-	case strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
-		return ConnTLS
-	case strings.Contains(msg, "no such host"), strings.Contains(msg, "dns:"):
-		return ConnDNS
-	case strings.Contains(msg, "connection refused"):
-		return ConnRefused
-	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "broken pipe"):
-		return ConnReset
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(msg, "preface"),
-		strings.Contains(msg, "settings frame"), strings.Contains(msg, "EOF"), strings.Contains(msg, "http2"):
-		return ConnHandshake
-	}
-	return ConnOther
-}

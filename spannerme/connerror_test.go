@@ -1,16 +1,11 @@
 package spannerme
 
 import (
-	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,43 +15,20 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
-func TestClassifyConnError(t *testing.T) {
-	opErr := func(err error) error { return &net.OpError{Op: "dial", Net: "tcp", Err: err} }
-	for _, tc := range []struct {
-		name string
-		err  error
-		want ConnErrorKind
-	}{
-		{"refused", opErr(os.NewSyscallError("connect", syscall.ECONNREFUSED)), ConnRefused},
-		{"refused, text only", errors.New(`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`), ConnRefused},
-		{"no such host", opErr(&net.DNSError{Err: "no such host", Name: "nowhere", IsNotFound: true}), ConnDNS},
-		{"no address", errNoAddresses, ConnDNS},
-		{"resolver text", errors.New("dns: A record lookup error: lookup x on 10.0.0.1:53: no such host"), ConnDNS},
-		{"unreachable", opErr(os.NewSyscallError("connect", syscall.EHOSTUNREACH)), ConnUnreachable},
-		{"reset", opErr(os.NewSyscallError("read", syscall.ECONNRESET)), ConnReset},
-		{"deadline", fmt.Errorf("transport: %w", context.DeadlineExceeded), ConnTimeout},
-		{"os deadline", opErr(os.ErrDeadlineExceeded), ConnTimeout},
-		{"TLS handshake timeout", errors.New("transport: authentication handshake failed: context deadline exceeded"), ConnTimeout},
-		{"TLS record", fmt.Errorf("transport: authentication handshake failed: %w", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), ConnTLS},
-		{"unknown authority", fmt.Errorf("transport: authentication handshake failed: %w", x509.UnknownAuthorityError{}), ConnTLS},
-		{"wrong host", fmt.Errorf("x: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"}), ConnTLS},
-		{"TLS alert", fmt.Errorf("x: %w", tls.AlertError(40)), ConnTLS},
-		{"TLS text", errors.New("transport: authentication handshake failed: tls: bad certificate"), ConnTLS},
-		{"preface EOF", fmt.Errorf("error reading server preface: %w", io.EOF), ConnHandshake},
-		{"closed by the attempt's deadline", fmt.Errorf("error reading server preface: %w", &net.OpError{Op: "raw-read", Err: net.ErrClosed}), ConnTimeout},
-		{"not HTTP/2", errors.New("error reading server preface: http2: frame too large"), ConnHandshake},
-		{"preface text", errors.New("connection closed before server preface received"), ConnHandshake},
-		{"other", errors.New("something else"), ConnOther},
-		{"nil", nil, ConnOther},
+// The public kinds are the pool's, by name: Status converts one into the other by string.
+func TestConnErrorKindsArePoolKinds(t *testing.T) {
+	for public, internal := range map[ConnErrorKind]pool.ConnErrorKind{
+		ConnDNS: pool.KindDNS, ConnRefused: pool.KindRefused, ConnUnreachable: pool.KindUnreachable,
+		ConnTimeout: pool.KindTimeout, ConnTLS: pool.KindTLS, ConnHandshake: pool.KindHandshake,
+		ConnReset: pool.KindReset, ConnClosed: pool.KindClosed, ConnOther: pool.KindOther,
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := classifyConnError(tc.err); got != tc.want {
-				t.Errorf("classifyConnError(%v) = %q, want %q", tc.err, got, tc.want)
-			}
-		})
+		if string(public) != string(internal) {
+			t.Errorf("spannerme kind %q, pool kind %q", public, internal)
+		}
 	}
 }
 
@@ -154,11 +126,12 @@ func TestUnreachableEndpointNamedWithReason(t *testing.T) {
 		endpoint func(t *testing.T) string
 		want     ConnErrorKind
 		setup    func(s *Settings)
+		dns      resolver.Builder // for the "dns" scheme; nil: gRPC's
 		opts     []grpc.DialOption
 	}{
 		{name: "refused", endpoint: func(t *testing.T) string { return closedAddr(t) }, want: ConnRefused},
 		{name: "no such host", endpoint: func(*testing.T) string { return "nowhere.invalid:443" }, want: ConnDNS,
-			setup: func(s *Settings) { s.dns = nxdomainResolver{} }},
+			dns: nxdomainResolver{}},
 		{name: "handshake never completes", want: ConnTimeout,
 			endpoint: func(t *testing.T) string {
 				e := spannermetest.NewEndpointTB(t, startServer(t, "E1"))
@@ -181,7 +154,7 @@ func TestUnreachableEndpointNamedWithReason(t *testing.T) {
 			bad := tc.endpoint(t)
 			o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(time.Hour, 0, bad)})
 			o.GRPCgcpConfig = oneChannel
-			gme := newGME(t, o, s, tc.opts...)
+			gme := newGMEWith(t, o, s, plumbing{dns: tc.dns}, tc.opts...)
 			var got *ConnError
 			eventually(t, 10*time.Second, "the connection error in Status", func() bool {
 				p, ok := poolOf(gme, bad)

@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
-	"google.golang.org/grpc"
 )
 
 // EndpointOptions are options of one endpoint's channel pool (Settings.EndpointOptions,
@@ -68,62 +66,4 @@ func checkAuthority(a string) string {
 		return checkHostPort(a)
 	}
 	return ""
-}
-
-// dialOptionsFor returns the dial options of endpoint e's pool: the GCPMultiEndpoint's, then
-// those of its EndpointOptions. gme.updateMu must be held.
-func (gme *GCPMultiEndpoint) dialOptionsFor(e string) []grpc.DialOption {
-	eo, ok := gme.endpointOpts[e]
-	if !ok || eo.Authority == "" {
-		return gme.dialOpts
-	}
-	return append(append([]grpc.DialOption(nil), gme.dialOpts...), grpc.WithAuthority(eo.Authority))
-}
-
-// noteDialed records the options the pools of fresh endpoints were dialed with and forgets
-// those of endpoints gone. gme.updateMu must be held.
-func (gme *GCPMultiEndpoint) noteDialed(fresh map[string]*pool, want map[string]bool) {
-	if gme.dialedOpts == nil {
-		gme.dialedOpts = make(map[string]EndpointOptions)
-	}
-	for e := range fresh {
-		gme.dialedOpts[e] = gme.endpointOpts[e]
-	}
-	for e := range gme.dialedOpts {
-		if !want[e] {
-			delete(gme.dialedOpts, e)
-		}
-	}
-}
-
-// updateWithEndpointOptions is UpdateMultiEndpoints that also replaces the endpoint options
-// (Settings.EndpointOptions) new pools are dialed with. Pools already dialed keep theirs:
-// it returns, sorted, the configured endpoints whose pool was dialed with options other than
-// those of eo (they apply once the endpoint is removed and added again, or at a restart).
-// On error nothing changes. Errors as for UpdateMultiEndpoints, and a *ConfigError for eo.
-func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions) (stale []string, err error) {
-	cfg, err := parseConfig(meOpts)
-	if err != nil {
-		return nil, err
-	}
-	opts, err := parseEndpointOptions(eo)
-	if err != nil {
-		return nil, err
-	}
-	cfg.collapseTo(gme.settings.emulator)
-	gme.updateMu.Lock()
-	defer gme.updateMu.Unlock()
-	old := gme.endpointOpts
-	gme.endpointOpts = opts
-	if err := gme.apply(cfg); err != nil {
-		gme.endpointOpts = old
-		return nil, err
-	}
-	for e, dialed := range gme.dialedOpts {
-		if dialed != opts[e] {
-			stale = append(stale, e)
-		}
-	}
-	sort.Strings(stale)
-	return stale, nil
 }

@@ -4,23 +4,18 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 )
 
 // eventQueue hands switch and health events to the logger and to Settings.OnSwitch and
 // Settings.OnHealth on a goroutine of its own, in the order they were emitted. The state
 // machines, the health detectors and the update path push without waiting, so a slow or
 // re-entrant callback (one that calls UpdateMultiEndpoints or Close) can neither block them
-// nor deadlock.
+// nor deadlock. close drops the events not yet delivered and does not wait for a callback in
+// progress (it may be the one calling Close).
 type eventQueue struct {
-	log      *slog.Logger
-	onSwitch func(SwitchEvent)
-	onHealth func(HealthEvent)
-
-	mu     sync.Mutex // guards queue and closed
-	queue  []queuedEvent
-	closed bool
-	wake   chan struct{} // capacity 1: there is something to deliver; closed by close
-	done   chan struct{} // closed when the delivering goroutine has ended
+	q *ordered.Async[queuedEvent]
 }
 
 // queuedEvent is a switch event, or a health event when health is not nil.
@@ -30,80 +25,34 @@ type queuedEvent struct {
 }
 
 func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent), onHealth func(HealthEvent)) *eventQueue {
-	q := &eventQueue{log: log, onSwitch: onSwitch, onHealth: onHealth, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	go q.run()
-	return q
+	e := &eventQueue{}
+	e.q = ordered.NewAsync(func(qe queuedEvent) {
+		if qe.health != nil {
+			if onHealth != nil {
+				onHealth(*qe.health)
+			}
+			return
+		}
+		ev := qe.sw
+		log.Info("spannerme: current endpoint changed",
+			"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
+		// The logger may have taken long: an event not yet handed to OnSwitch at close is
+		// dropped, as documented.
+		if onSwitch != nil && !e.q.Stopped() {
+			onSwitch(ev)
+		}
+	})
+	return e
 }
 
 // push queues ev. It never blocks. Events pushed after close are dropped.
-func (q *eventQueue) push(ev SwitchEvent) { q.add(queuedEvent{sw: ev}) }
+func (e *eventQueue) push(ev SwitchEvent) { e.q.Push(queuedEvent{sw: ev}) }
 
-// pushHealth queues ev like push.
-func (q *eventQueue) pushHealth(ev HealthEvent) { q.add(queuedEvent{health: &ev}) }
+// pushHealth queues ev like push (the observer has logged it).
+func (e *eventQueue) pushHealth(ev HealthEvent) { e.q.Push(queuedEvent{health: &ev}) }
 
-func (q *eventQueue) add(ev queuedEvent) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return
-	}
-	q.queue = append(q.queue, ev)
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (q *eventQueue) run() {
-	defer close(q.done)
-	for range q.wake {
-		for {
-			q.mu.Lock()
-			if q.closed || len(q.queue) == 0 {
-				closed := q.closed
-				q.mu.Unlock()
-				if closed {
-					return
-				}
-				break
-			}
-			qe := q.queue[0]
-			q.queue = q.queue[1:]
-			q.mu.Unlock()
-			if qe.health != nil {
-				q.deliverHealth(*qe.health)
-				continue
-			}
-			ev := qe.sw
-			q.log.Info("spannerme: current endpoint changed",
-				"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
-			if q.onSwitch != nil && q.open() {
-				// Close after the check finds this call already started, as documented.
-				q.onSwitch(ev)
-			}
-		}
-	}
-}
-
-// open reports, under q.mu, that close has not been called: the logger may have taken long,
-// and an event not yet handed to OnSwitch at close is dropped.
-func (q *eventQueue) open() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return !q.closed
-}
-
-// close drops undelivered events, those being logged included, and ends the goroutine once
-// the callback in progress, if any, returns: after close returns, OnSwitch starts no more. It does not wait for that callback, so that OnSwitch may call Close.
-// Idempotent.
-func (q *eventQueue) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.closed {
-		q.closed, q.queue = true, nil
-		close(q.wake)
-	}
-}
+// close drops undelivered events; after it returns no callback starts. Idempotent.
+func (e *eventQueue) close() { e.q.Stop() }
 
 // broadcast wakes every waiter at once: wait returns a channel that the next signal closes.
 // wait takes no lock (it is on the call path); signal is serialized.

@@ -255,12 +255,11 @@ func TestCase_F2_AlreadyConnectedEndpointJoinsAnotherGroup(t *testing.T) {
 	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
 	clk := clock.NewFake(time.Time{})
 	s := fastSettings(nil)
-	s.clock = clk
 	const sd = time.Second
-	gme := newGME(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{
+	gme := newGMEWith(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{
 		"a": group(0, sd, e1.Addr()),
 		"b": group(0, sd, e2.Addr()),
-	}), s)
+	}), s, plumbing{clock: clk})
 	eventually(t, 5*time.Second, "both ready", func() bool {
 		return groupOf(gme, "a").Endpoints[0].State == Available && groupOf(gme, "b").Endpoints[0].State == Available
 	})

@@ -3,18 +3,13 @@ package spannerme
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
-	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // HealthSettings tunes endpoint health from call outcomes (README § Failure semantics): an
@@ -299,12 +294,12 @@ func (p *ProbeStatus) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-// poolHealth returns p's PoolHealth.
-func (p *pool) poolHealth() PoolHealth {
-	if p.health == nil || p.retired() {
+// poolHealthOf converts a pool's status into its PoolHealth.
+func poolHealthOf(ps pool.Status) PoolHealth {
+	if !ps.HealthOn {
 		return PoolHealth{Disabled: true}
 	}
-	s := p.health.Status()
+	s := ps.Health
 	ph := PoolHealth{Ejected: s.Ejected, EjectedAt: s.EjectedAt, EjectedUntil: s.EjectedUntil, Reason: EjectionReason(s.Reason),
 		Detail: s.Detail, Ejections: s.Ejections, Suspect: s.Suspect,
 		LastProbe:     ProbeStatus{At: s.LastProbe.At, Latency: s.LastProbe.Latency, Passed: s.LastProbe.Passed()},
@@ -316,177 +311,14 @@ func (p *pool) poolHealth() PoolHealth {
 	return ph
 }
 
-// available reports whether the groups may use p: it has a ready connection and is not
-// ejected.
-func (p *pool) available() bool {
-	return p.ready.Load() && (p.health == nil || !p.health.Ejected())
-}
-
-// observe records the outcome of one call on p. answered reports that a response (header or
-// message) had arrived. A success takes no lock and allocates nothing. A failure or timeout
-// while p has no ready connection is left to the connectivity monitor: it says nothing
-// about the backend, and it must not keep a reconnected endpoint ejected.
-func (p *pool) observe(err error, answered bool) {
-	h := p.health
-	if h == nil {
-		return
+// poolOptions returns the pools' health options; nil when health is off. h has its
+// defaults.
+func (h HealthSettings) poolOptions() *pool.HealthOptions {
+	if h.Disabled {
+		return nil
 	}
-	if err == nil {
-		h.Success()
-		return
-	}
-	o := health.Classify(err, answered, p.overloadIsFailure)
-	if (o == health.Failure || o == health.Timeout) && connectivity.State(p.state.Load()) != connectivity.Ready {
-		return
-	}
-	h.Record(o, err)
-}
-
-// startHealth gives p its detector, before p is published. Probes run on goroutines p
-// tracks; stopHealth ends them.
-func (gme *GCPMultiEndpoint) startHealth(p *pool) {
-	hs := gme.settings.Health
-	if hs.Disabled {
-		return
-	}
-	p.overloadIsFailure = hs.ResourceExhaustedIsFailure
-	p.probeCtx, p.cancelProbes = context.WithCancel(context.Background())
-	p.health = health.New(health.Options{
-		Config: hs.detectorConfig(), Clock: gme.settings.clock,
-		Probe:   func(seq uint64) { gme.probe(p, seq) },
-		OnEvent: func(ev health.Event) { gme.onHealthEvent(p, ev) },
-	})
-}
-
-// probe runs probe seq of p on a goroutine of its own and reports its result to p's
-// detector. A probe of a pool without a ready connection is skipped, and so is a failure
-// seen once the pool has lost its ready connection: connectivity is the monitor's business.
-func (gme *GCPMultiEndpoint) probe(p *pool, seq uint64) {
-	p.probeMu.Lock()
-	defer p.probeMu.Unlock()
-	if p.probesStopped {
-		return
-	}
-	p.probes.Add(1)
-	go func() {
-		defer p.probes.Done()
-		if connectivity.State(p.state.Load()) != connectivity.Ready {
-			p.health.ProbeDone(seq, health.ErrProbeSkipped, 0)
-			return
-		}
-		clk := gme.settings.clock
-		ctx, cancel := context.WithTimeout(p.probeCtx, gme.settings.Health.ProbeTimeout)
-		start := clk.Now()
-		err := gme.settings.Health.Probe(ctx, p.conn)
-		latency := clk.Now().Sub(start)
-		cancel()
-		if p.probeCtx.Err() != nil {
-			return // stopped: the detector is closed
-		}
-		if err != nil && connectivity.State(p.state.Load()) != connectivity.Ready {
-			err = fmt.Errorf("%w: the pool lost its ready connection: %v", health.ErrProbeSkipped, err)
-		}
-		p.health.ProbeDone(seq, err, latency)
-	}()
-}
-
-// haltHealth closes p's detector and cancels its probes, without waiting for them.
-// Idempotent.
-func (p *pool) haltHealth() {
-	if p.health == nil {
-		return
-	}
-	p.health.Close()
-	p.probeMu.Lock()
-	p.probesStopped = true
-	p.probeMu.Unlock()
-	p.cancelProbes()
-}
-
-// stopHealth halts p's health and waits for its probes to return. Idempotent.
-func (p *pool) stopHealth() {
-	if p.health == nil {
-		return
-	}
-	p.haltHealth()
-	p.probes.Wait()
-}
-
-// onHealthEvent receives p's ejections and readmissions (no lock held): the event goes to
-// the logger and Settings.OnHealth, then the groups hear the new availability and waiting
-// calls pick again. In that order, so that a switch the event causes at once
-// (RecoveryTimeout or SwitchingDelay 0) is queued after it.
-func (gme *GCPMultiEndpoint) onHealthEvent(p *pool, ev health.Event) {
-	if ev.Kind == health.Ejected {
-		gme.obs.ejected(p.endpoint, ev.Reason.String(), ev.Detail, ev.Until, ev.Ejections)
-	} else {
-		gme.obs.readmitted(p.endpoint, ev.Reason.String())
-	}
-	gme.events.pushHealth(HealthEvent{Endpoint: p.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason), Detail: ev.Detail,
-		At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
-	gme.publish(p)
-	gme.changed.signal()
-}
-
-// initialState is what a group adding endpoint e knows of it: Available when its pool is
-// available, Unavailable when the pool is known down (or ejected), Recovering while its
-// first connection attempt is under way or for a fresh pool.
-func initialState(p *pool) multiendpoint.State {
-	switch {
-	case p == nil: // a fresh pool: its first attempt is under way
-		return multiendpoint.Recovering
-	case p.available():
-		return multiendpoint.Available
-	case p.settled.Load():
-		return multiendpoint.Unavailable
-	}
-	return multiendpoint.Recovering
-}
-
-// deliverHealth hands ev to Settings.OnHealth (the observer has logged it). It runs on the
-// event queue's goroutine.
-func (q *eventQueue) deliverHealth(ev HealthEvent) {
-	if q.onHealth != nil && q.open() { // as for OnSwitch: none starts after close
-		q.onHealth(ev)
-	}
-}
-
-// Bits of trackedStream.health.
-const (
-	// streamSent: SendMsg returned nil or io.EOF, so the underlying gRPC stream exists
-	// (grpcgcp's stream interceptor creates it on the first SendMsg).
-	streamSent uint32 = 1 << iota
-	// streamAnswered: a response message arrived.
-	streamAnswered
-	// streamReported: the stream's outcome was recorded.
-	streamReported
-)
-
-// mark sets bit once; later calls only read.
-func (s *trackedStream) mark(bit uint32) {
-	if s.health.Load()&bit == 0 {
-		s.health.Or(bit)
-	}
-}
-
-// ended records the stream's outcome once: err is what RecvMsg or SendMsg returned (io.EOF
-// for a stream that ended well). A stream whose deadline passed counts as answered if it had
-// received a message or its response header: the header is read only then, from a stream
-// that has ended, so a successful stream reads nothing and allocates nothing here.
-func (s *trackedStream) ended(err error) {
-	if s.pool.health == nil || s.health.Or(streamReported)&streamReported != 0 {
-		return
-	}
-	if errors.Is(err, io.EOF) {
-		err = nil
-	}
-	flags := s.health.Load()
-	answered := flags&streamAnswered != 0
-	if !answered && flags&streamSent != 0 && status.Code(err) == codes.DeadlineExceeded {
-		md, _ := s.ClientStream.Header()
-		answered = md != nil
-	}
-	s.pool.observe(err, answered)
+	return &pool.HealthOptions{Config: h.detectorConfig(), ProbeTimeout: h.ProbeTimeout, Probe: h.Probe,
+		OverloadIsFailure: h.ResourceExhaustedIsFailure}
 }
 
 // healthFields is HealthSettings without Probe, for comparing configurations.

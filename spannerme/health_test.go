@@ -212,8 +212,7 @@ func TestTimeoutsAreClassifiedByTheHeader(t *testing.T) {
 	addr := startGRPCServer(t, func(s *grpc.Server) { testpb.RegisterTestServiceServer(s, stallServer{}) })
 	clk := clock.NewFake(time.Now()) // the detector's: how often a timeout may probe again
 	s := fastSettings(nil)
-	s.clock = clk
-	gme := newGME(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)}), s)
+	gme := newGMEWith(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)}), s, plumbing{clock: clk})
 	client := testpb.NewTestServiceClient(gme)
 	stream := func(header bool) {
 		t.Helper()

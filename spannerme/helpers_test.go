@@ -107,7 +107,13 @@ var insecureDial = grpc.WithTransportCredentials(insecure.NewCredentials())
 
 func newGME(tb testing.TB, o *grpcgcp.GCPMultiEndpointOptions, s Settings, opts ...grpc.DialOption) *GCPMultiEndpoint {
 	tb.Helper()
-	gme, err := NewGCPMultiEndpointWithSettings(o, s, append([]grpc.DialOption{insecureDial}, opts...)...)
+	return newGMEWith(tb, o, s, plumbing{}, opts...)
+}
+
+// newGMEWith is newGME with plumbing (a fake clock, a resolver for the "dns" scheme).
+func newGMEWith(tb testing.TB, o *grpcgcp.GCPMultiEndpointOptions, s Settings, pl plumbing, opts ...grpc.DialOption) *GCPMultiEndpoint {
+	tb.Helper()
+	gme, err := newGCPMultiEndpointChecked(o, s, pl, append([]grpc.DialOption{insecureDial}, opts...))
 	if err != nil {
 		tb.Fatalf("NewGCPMultiEndpoint: %v", err)
 	}

@@ -3,6 +3,7 @@ package spannerme
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -159,34 +160,34 @@ func fillNoop(m *metrics) {
 	}
 }
 
-// observe registers the callback of the observable instruments, which reads gme's routing
-// snapshot at each collection.
-func (m *metrics) observe(mp metric.MeterProvider, gme *GCPMultiEndpoint) {
+// metricsView is what the observable instruments read at each collection.
+type metricsView struct {
+	waiting int64
+	active  map[string]int64 // in-flight calls by endpoint, retired pools included
+	groups  []multiendpoint.Status
+}
+
+// observe registers the callback of the observable instruments, which reads view at each
+// collection; view returns false once there is nothing to observe but the waiting calls
+// (after Close).
+func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, bool)) {
 	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.waiting, gme.waiting.Load())
-		s := gme.snap.Load()
-		if s == nil {
+		v, ok := view()
+		o.ObserveInt64(m.waiting, v.waiting)
+		if !ok {
 			return nil
 		}
-		gme.mu.Lock()
-		pools := gme.allPoolsLocked()
-		gme.mu.Unlock()
-		active := make(map[string]int64, len(pools))
-		for _, p := range pools {
-			active[p.endpoint] += p.inFlight()
-		}
-		for e, n := range active {
+		for e, n := range v.active {
 			o.ObserveInt64(m.active, n, metric.WithAttributes(attribute.String(AttrEndpoint, e)))
 		}
-		for name, me := range s.groups {
-			st := me.Status()
+		for _, st := range v.groups {
 			for _, e := range st.Endpoints {
 				for _, state := range []multiendpoint.State{multiendpoint.Available, multiendpoint.Recovering, multiendpoint.Unavailable} {
-					o.ObserveInt64(m.state, boolInt(e.State == state), metric.WithAttributes(attribute.String(AttrMultiEndpoint, name),
+					o.ObserveInt64(m.state, boolInt(e.State == state), metric.WithAttributes(attribute.String(AttrMultiEndpoint, st.Name),
 						attribute.String(AttrEndpoint, e.Endpoint), attribute.String(AttrEndpointState, stateAttr(state))))
 				}
 				o.ObserveInt64(m.current, boolInt(e.Endpoint == st.Current), metric.WithAttributes(
-					attribute.String(AttrMultiEndpoint, name), attribute.String(AttrEndpoint, e.Endpoint)))
+					attribute.String(AttrMultiEndpoint, st.Name), attribute.String(AttrEndpoint, e.Endpoint)))
 			}
 		}
 		return nil
@@ -258,16 +259,23 @@ func newCallAttrs(group, endpoint string) *callAttrs {
 	return a
 }
 
-// callAttrsFor returns p's callAttrs for group, building them on first use.
-func (p *pool) callAttrsFor(group string) *callAttrs {
-	if m := p.attrs.Load(); m != nil {
+// attrCache holds one pool's callAttrs per group, built on first use. The zero value is
+// empty, ready to use; safe for concurrent use, and a hit takes no lock.
+type attrCache struct {
+	m  atomic.Pointer[map[string]*callAttrs]
+	mu sync.Mutex // serializes the building
+}
+
+// of returns the callAttrs of group's calls on endpoint, building them on first use.
+func (c *attrCache) of(group, endpoint string) *callAttrs {
+	if m := c.m.Load(); m != nil {
 		if a := (*m)[group]; a != nil {
 			return a
 		}
 	}
-	p.attrsMu.Lock()
-	defer p.attrsMu.Unlock()
-	old := p.attrs.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
 	if old != nil {
 		if a := (*old)[group]; a != nil {
 			return a
@@ -279,37 +287,29 @@ func (p *pool) callAttrsFor(group string) *callAttrs {
 			next[g] = a
 		}
 	}
-	a := newCallAttrs(group, p.endpoint)
+	a := newCallAttrs(group, endpoint)
 	next[group] = a
-	p.attrs.Store(&next)
+	c.m.Store(&next)
 	return a
 }
 
-// callStart is what callBegin measured; the zero value means "not measured".
-type callStart struct {
-	at time.Time
-	on bool
-}
-
-// callBegin marks a call sent to p for group me: the call's span, if it is recording, gets
-// the group and the endpoint as attributes, and the start time is taken if the metrics
-// record anything.
-func (o *observer) callBegin(ctx context.Context, p *pool, me *multiendpoint.MultiEndpoint) callStart {
+// callBegin marks a call of group sent to endpoint: the call's span, if it is recording,
+// gets the group and the endpoint as attributes, and the start time is returned if the
+// metrics record anything (zero otherwise: the call is not measured).
+func (o *observer) callBegin(ctx context.Context, endpoint, group string) time.Time {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String(AttrMultiEndpoint, me.Name()), attribute.String(AttrEndpoint, p.endpoint))
+		span.SetAttributes(attribute.String(AttrMultiEndpoint, group), attribute.String(AttrEndpoint, endpoint))
 	}
 	m := o.metrics
 	if m.calls.Enabled(ctx) || m.duration.Enabled(ctx) {
-		return callStart{at: time.Now(), on: true}
+		return time.Now()
 	}
-	return callStart{}
+	return time.Time{}
 }
 
-// callEnd records the end of a call that callBegin measured, with its error (nil: OK).
-func (o *observer) callEnd(ctx context.Context, p *pool, group string, cs callStart, err error) {
-	if !cs.on {
-		return
-	}
+// callEnd records the end of a call that callBegin measured from start, with its error
+// (nil: OK), under the attribute sets a.
+func (o *observer) callEnd(ctx context.Context, a *callAttrs, start time.Time, err error) {
 	code := codes.OK
 	if err != nil {
 		code = status.Code(err)
@@ -317,11 +317,10 @@ func (o *observer) callEnd(ctx context.Context, p *pool, group string, cs callSt
 			code = codes.Unknown
 		}
 	}
-	a := p.callAttrsFor(group)
 	m := o.metrics
 	m.calls.Add(ctx, 1, a.add[code]...)
 	if code != codes.OK {
 		m.failures.Add(ctx, 1, a.add[code]...)
 	}
-	m.duration.Record(ctx, time.Since(cs.at).Seconds(), a.record[code]...)
+	m.duration.Record(ctx, time.Since(start).Seconds(), a.record[code]...)
 }

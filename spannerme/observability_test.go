@@ -216,9 +216,10 @@ func TestEjectionHook(t *testing.T) {
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), s)
 	now := gme.obs.now()
 	p := gme.snap.Load().pools[e1.Addr()]
-	gme.onHealthEvent(p, health.Event{Kind: health.Ejected, Reason: health.ConsecutiveFailures, Detail: "10 failures in a row",
+	pe := &poolEvents{gme: gme, endpoint: e1.Addr()}
+	pe.Health(p, health.Event{Kind: health.Ejected, Reason: health.ConsecutiveFailures, Detail: "10 failures in a row",
 		At: now, Until: now.Add(30 * time.Second), Ejections: 1})
-	gme.onHealthEvent(p, health.Event{Kind: health.Readmitted, Reason: health.ConsecutiveFailures, At: now})
+	pe.Health(p, health.Event{Kind: health.Readmitted, Reason: health.ConsecutiveFailures, At: now})
 	eventually(t, 10*time.Second, "two health events delivered", func() bool { eventsMu.Lock(); defer eventsMu.Unlock(); return len(events) == 2 })
 	gme.Close() // delivers the queued log lines
 	if got := logLines(logs, "level=WARN", "endpoint ejected", "endpoint="+e1.Addr(), `reason="consecutive failures"`, "for=30s"); len(got) != 1 {

@@ -1,6 +1,8 @@
 package spannerme
 
 import (
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -72,8 +74,8 @@ func TestWaitForReadyDefaultFromDialOptions(t *testing.T) {
 			grpc.WithChainUnaryInterceptor(counting(&seen)), grpc.WithDefaultCallOptions(grpc.WaitForReady(true))}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			def := waitForReady(false, defaultCallOptions(tc.dial))
-			if got := waitForReady(def, tc.call); got != tc.wantWait {
+			def := pool.WaitForReady(false, pool.DefaultCallOptions(tc.dial))
+			if got := pool.WaitForReady(def, tc.call); got != tc.wantWait {
 				t.Errorf("waitForReady = %v, want %v", got, tc.wantWait)
 			}
 		})
@@ -180,7 +182,7 @@ func TestNoOnSwitchAfterClose(t *testing.T) {
 	close(h.release) // the log line ends after Close returned
 	released = true
 	select {
-	case <-gme.events.done:
+	case <-gme.events.q.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the event goroutine did not end after Close")
 	}

@@ -1,6 +1,8 @@
 package spannerme
 
 import (
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -90,7 +92,7 @@ func TestWaitForReadyDefaultFromClientOptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			if got := waitForReady(false, clientDefaultCallOptions(tc.opts)); got != tc.want {
+			if got := pool.WaitForReady(false, clientDefaultCallOptions(tc.opts)); got != tc.want {
 				t.Errorf("WaitForReady default = %v, want %v", got, tc.want)
 			}
 			if d := time.Since(start); d > 5*time.Second {

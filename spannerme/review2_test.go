@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,12 +13,10 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
-	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
 // The JSON form of a Status is one style throughout: camelCase keys and durations as Go
@@ -149,37 +146,6 @@ func TestHealthEventsBeforeTheSwitchesTheyCause(t *testing.T) {
 	defer mu.Unlock()
 	if !reflect.DeepEqual(seen, want) {
 		t.Fatalf("callbacks in the order %q, want %q", seen, want)
-	}
-}
-
-// An endpoint whose connection attempts fail in two ways by turns (TLS to a plaintext fake
-// endpoint: "reset" and "tls" alternate) logs each kind once while it stays down, not one
-// line per attempt; once it has been up, each kind is logged again.
-func TestConnErrorsAlternatingKindsLoggedOnce(t *testing.T) {
-	logs := &syncBuffer{}
-	clk := clock.Real
-	o := newObserver(slog.New(slog.NewTextHandler(logs, nil)), clk, newMetrics(noop.NewMeterProvider()))
-	w := newConnWatch("e1:443", clk.Now, o.connError)
-	defer w.release()
-	for range 5 {
-		w.record(ConnReset, errors.New("connection reset by peer"))
-		w.record(ConnTLS, errors.New("tls: first record does not look like a TLS handshake"))
-	}
-	p := &pool{endpoint: "e1:443", watch: w}
-	p.ready.Store(true)
-	o.poolAvailability(p) // up
-	p.ready.Store(false)
-	o.poolAvailability(p) // down, with the last error (tls)
-	for range 5 {
-		w.record(ConnReset, errors.New("connection reset by peer"))
-		w.record(ConnTLS, errors.New("tls: first record does not look like a TLS handshake"))
-	}
-	o.close()
-	if got := logLines(logs, "endpoint=e1:443", "kind=reset"); len(got) != 2 {
-		t.Errorf("reset lines: %d, want 2 (once before the endpoint was up, once after)\n%s", len(got), logs)
-	}
-	if got := logLines(logs, "endpoint=e1:443", "kind=tls"); len(got) != 2 {
-		t.Errorf("tls lines: %d, want 2 (once before, and the down line after)\n%s", len(got), logs)
 	}
 }
 

@@ -8,10 +8,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/resolver"
-
-	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
 // Settings tunes what upstream's GCPMultiEndpointOptions cannot express. The zero value is
@@ -94,23 +90,6 @@ type Settings struct {
 	// SwitchingDelay); with SwitchingDelay 0 there is none either. Outside [0, 1] (or NaN) is
 	// a *ConfigError naming the field.
 	SwitchingJitter float64
-
-	// clock is the time source of the state machines; nil means the real clock. Tests in this
-	// package set it.
-	clock clock.Clock
-	// emulator, when set (SPANNER_EMULATOR_HOST), replaces every group's endpoints, at
-	// creation and at every UpdateMultiEndpoints.
-	emulator string
-	// dns, if not nil, resolves the "dns" scheme instead of gRPC's resolver. Tests in this
-	// package set it, to fail name resolution without a DNS query.
-	dns resolver.Builder
-	// ownDialer: the pools are dialed by this package (grpc.NewClient, or gtransport for
-	// NewMultiEndpointClient*), not by a caller's DialFunc, so dial options it appends come
-	// after the caller's (resolver.go).
-	ownDialer bool
-	// callDefaults are the default call options of the client options' dial options
-	// (NewMultiEndpointClient*), which come before the GCPMultiEndpoint's own.
-	callDefaults []grpc.CallOption
 }
 
 // validate returns a *ConfigError naming the first invalid field.
@@ -143,9 +122,25 @@ func (s Settings) withDefaults() Settings {
 	if s.MeterProvider == nil {
 		s.MeterProvider = otel.GetMeterProvider()
 	}
-	if s.clock == nil {
-		s.clock = clock.Real
-	}
 	s.Health = s.Health.withDefaults()
 	return s
+}
+
+// parsedSettings is a validated Settings with its defaults, and its EndpointOptions parsed.
+type parsedSettings struct {
+	Settings
+	endpointOpts endpointOptions
+}
+
+// parse validates s and returns it with its defaults. Errors: a *ConfigError naming the
+// first invalid field or endpoint option.
+func (s Settings) parse() (parsedSettings, error) {
+	if err := s.validate(); err != nil {
+		return parsedSettings{}, err
+	}
+	eo, err := parseEndpointOptions(s.EndpointOptions)
+	if err != nil {
+		return parsedSettings{}, err
+	}
+	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // Status is a point-in-time view of a GCPMultiEndpoint, made by GCPMultiEndpoint.Status. It
@@ -321,7 +322,7 @@ func groupStatusOf(s multiendpoint.Status) GroupStatus {
 // every pool SHUTDOWN.
 func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
-	st := Status{Closed: gme.closed || gme.stop == nil, UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
+	st := Status{Closed: gme.closed || gme.zero(), UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
 		Groups: []GroupStatus{}, Pools: []PoolStatus{}, Config: gme.configStatus.Load().clone()}
 	closedAt := gme.closedAt
 	if s := gme.snap.Load(); s != nil {
@@ -335,14 +336,14 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	}
 	pools := gme.allPoolsLocked()
 	gme.mu.Unlock()
-	if gme.obs != nil {
-		st.At, st.Started = gme.obs.now(), gme.obs.started
-	} else {
+	if gme.zero() {
 		st.At = time.Now()
+	} else {
+		st.At, st.Started = gme.obs.now(), gme.obs.started
 	}
 	for _, me := range groups {
 		g := groupStatusOf(me.Status())
-		if gme.obs != nil {
+		if !gme.zero() {
 			g.Switches = gme.obs.history.of(g.Name)
 		}
 		if g.Switches == nil {
@@ -359,11 +360,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	}
 	sort.Slice(st.Groups, func(i, j int) bool { return st.Groups[i].Name < st.Groups[j].Name })
 	for _, p := range pools {
-		ps := PoolStatus{Endpoint: p.endpoint, Connectivity: connectivityString(p.state.Load()),
-			InFlight: p.inFlight(), Retired: p.retired(), Health: p.poolHealth()}
-		if w := p.watch; w != nil {
-			ps.Since, ps.LastError = w.since(), w.lastError()
-		}
+		ps := poolStatusOf(p.Status())
 		if st.Closed {
 			ps.Connectivity = connectivity.Shutdown.String()
 			ps.Since = closedAt
@@ -384,10 +381,44 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	return st
 }
 
+// poolStatusOf converts a pool's status.
+func poolStatusOf(s pool.Status) PoolStatus {
+	ps := PoolStatus{Endpoint: s.Endpoint, Connectivity: s.Connectivity.String(), Since: s.Since,
+		InFlight: s.InFlight, Retired: s.Retired, Health: poolHealthOf(s)}
+	if e := s.LastError; e != nil {
+		ps.LastError = &ConnError{Kind: ConnErrorKind(e.Kind), Message: e.Message, At: e.At}
+	}
+	return ps
+}
+
+// metricsView returns what the observable metrics read; false after Close (and on a zero
+// value), when only the waiting calls are observed.
+func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
+	v := metricsView{waiting: gme.waiting.Load()}
+	if gme.snap.Load() == nil {
+		return v, false
+	}
+	gme.mu.Lock()
+	pools := gme.allPoolsLocked()
+	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
+	for _, me := range gme.groups {
+		groups = append(groups, me)
+	}
+	gme.mu.Unlock()
+	v.active = make(map[string]int64, len(pools))
+	for _, p := range pools {
+		v.active[p.Endpoint()] += p.InFlight()
+	}
+	for _, me := range groups {
+		v.groups = append(v.groups, me.Status())
+	}
+	return v, true
+}
+
 // allPoolsLocked returns the pools of the configured endpoints and the retired ones still
 // draining. gme.mu must be held.
-func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool {
-	pools := make([]*pool, 0, len(gme.pools)+len(gme.retired))
+func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool.Pool {
+	pools := make([]*pool.Pool, 0, len(gme.pools)+len(gme.retired))
 	for _, p := range gme.pools {
 		pools = append(pools, p)
 	}

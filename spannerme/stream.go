@@ -2,177 +2,33 @@ package spannerme
 
 import (
 	"context"
-	"errors"
-	"io"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
-// inlineCallOptions is how many call options a stream carries without an allocation of its
-// own: the caller's plus the one through which gRPC reports the stream's end (grpc.OnFinish).
-// The Spanner client passes two or three per call.
-const inlineCallOptions = 6
-
-// trackedStream is a stream sent to a pool. It keeps the pool's in-flight count, measures the
-// call, records its outcome for health (health.go) and adds the Spanner client's request ID to
-// its errors, until the stream ends:
-//
-//   - RecvMsg returns an error (io.EOF included), SendMsg returns an error other than io.EOF,
-//     or a call without server streaming has its response: seen here, as the caller sees it,
-//     whatever interceptors sit between this package and gRPC;
-//   - or the call's context is done, which may come with no further call of the caller (it
-//     cancels and walks away). gRPC watches the context of every stream it creates, until the
-//     stream ends, and reports that end through grpc.OnFinish (reported). A report that comes
-//     with the context done ends the call. Any other report is one the caller sees in RecvMsg,
-//     or, when it may not (gRPC ended the stream in Header, in SendMsg, or on a timeout of its
-//     own, and the caller may yet cancel without reading), from then on the context is
-//     watched here (watchAfterReport). A stream that an interceptor opens and gives up (a
-//     retry) therefore does not end the call. Where grpcgcp's interceptor creates the gRPC
-//     stream only at the first SendMsg, the context is watched from the start (watchContext).
-//
-// A stream costs two allocations: the trackedStream, which also holds the call options, and
-// the OnFinish callback; watching the context costs two more, on the paths above only.
-type trackedStream struct {
-	grpc.ClientStream
-	ctx           context.Context
-	pool          *pool
-	serverStreams bool
-	// requestID is the Spanner client's request ID (front.go); "" when the call has none.
-	requestID string
-	done      atomic.Bool
-	health    atomic.Uint32 // streamSent, streamAnswered, streamReported (health.go)
-	// stopAfter stops the context callback of watchContext; nil without one. Set before the
-	// stream is shared, never changed after.
-	stopAfter func() bool
-	// recving: the caller is in RecvMsg. gotReport: gRPC has reported the stream's end.
-	// stopLate stops the context callback of watchAfterReport. Each side stores its flag
-	// before it loads the other's (sequentially consistent atomics), so a report made while
-	// RecvMsg returns a message is seen by at least one of them.
-	recving   atomic.Bool
-	gotReport atomic.Bool
-	stopLate  atomic.Pointer[func() bool]
-
-	// obs, if not nil, measures the stream as a call of group that started at start. These
-	// fields and serverStreams are set before the stream is shared, never changed after.
-	obs   *observer
-	group string
-	start callStart
-
-	opts [inlineCallOptions]grpc.CallOption // backs the call options given to gRPC
+// NewStream starts a streaming call on the current endpoint of the call's group, picked as
+// for Invoke, with the same errors. The call counts as in flight on that endpoint until the
+// stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than io.EOF,
+// a call without server streaming has its response, or ctx is done), so removing the
+// endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
+// cancel ctx. gRPC reports that cancellation through a grpc.OnFinish call option: a stream
+// interceptor among the caller's dial options that does not pass the call options on to gRPC
+// hides it, and a stream abandoned that way then counts as in flight until its endpoint's
+// pool is closed (Settings.DrainTimeout after the endpoint is removed).
+func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return gme.newStream(ctx, desc, method, "", opts)
 }
 
-// callOptions returns opts followed by the option through which gRPC reports the stream's
-// end, in s's own storage when they fit. The slice has no spare capacity: an interceptor that
-// appends to it gets a copy.
-func (s *trackedStream) callOptions(opts []grpc.CallOption) []grpc.CallOption {
-	all := s.opts[:0]
-	if len(opts) >= len(s.opts) {
-		all = make([]grpc.CallOption, 0, len(opts)+1)
+// newStream is NewStream for a call that carries the Spanner client's request ID id ("" for
+// none; the header is already in ctx), which is added to the stream's errors.
+func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
+	p, me, err := gme.pickConnected(ctx, opts)
+	if err != nil {
+		return nil, withRequestID(err, id)
 	}
-	all = append(all, opts...)
-	all = append(all, grpc.OnFinish(s.reported))
-	return all[:len(all):len(all)]
+	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
+	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start})
 }
 
-// reported receives gRPC's report that a stream of this call ended, with its error. With
-// the call's context done, that ends the call. Otherwise, unless the caller is in RecvMsg
-// (which returns the end), the context is watched from now on.
-func (s *trackedStream) reported(err error) {
-	if s.ctx.Err() != nil {
-		s.finish(err)
-		return
-	}
-	s.gotReport.Store(true)
-	if !s.recving.Load() {
-		s.watchAfterReport(err, true)
-	}
-}
-
-// watchAfterReport ends the tracking when the call's context is done, after gRPC reported an
-// end that the caller may not see: with err, gRPC's outcome, if known, else the context's
-// error. Idempotent; a no-op once the tracking has ended.
-func (s *trackedStream) watchAfterReport(err error, known bool) {
-	if s.done.Load() || s.stopAfter != nil || s.stopLate.Load() != nil {
-		return
-	}
-	stop := context.AfterFunc(s.ctx, func() {
-		if !known {
-			err = status.FromContextError(s.ctx.Err()).Err()
-		}
-		s.end(err)
-	})
-	if !s.stopLate.CompareAndSwap(nil, &stop) || s.done.Load() {
-		stop() // another goroutine watches, or finish may have missed this callback
-	}
-}
-
-// watchContext ends the tracking when the call's context is done, for pools where gRPC may
-// not have created the stream by then (grpcgcp's interceptor creates it at the first
-// SendMsg) and so would not report it. It is called before the stream is handed to gRPC, so
-// that finish sees stopAfter.
-func (s *trackedStream) watchContext() {
-	s.stopAfter = context.AfterFunc(s.ctx, func() { s.end(status.FromContextError(s.ctx.Err()).Err()) })
-}
-
-// finish ends the tracking (once) with the stream's outcome, nil or io.EOF for OK, and stops
-// watching the context.
-func (s *trackedStream) finish(err error) {
-	s.end(err)
-	if s.stopAfter != nil {
-		s.stopAfter()
-	}
-	if stop := s.stopLate.Load(); stop != nil {
-		(*stop)()
-	}
-}
-
-// end ends the tracking once: the call is measured and released from the pool.
-func (s *trackedStream) end(err error) {
-	if s.done.CompareAndSwap(false, true) {
-		if s.obs != nil {
-			if errors.Is(err, io.EOF) {
-				err = nil
-			}
-			s.obs.callEnd(s.ctx, s.pool, s.group, s.start, err)
-		}
-		s.pool.release()
-	}
-}
-
-// RecvMsg receives a message and, when the stream is over, records its outcome and ends the
-// tracking.
-func (s *trackedStream) RecvMsg(m any) error {
-	s.recving.Store(true)
-	err := s.ClientStream.RecvMsg(m)
-	s.recving.Store(false)
-	if err != nil || !s.serverStreams {
-		s.ended(err)
-		s.finish(err)
-	} else {
-		s.mark(streamAnswered)
-		if s.gotReport.Load() { // gRPC ended the stream while this message was returned
-			s.watchAfterReport(nil, false)
-		}
-	}
-	return withRequestID(err, s.requestID)
-}
-
-// SendMsg sends a message and ends the tracking on an error other than io.EOF: gRPC has then
-// finished the stream, and the caller (generated code returns nil, err) need not call
-// RecvMsg. With grpcgcp's interceptor the real stream is created here, so this is where a
-// failing endpoint's error shows first.
-func (s *trackedStream) SendMsg(m any) error {
-	err := s.ClientStream.SendMsg(m)
-	if err != nil && !errors.Is(err, io.EOF) {
-		s.ended(err)
-		s.finish(err)
-	} else {
-		s.mark(streamSent)
-	}
-	return withRequestID(err, s.requestID)
-}
-
-func connectivityString(s int32) string { return connectivity.State(s).String() }

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // How each transport setting of spanner.ClientConfig is handled by the client constructors
@@ -267,7 +269,7 @@ func (t *clientTransport) gtransportDialer(opts []option.ClientOption) DialFunc 
 		all := append(vkit.DefaultClientOptions(), option.WithUserAgent(userAgent()))
 		var last []option.ClientOption // trailing dial options go after the caller's
 		for _, d := range dopts {
-			if tr, ok := d.(trailingDialOption); ok {
+			if tr, ok := d.(pool.TrailingDialOption); ok {
 				last = append(last, option.WithGRPCDialOption(tr.DialOption))
 				continue
 			}

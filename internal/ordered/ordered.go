@@ -63,3 +63,6 @@ func (q *Queue[E]) call(mu *sync.Mutex, f func(E), ev E) {
 	f(ev)
 	returned = true
 }
+
+// Len returns the number of events queued. The caller holds the owner's mutex.
+func (q *Queue[E]) Len() int { return len(q.events) }

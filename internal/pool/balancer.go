@@ -1,0 +1,213 @@
+package pool
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/balancer/base"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+	"google.golang.org/grpc/status"
+)
+
+// poolBalancerName is the load-balancing policy of every pool: grpc_gcp, watched (watch.go).
+const poolBalancerName = "spannerme_pool"
+
+func init() { balancer.Register(poolBalancerBuilder{}) }
+
+// errNoAddresses is what calls get while an endpoint's name resolves to no address.
+var errNoAddresses = errors.New("spannerme: the name resolved to no address")
+
+// nonEmptyBuilder builds grpcgcp's balancer (registered by grpcgcp's init as grpcgcp.Name)
+// behind nonEmptyBalancer: the child of every pool's spannerme_pool policy.
+//
+// Why a balancer and not a resolver: gRPC's DNS resolver reports a name that does not exist
+// (NXDOMAIN) as an empty address list, and grpcgcp v1.6.0's balancer, asked to keep MinSize
+// channels, then retries creating them in a loop that holds its lock: a CPU spins, the log
+// floods, and closing the pool never returns. Guarding the balancer leaves every resolver to
+// the caller (a resolver given with grpc.WithResolvers, for the dns scheme too, is used as
+// given: grpc/grpc-go#3320), and guards whichever resolver is used.
+type nonEmptyBuilder struct{}
+
+func (nonEmptyBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	return &nonEmptyBalancer{Balancer: balancer.Get(grpcgcp.Name).Build(cc, opts), cc: cc}
+}
+
+// nonEmptyBalancer passes everything to grpcgcp's balancer except a resolver state without
+// addresses, which it refuses with balancer.ErrBadResolverState (gRPC then re-resolves with
+// backoff). Until the first addresses arrive, the pool is in TRANSIENT_FAILURE and calls
+// fail with UNAVAILABLE; later, the last good addresses stay in use. A state that lists
+// endpoints only has their addresses passed on (grpcgcp reads Addresses). gRPC serializes
+// the calls to a balancer, so started needs no lock.
+type nonEmptyBalancer struct {
+	balancer.Balancer
+	cc      balancer.ClientConn
+	started bool // grpcgcp's balancer has been given addresses
+}
+
+func (b *nonEmptyBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	s.ResolverState.Addresses = resolvedAddresses(s.ResolverState)
+	if len(s.ResolverState.Addresses) == 0 {
+		if !b.started {
+			b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
+				Picker: base.NewErrPicker(status.Error(codes.Unavailable, errNoAddresses.Error()))})
+		}
+		return balancer.ErrBadResolverState
+	}
+	b.started = true
+	return b.Balancer.UpdateClientConnState(s)
+}
+
+// resolvedAddresses returns the addresses of a resolver state: its Addresses, else those of
+// its Endpoints. None means the name resolved to no address.
+func resolvedAddresses(s resolver.State) []resolver.Address {
+	if len(s.Addresses) != 0 {
+		return s.Addresses
+	}
+	var addrs []resolver.Address
+	for _, e := range s.Endpoints {
+		addrs = append(addrs, e.Addresses...)
+	}
+	return addrs
+}
+
+// poolBalancerBuilder builds the spannerme_pool policy: grpc_gcp, watched.
+type poolBalancerBuilder struct{}
+
+func (poolBalancerBuilder) Name() string { return poolBalancerName }
+
+func (poolBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	b := &poolBalancer{states: make(map[balancer.SubConn]connectivity.State)}
+	b.child = nonEmptyBuilder{}.Build(&poolClientConn{ClientConn: cc, b: b}, opts)
+	return b
+}
+
+// poolLBConfig is the parsed spannerme_pool configuration.
+type poolLBConfig struct {
+	serviceconfig.LoadBalancingConfig
+	watch uint64
+	child serviceconfig.LoadBalancingConfig
+}
+
+// ParseConfig reads {"watch":"<id>","child":<grpc_gcp configuration>}.
+func (poolBalancerBuilder) ParseConfig(j json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
+	var c struct {
+		Watch uint64          `json:"watch,string"`
+		Child json.RawMessage `json:"child"`
+	}
+	if err := json.Unmarshal(j, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", poolBalancerName, err)
+	}
+	parser, ok := balancer.Get(grpcgcp.Name).(balancer.ConfigParser)
+	if !ok {
+		return nil, fmt.Errorf("%s: the %s balancer parses no configuration", poolBalancerName, grpcgcp.Name)
+	}
+	if len(c.Child) == 0 {
+		c.Child = json.RawMessage("{}")
+	}
+	child, err := parser.ParseConfig(c.Child)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", poolBalancerName, err)
+	}
+	return &poolLBConfig{watch: c.Watch, child: child}, nil
+}
+
+// poolBalancer is grpc_gcp with every channel's state changes observed first.
+type poolBalancer struct {
+	child balancer.Balancer
+
+	// mu guards watch and states. gRPC serializes a balancer's calls, so it is never
+	// contended; it keeps that an implementation detail.
+	mu     sync.Mutex
+	watch  *Watch
+	states map[balancer.SubConn]connectivity.State
+}
+
+func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
+	if c, ok := s.BalancerConfig.(*poolLBConfig); ok {
+		b.mu.Lock()
+		if b.watch == nil {
+			if w, ok := watches.Load(c.watch); ok {
+				b.watch = w.(*Watch)
+			}
+		}
+		b.mu.Unlock()
+		s.BalancerConfig = c.child
+	}
+	if len(resolvedAddresses(s.ResolverState)) == 0 { // refused by nonEmptyBalancer
+		b.mu.Lock()
+		w := b.watch
+		b.mu.Unlock()
+		w.record(KindDNS, errNoAddresses)
+	}
+	return b.child.UpdateClientConnState(s)
+}
+
+// ResolverError records a name resolution error that comes after the first resolution (those
+// before it reach no balancer: dnsRecorder records them).
+func (b *poolBalancer) ResolverError(err error) {
+	b.mu.Lock()
+	w := b.watch
+	b.mu.Unlock()
+	w.record(KindDNS, err)
+	b.child.ResolverError(err)
+}
+
+// UpdateSubConnState is how gRPC reports the state of a SubConn created without a
+// StateListener, as grpc_gcp v1.6.0 creates them.
+func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
+	b.observe(sc, s)
+	//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
+	b.child.UpdateSubConnState(sc, s)
+}
+
+func (b *poolBalancer) Close()    { b.child.Close() }
+func (b *poolBalancer) ExitIdle() { b.child.ExitIdle() }
+
+// observe records a channel's failed connection attempt (TRANSIENT_FAILURE with its error)
+// and a ready connection that closed (READY to IDLE: gRPC gives no error then). It runs
+// before grpc_gcp sees the change, so the error is recorded before the pool's state moves.
+func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
+	b.mu.Lock()
+	prev := b.states[sc]
+	if s.ConnectivityState == connectivity.Shutdown {
+		delete(b.states, sc)
+	} else {
+		b.states[sc] = s.ConnectivityState
+	}
+	w := b.watch
+	b.mu.Unlock()
+	switch {
+	case s.ConnectivityState == connectivity.TransientFailure && s.ConnectionError != nil:
+		w.record(ClassifyConnError(s.ConnectionError), s.ConnectionError)
+	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle:
+		w.record(KindClosed, errConnClosed)
+	}
+}
+
+// poolClientConn is what grpc_gcp sees as its ClientConn: gRPC's, with SubConn state
+// listeners (if grpc_gcp sets any) observed first.
+type poolClientConn struct {
+	balancer.ClientConn
+	b *poolBalancer
+}
+
+func (c *poolClientConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
+	if l := opts.StateListener; l != nil {
+		var sc balancer.SubConn
+		opts.StateListener = func(s balancer.SubConnState) {
+			c.b.observe(sc, s)
+			l(s)
+		}
+		var err error
+		sc, err = c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
+		return sc, err
+	}
+	return c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
+}

@@ -1,0 +1,95 @@
+package pool
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ConnError is a connection error of a pool: why a connection attempt failed, or that a
+// ready connection was closed.
+type ConnError struct {
+	Kind    ConnErrorKind
+	Message string // gRPC's (or the name resolver's) description of the error
+	At      time.Time
+}
+
+// ConnErrorKind classifies a connection error: a short lowercase word. The public
+// spannerme.ConnErrorKind documents each kind.
+type ConnErrorKind string
+
+// The kinds of connection errors.
+const (
+	KindDNS         ConnErrorKind = "dns"
+	KindRefused     ConnErrorKind = "refused"
+	KindUnreachable ConnErrorKind = "unreachable"
+	KindTimeout     ConnErrorKind = "timeout"
+	KindTLS         ConnErrorKind = "tls"
+	KindHandshake   ConnErrorKind = "handshake"
+	KindReset       ConnErrorKind = "reset"
+	KindClosed      ConnErrorKind = "closed"
+	KindOther       ConnErrorKind = "other"
+	// KindUnknown: no error was recorded (Observer.Down, FirstAttemptFailed).
+	KindUnknown ConnErrorKind = "unknown"
+)
+
+// errConnClosed is the message of a KindClosed error.
+var errConnClosed = errors.New("a ready connection was closed (GOAWAY from the server, reset, or keepalive timeout)")
+
+// ClassifyConnError returns the kind of a connection attempt's error, as gRPC reports it to
+// its load balancer (a transport ConnectionError wrapping the dialer's or the handshake's
+// error).
+func ClassifyConnError(err error) ConnErrorKind {
+	var dnsErr *net.DNSError
+	var recordErr tls.RecordHeaderError
+	var verifyErr *tls.CertificateVerificationError
+	var alertErr tls.AlertError
+	var authorityErr x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidErr x509.CertificateInvalidError
+	var netErr net.Error
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	switch {
+	case err == nil:
+		return KindOther
+	case errors.Is(err, errNoAddresses), errors.As(err, &dnsErr):
+		return KindDNS
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return KindRefused
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.EADDRNOTAVAIL):
+		return KindUnreachable
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return KindReset
+	case errors.As(err, &recordErr), errors.As(err, &verifyErr), errors.As(err, &alertErr),
+		errors.As(err, &authorityErr), errors.As(err, &hostErr), errors.As(err, &invalidErr):
+		return KindTLS
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT),
+		errors.As(err, &netErr) && netErr.Timeout(), strings.Contains(msg, "deadline exceeded"), strings.Contains(msg, "i/o timeout"),
+		// gRPC closes the connection when the attempt's deadline passes during the HTTP/2
+		// handshake; the read of the server's preface then fails so.
+		errors.Is(err, net.ErrClosed), strings.Contains(msg, "use of closed network connection"):
+		return KindTimeout
+	case strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
+		return KindTLS
+	case strings.Contains(msg, "no such host"), strings.Contains(msg, "dns:"):
+		return KindDNS
+	case strings.Contains(msg, "connection refused"):
+		return KindRefused
+	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "broken pipe"):
+		return KindReset
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(msg, "preface"),
+		strings.Contains(msg, "settings frame"), strings.Contains(msg, "EOF"), strings.Contains(msg, "http2"):
+		return KindHandshake
+	}
+	return KindOther
+}

@@ -1,0 +1,84 @@
+package pool
+
+import (
+	"context"
+
+	"google.golang.org/grpc/connectivity"
+)
+
+// StartMonitor starts the pool's connectivity monitor on a goroutine of its own; Close stops
+// it and waits for it. Call it once, after the pool is published to its owner's routing (its
+// first reports must find it there). After Close it starts nothing.
+func (p *Pool) StartMonitor() {
+	p.monitorMu.Lock()
+	defer p.monitorMu.Unlock()
+	if p.stopMonitor != nil {
+		return // closed, or started already
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stopMonitor = cancel
+	go p.monitor(ctx)
+}
+
+// monitor follows the pool's connectivity state until ctx is done, reporting every change of
+// state (Observer.StateChanged) and of availability (Observer.Availability, then the
+// endpoint's transition: Up, Down, Unreachable). READY is available; CONNECTING,
+// TRANSIENT_FAILURE and SHUTDOWN are not. IDLE is no failure: the channel went idle (no
+// calls for its idle timeout, when the caller's dial options enable one), so the monitor asks
+// it to connect and keeps the last availability until the reconnection settles; a warm
+// standby thus stays connected without any call (F1). A READY pool that leaves READY for an
+// instant (all its connections dropped, one back at once) is reported down and up, so that a
+// flapping endpoint is seen flapping (F4).
+func (p *Pool) monitor(ctx context.Context) {
+	defer close(p.monitorDone)
+	report := func() {
+		p.obs.Availability(p)
+		if p.watch != nil {
+			p.watch.availability(p.ready.Load())
+		}
+	}
+	setReady := func(ready bool) {
+		if p.ready.Load() != ready {
+			p.ready.Store(ready)
+			report()
+		}
+	}
+	waking := false // Connect was called on an IDLE pool and it has not settled yet
+	for {
+		s := p.conn.GetState()
+		if p.state.Swap(int32(s)) != int32(s) {
+			if p.watch != nil {
+				p.watch.stateChanged()
+			}
+			p.obs.StateChanged(p)
+		}
+		switch {
+		case s == connectivity.Idle:
+			waking = true
+			p.conn.Connect()
+		case s == connectivity.Connecting && waking:
+			// Reconnecting after idleness, not after a failure: availability unchanged.
+		case s == connectivity.TransientFailure && !p.settled.Load():
+			// The first attempt failed: groups waiting for it (RecoveryTimeout 0) must hear
+			// it, though the availability was already "not ready".
+			waking = false
+			p.settled.Store(true)
+			p.ready.Store(false)
+			report()
+		default:
+			waking = false
+			if s == connectivity.Ready || s == connectivity.TransientFailure {
+				p.settled.Store(true)
+			}
+			setReady(s == connectivity.Ready)
+		}
+		if !p.conn.WaitForStateChange(ctx, s) {
+			return
+		}
+		if s == connectivity.Ready && p.conn.GetState() != connectivity.Idle {
+			// It left READY, if only for an instant (every connection dropped and one came
+			// back at once): report the drop, so that a flapping endpoint is seen flapping.
+			setReady(false)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+)
+
+// prober runs a pool's probes on goroutines it tracks.
+type prober struct {
+	// Set by startHealth before the pool is shared, never changed after.
+	timeout           time.Duration
+	probe             func(ctx context.Context, conn grpc.ClientConnInterface) error
+	overloadIsFailure bool
+	ctx               context.Context // cancelled by haltHealth
+	cancel            context.CancelFunc
+
+	mu      sync.Mutex // guards stopped and the Add of wg
+	stopped bool
+	wg      sync.WaitGroup // probe goroutines
+}
+
+// startHealth gives p its detector, before p is shared.
+func (p *Pool) startHealth(o HealthOptions) {
+	p.probes.timeout, p.probes.probe, p.probes.overloadIsFailure = o.ProbeTimeout, o.Probe, o.OverloadIsFailure
+	p.probes.ctx, p.probes.cancel = context.WithCancel(context.Background())
+	var probe func(uint64)
+	if o.Probe != nil {
+		probe = p.probe
+	}
+	p.health = health.New(health.Options{
+		Config: o.Config, Clock: p.clock, Probe: probe,
+		OnEvent: func(ev health.Event) { p.obs.Health(p, ev) },
+	})
+}
+
+// probe runs probe seq of p on a goroutine of its own and reports its result to p's
+// detector. A probe of a pool without a ready connection is skipped, and so is a failure
+// seen once the pool has lost its ready connection: connectivity is the monitor's business.
+func (p *Pool) probe(seq uint64) {
+	p.probes.mu.Lock()
+	defer p.probes.mu.Unlock()
+	if p.probes.stopped {
+		return
+	}
+	p.probes.wg.Add(1)
+	go func() {
+		defer p.probes.wg.Done()
+		if p.State() != connectivity.Ready {
+			p.health.ProbeDone(seq, health.ErrProbeSkipped, 0)
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
+		start := p.clock.Now()
+		err := p.probes.probe(ctx, p.conn)
+		latency := p.clock.Now().Sub(start)
+		cancel()
+		if p.probes.ctx.Err() != nil {
+			return // stopped: the detector is closed
+		}
+		if err != nil && p.State() != connectivity.Ready {
+			err = fmt.Errorf("%w: the pool lost its ready connection: %v", health.ErrProbeSkipped, err)
+		}
+		p.health.ProbeDone(seq, err, latency)
+	}()
+}
+
+// haltHealth closes p's detector and cancels its probes, without waiting for them.
+// Idempotent.
+func (p *Pool) haltHealth() {
+	if p.health == nil {
+		return
+	}
+	p.health.Close()
+	p.probes.mu.Lock()
+	p.probes.stopped = true
+	p.probes.mu.Unlock()
+	p.probes.cancel()
+}
+
+// stopHealth halts p's health and waits for its probes to return. Idempotent.
+func (p *Pool) stopHealth() {
+	if p.health == nil {
+		return
+	}
+	p.haltHealth()
+	p.probes.wg.Wait()
+}

@@ -1,0 +1,166 @@
+package spannerme
+
+import (
+	"context"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+)
+
+// Invoke performs a unary call on the current endpoint of the call's group. While that
+// endpoint's pool is connecting, the call waits (until it connects, fails, or the group
+// switches) instead of queuing in gRPC; so does a call that waits for ready
+// (grpc.WaitForReady(true), per call or as a default call option) while the pool has
+// failed. Errors: the call's own; CANCELED after Close (and on a zero-value
+// GCPMultiEndpoint); UNAVAILABLE when reconfigurations kept retiring the picked pool (rare;
+// retryable); the context's error, as a gRPC status, if it ends while the call waits. A call
+// sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
+// gets the group and the endpoint as attributes.
+func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	p, me, err := gme.pickConnected(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer p.Release()
+	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
+	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
+	p.Observe(err, false)
+	p.EndCall(ctx, me.Name(), start, err)
+	return err
+}
+
+// errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a
+// closed ClientConn.
+var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
+
+// pickConnected returns the acquired pool of the current endpoint of ctx's group, once that
+// pool is not connecting. A pool that is connecting (CONNECTING or IDLE) does not take the
+// call: gRPC would hold it until the connection attempt ends, up to MinConnectTimeout, even
+// after the group has failed over (an endpoint that accepts TCP and never answers, F3). The
+// call waits here instead, holding nothing, until a pool's state or a group's current
+// endpoint changes, and picks again. READY pools take it at once; so do pools in
+// TRANSIENT_FAILURE, where gRPC fails it fast with UNAVAILABLE for the Spanner client to
+// retry; unless the call waits for ready (grpc.WaitForReady(true), given by the call or as a
+// default call option of the dial options), which gRPC would hold in that pool. It also
+// returns the group that picked the pool. Errors: those of pick, and the context's (as a
+// gRPC status) while waiting.
+func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
+	if gme.zero() {
+		return nil, nil, errClosedCall
+	}
+	count := true
+	for {
+		changed := gme.changed.wait() // before the pick: no news between them is lost
+		p, me, err := gme.pick(ctx, count)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch p.State() {
+		case connectivity.Connecting, connectivity.Idle:
+		case connectivity.TransientFailure:
+			if !pool.WaitForReady(gme.waitForReadyDefault, opts) {
+				return p, me, nil // gRPC fails it fast, for the Spanner client to retry
+			}
+			// gRPC would hold it in this pool even after the group fails over.
+		default:
+			return p, me, nil
+		}
+		p.Release()
+		count = false
+		gme.waiting.Add(1)
+		select {
+		case <-changed:
+			gme.waiting.Add(-1)
+		case <-ctx.Done():
+			gme.waiting.Add(-1)
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// pick returns the acquired pool of the current endpoint of ctx's group, and the group. A
+// pool retired between the snapshot load and the acquire makes it retry on the newer
+// snapshot. count says whether a call naming an unknown group is counted. The name "" is
+// the default group's, as no name is.
+func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
+	name, named := FromMEContext(ctx)
+	named = named && name != ""
+	for range 4 {
+		s := gme.snap.Load()
+		if s == nil {
+			return nil, nil, errClosedCall
+		}
+		me := s.def
+		if named && name != s.defaultName {
+			if g, ok := s.groups[name]; ok {
+				me = g
+			} else if count {
+				gme.noteUnknown(name)
+				count = false
+			}
+		}
+		if p := s.pools[me.Current()]; p != nil && p.Acquire() {
+			return p, me, nil
+		}
+	}
+	// Only a reconfiguration racing this call on every attempt gets here.
+	return nil, nil, status.Error(codes.Unavailable, "spannerme: endpoint reconfigured during the call; retry")
+}
+
+// maxUnknownNames bounds how many distinct unknown group names are remembered; calls naming
+// further ones are counted under otherUnknownNames.
+const (
+	maxUnknownNames   = 64
+	otherUnknownNames = "(other unknown names)"
+)
+
+// noteUnknown counts a call that named a group that is not configured, logging the name once.
+// The first maxUnknownNames distinct names are kept, however many first calls race; only the
+// first call of each of them takes unknownMu.
+func (gme *GCPMultiEndpoint) noteUnknown(name string) {
+	if c, ok := gme.unknown.Load(name); ok {
+		c.(*atomic.Int64).Add(1)
+		return
+	}
+	c, fresh := gme.unknownCounter(name)
+	c.Add(1)
+	if fresh {
+		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
+			"multiendpoint", name, "default", gme.snap.Load().defaultNameOrEmpty())
+	}
+}
+
+// unknownCounter returns the counter of an unknown name that is not stored yet: its own,
+// stored now if fewer than maxUnknownNames names are kept (fresh), else the shared one.
+func (gme *GCPMultiEndpoint) unknownCounter(name string) (c *atomic.Int64, fresh bool) {
+	other := func() *atomic.Int64 {
+		c, _ := gme.unknown.LoadOrStore(otherUnknownNames, new(atomic.Int64))
+		return c.(*atomic.Int64)
+	}
+	if gme.unknownNames.Load() >= maxUnknownNames { // full: never again a lock
+		// A name is stored before it is counted, so every kept name is visible now, this
+		// one included if a racing first call stored it since the caller looked.
+		if v, ok := gme.unknown.Load(name); ok {
+			return v.(*atomic.Int64), false
+		}
+		return other(), false
+	}
+	gme.unknownMu.Lock()
+	defer gme.unknownMu.Unlock()
+	if v, ok := gme.unknown.Load(name); ok { // stored by a racing first call
+		return v.(*atomic.Int64), false
+	}
+	if gme.unknownNames.Load() >= maxUnknownNames {
+		return other(), false
+	}
+	c = new(atomic.Int64)
+	gme.unknown.Store(name, c)
+	gme.unknownNames.Add(1)
+	return c, true
+}

@@ -1,0 +1,303 @@
+package spannerme
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
+	"google.golang.org/grpc"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+)
+
+// UpdateMultiEndpoints applies a new configuration while calls flow. It returns once new
+// pools are dialed (dials do not wait for connections) and the new routing is in force;
+// concurrent calls to it, and Close, wait for it. Groups are matched by
+// name: new ones are created, missing ones removed, kept ones get the new endpoint list,
+// RecoveryTimeout and SwitchingDelay (their endpoints' states are kept). Endpoints are
+// matched by address: a new one gets a new pool; one no group lists any more is retired: it
+// takes no new calls, its in-flight calls (unary and streaming) finish, and it is closed when
+// they are done or after Settings.DrainTimeout. GRPCgcpConfig and DialFunc of meOpts are
+// ignored: pools keep the configuration they were dialed with.
+//
+// The whole configuration is validated and every new pool dialed before anything changes: on
+// error nothing changes and the new pools are closed. Errors: a *ConfigError wrapping
+// ErrInvalidConfig; a dial error naming the endpoint; ErrClosed after Close (and on a
+// zero-value GCPMultiEndpoint).
+func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpointOptions) error {
+	if gme.zero() {
+		return ErrClosed
+	}
+	cfg, err := parseConfig(meOpts)
+	if err != nil {
+		return err
+	}
+	cfg.collapseTo(gme.pl.emulator)
+	gme.updateMu.Lock()
+	defer gme.updateMu.Unlock()
+	return gme.apply(cfg)
+}
+
+// apply moves to cfg: dial, create groups, publish, update groups, publish, retire.
+// gme.updateMu must be held; gme.mu is taken only to read and write the maps, never across a
+// dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
+func (gme *GCPMultiEndpoint) apply(cfg *config) error {
+	gme.mu.Lock()
+	if gme.closed || gme.zero() {
+		gme.mu.Unlock()
+		return ErrClosed
+	}
+	oldPools, oldGroups := gme.pools, gme.groups // replaced, never mutated, under updateMu
+	gme.mu.Unlock()
+
+	// 1. Dial new pools. Nothing is visible yet.
+	want := cfg.endpoints()
+	fresh := make(map[string]*pool.Pool)
+	closeFresh := func() {
+		for _, p := range fresh {
+			p.Close()
+		}
+	}
+	for _, g := range cfg.groups {
+		for i, e := range g.endpoints {
+			if oldPools[e] != nil || fresh[e] != nil {
+				continue
+			}
+			obs := &poolEvents{gme: gme, endpoint: e}
+			w := pool.NewWatch(e, gme.pl.clock, obs)
+			opts := pool.DialOptions(w, gme.gcpJSON, gme.dialOptionsFor(e), gme.pl.ownDialer, gme.pl.dns)
+			conn, err := gme.dial(gme.dialCtx, e, opts...)
+			if err == nil && conn == nil {
+				err = errors.New("DialFunc returned no connection and no error")
+			}
+			if err != nil {
+				w.Release()
+				closeFresh()
+				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
+			}
+			fresh[e] = pool.New(e, conn, pool.Options{Observer: obs, Clock: gme.pl.clock, Watch: w,
+				Health: gme.settings.Health.poolOptions(), LazyStreams: gme.lazyStreams, DecorateError: withRequestID})
+		}
+	}
+	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);
+	// a fresh pool has not connected yet.
+	// The closure stays with the group for its later SetEndpoints, so it reads the snapshot
+	// in force when it is called, never a map captured now (a re-added endpoint has a fresh
+	// pool, not the retired one).
+	initial := func(e string) multiendpoint.State {
+		var p *pool.Pool
+		if s := gme.snap.Load(); s != nil {
+			p = s.pools[e]
+		}
+		return initialState(p)
+	}
+	created := make(map[string]*multiendpoint.MultiEndpoint)
+	for _, g := range cfg.groups {
+		if oldGroups[g.name] != nil {
+			continue
+		}
+		me, err := multiendpoint.New(multiendpoint.Options{
+			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
+			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.pl.clock,
+			SwitchingJitter: gme.settings.SwitchingJitter,
+			// With RecoveryTimeout 0, a first connection attempt gets as long as gRPC gives it.
+			ConnectGrace: gme.settings.MinConnectTimeout,
+		})
+		if err != nil { // unreachable after parseConfig; never leave a half-applied update
+			for _, me := range created {
+				me.Close()
+			}
+			closeFresh()
+			return err
+		}
+		created[g.name] = me
+	}
+	// 3. Publish the new groups over the union of old and new pools, then update kept groups:
+	// a call that read the old snapshot and sees a new current endpoint retries on this one.
+	union := make(map[string]*pool.Pool, len(oldPools)+len(fresh))
+	for e, p := range oldPools {
+		union[e] = p
+	}
+	for e, p := range fresh {
+		union[e] = p
+	}
+	groups := make(map[string]*multiendpoint.MultiEndpoint, len(cfg.groups))
+	for _, g := range cfg.groups {
+		if me := oldGroups[g.name]; me != nil {
+			groups[g.name] = me
+		} else {
+			groups[g.name] = created[g.name]
+		}
+	}
+	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: union})
+	for _, g := range cfg.groups {
+		if me := oldGroups[g.name]; me != nil {
+			// Validated by parseConfig; it fails only after the group's Close, which only
+			// Close and this function call, under updateMu.
+			_ = me.Reconfigure(g.endpoints, g.recoveryTimeout, g.switchingDelay)
+		}
+	}
+	// 4. Publish the final snapshot: only configured endpoints.
+	pools := make(map[string]*pool.Pool, len(want))
+	for e := range want {
+		pools[e] = union[e]
+	}
+	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: pools})
+	gme.changed.signal()
+	// 5. Start monitoring the new pools; sync every group with every pool's availability
+	// (an endpoint already READY that a group starts listing is Available at once).
+	for _, p := range fresh {
+		p.StartMonitor()
+	}
+	for _, p := range pools {
+		gme.publish(p)
+	}
+	// 6. Retire what is gone.
+	var gone []*pool.Pool
+	gme.noteDialed(fresh, want)
+	gme.mu.Lock()
+	gme.groups, gme.pools = groups, pools
+	for e, p := range oldPools {
+		if !want[e] {
+			gme.retired[p] = true
+			gone = append(gone, p)
+		}
+	}
+	gme.mu.Unlock()
+	for name, me := range oldGroups {
+		if groups[name] == nil {
+			me.Close()
+		}
+	}
+	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
+	for _, p := range gone {
+		gme.retire(p)
+	}
+	return nil
+}
+
+// publish tells every group of the current snapshot the pool's availability, if the pool is
+// still the one serving its endpoint. Reports of one pool are serialized and each reads the
+// availability under the lock; since every change of it is followed by a publish, the last
+// report always carries the latest value.
+//
+// The reports of one pool are serialized (pool.Report) and held while the state machines
+// run, and so while a switch is counted on the meter provider's switches counter (an
+// OpenTelemetry instrument's Add, which must not block); never across a gRPC call, a dial,
+// or OnSwitch, OnHealth or the Logger (switch events are queued for them).
+func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
+	p.Report(func(ready, settled bool) { // ready: connected and not ejected
+		s := gme.snap.Load()
+		if s == nil || s.pools[p.Endpoint()] != p {
+			return // closed, or a retired pool: its news concern nobody
+		}
+		if !ready && !settled {
+			return // its first attempt is under way: nothing is known yet (rule 1)
+		}
+		for _, me := range s.groups {
+			me.SetEndpointAvailability(p.Endpoint(), ready)
+		}
+	})
+}
+
+// onSwitch receives every group's switch events, synchronously: waiting calls pick again,
+// the observer counts and remembers the event, and it is queued for the logger and
+// Settings.OnSwitch.
+func (gme *GCPMultiEndpoint) onSwitch(me multiendpoint.Event) {
+	ev := switchEventOf(me)
+	gme.changed.signal()
+	gme.obs.switched(ev)
+	gme.events.push(ev)
+}
+
+// retire stops new calls on p and closes it once drained. gme.updateMu must be held (it
+// starts a goroutine counted by gme.wg).
+func (gme *GCPMultiEndpoint) retire(p *pool.Pool) {
+	p.Retire() // halts its health; the drain goroutine's close waits for the probes, not the update
+	gme.wg.Add(1)
+	go func() {
+		defer gme.wg.Done()
+		if p.DrainThenClose(gme.settings.DrainTimeout, gme.stop) {
+			gme.log.Warn("spannerme: retired endpoint's pool closed with calls still in flight after the drain timeout",
+				"endpoint", p.Endpoint(), "in_flight", p.InFlight(), "drain_timeout", gme.settings.DrainTimeout)
+		}
+		gme.mu.Lock()
+		delete(gme.retired, p)
+		gme.mu.Unlock()
+	}()
+}
+
+// dialOptionsFor returns the dial options of endpoint e's pool: the GCPMultiEndpoint's, then
+// those of its EndpointOptions. gme.updateMu must be held.
+func (gme *GCPMultiEndpoint) dialOptionsFor(e string) []grpc.DialOption {
+	eo, ok := gme.endpointOpts[e]
+	if !ok || eo.Authority == "" {
+		return gme.dialOpts
+	}
+	return append(append([]grpc.DialOption(nil), gme.dialOpts...), grpc.WithAuthority(eo.Authority))
+}
+
+// noteDialed records the options the pools of fresh endpoints were dialed with and forgets
+// those of endpoints gone. gme.updateMu must be held.
+func (gme *GCPMultiEndpoint) noteDialed(fresh map[string]*pool.Pool, want map[string]bool) {
+	if gme.dialedOpts == nil {
+		gme.dialedOpts = make(map[string]EndpointOptions)
+	}
+	for e := range fresh {
+		gme.dialedOpts[e] = gme.endpointOpts[e]
+	}
+	for e := range gme.dialedOpts {
+		if !want[e] {
+			delete(gme.dialedOpts, e)
+		}
+	}
+}
+
+// updateWithEndpointOptions is UpdateMultiEndpoints that also replaces the endpoint options
+// (Settings.EndpointOptions) new pools are dialed with. Pools already dialed keep theirs:
+// it returns, sorted, the configured endpoints whose pool was dialed with options other than
+// those of eo (they apply once the endpoint is removed and added again, or at a restart).
+// On error nothing changes. Errors as for UpdateMultiEndpoints, and a *ConfigError for eo.
+func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions) (stale []string, err error) {
+	cfg, err := parseConfig(meOpts)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := parseEndpointOptions(eo)
+	if err != nil {
+		return nil, err
+	}
+	cfg.collapseTo(gme.pl.emulator)
+	gme.updateMu.Lock()
+	defer gme.updateMu.Unlock()
+	old := gme.endpointOpts
+	gme.endpointOpts = opts
+	if err := gme.apply(cfg); err != nil {
+		gme.endpointOpts = old
+		return nil, err
+	}
+	for e, dialed := range gme.dialedOpts {
+		if dialed != opts[e] {
+			stale = append(stale, e)
+		}
+	}
+	sort.Strings(stale)
+	return stale, nil
+}
+
+// initialState is what a group adding endpoint e knows of it: Available when its pool is
+// available, Unavailable when the pool is known down (or ejected), Recovering while its
+// first connection attempt is under way or for a fresh pool.
+func initialState(p *pool.Pool) multiendpoint.State {
+	switch {
+	case p == nil: // a fresh pool: its first attempt is under way
+		return multiendpoint.Recovering
+	case p.Available():
+		return multiendpoint.Available
+	case p.Settled():
+		return multiendpoint.Unavailable
+	}
+	return multiendpoint.Recovering
+}
