@@ -4,7 +4,6 @@ import (
 	"net"
 	"sort"
 	"strings"
-
 )
 
 // EndpointOptions are options of one endpoint's channel pool (Settings.EndpointOptions,

@@ -30,7 +30,9 @@ func (e *poolEvents) Unreachable(ce pool.ConnError, how pool.Unreachability) {
 
 func (e *poolEvents) Up(at time.Time, downFor time.Duration) { e.gme.obs.up(e.endpoint, at, downFor) }
 
-func (e *poolEvents) Down(at time.Time, reason pool.ConnError) { e.gme.obs.down(e.endpoint, at, reason) }
+func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
+	e.gme.obs.down(e.endpoint, at, reason)
+}
 
 // Health receives the pool's ejections and readmissions (no lock held): the event goes to
 // the logger and Settings.OnHealth, then the groups hear the new availability and waiting

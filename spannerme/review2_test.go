@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-
 )
 
 // The JSON form of a Status is one style throughout: camelCase keys and durations as Go

@@ -31,4 +31,3 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
 	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start})
 }
-

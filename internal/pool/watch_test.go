@@ -19,9 +19,9 @@ type recordingObserver struct {
 	down        []ConnError
 }
 
-func (o *recordingObserver) Availability(*Pool) {}
-func (o *recordingObserver) StateChanged(*Pool) {}
-func (o *recordingObserver) Health(*Pool, health.Event) {}
+func (o *recordingObserver) Availability(*Pool)                                {}
+func (o *recordingObserver) StateChanged(*Pool)                                {}
+func (o *recordingObserver) Health(*Pool, health.Event)                        {}
 func (o *recordingObserver) CallEnd(context.Context, string, time.Time, error) {}
 
 func (o *recordingObserver) Unreachable(e ConnError, how Unreachability) {
