@@ -152,27 +152,19 @@ const (
 	ReasonProbeFailed = EjectionReason(health.ProbeFailed)
 )
 
+var ejectionReasonText = enumText[EjectionReason]{typ: "EjectionReason", what: "ejection reason", emptyIsZero: true,
+	names: []string{0: "", ReasonConsecutiveFailures: health.ConsecutiveFailures.String(),
+		ReasonFailurePercentage: health.FailurePercentage.String(), ReasonTimeouts: health.Timeouts.String(),
+		ReasonProbeFailed: health.ProbeFailed.String()}}
+
 // String returns the reason in words; "" for the zero value.
-func (r EjectionReason) String() string {
-	if r == 0 {
-		return ""
-	}
-	return health.Reason(r).String()
-}
+func (r EjectionReason) String() string { return ejectionReasonText.String(r) }
 
 // MarshalText returns String's result.
 func (r EjectionReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // UnmarshalText reads what MarshalText writes.
-func (r *EjectionReason) UnmarshalText(b []byte) error {
-	for c := EjectionReason(0); c <= ReasonProbeFailed; c++ {
-		if c.String() == string(b) {
-			*r = c
-			return nil
-		}
-	}
-	return fmt.Errorf("spannerme: unknown ejection reason %q", b)
-}
+func (r *EjectionReason) UnmarshalText(b []byte) error { return ejectionReasonText.Unmarshal(b, r) }
 
 // HealthEventKind says whether an endpoint was ejected or readmitted. String (and JSON)
 // gives "ejected" or "readmitted".
@@ -184,22 +176,17 @@ const (
 	EndpointReadmitted = HealthEventKind(health.Readmitted)
 )
 
+var healthEventKindText = enumText[HealthEventKind]{typ: "HealthEventKind", what: "health event kind",
+	names: []string{EndpointEjected: health.Ejected.String(), EndpointReadmitted: health.Readmitted.String()}}
+
 // String returns "ejected" or "readmitted".
-func (k HealthEventKind) String() string { return health.EventKind(k).String() }
+func (k HealthEventKind) String() string { return healthEventKindText.String(k) }
 
 // MarshalText returns String's result.
 func (k HealthEventKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // UnmarshalText reads what MarshalText writes.
-func (k *HealthEventKind) UnmarshalText(b []byte) error {
-	for _, c := range []HealthEventKind{EndpointEjected, EndpointReadmitted} {
-		if c.String() == string(b) {
-			*k = c
-			return nil
-		}
-	}
-	return fmt.Errorf("spannerme: unknown health event kind %q", b)
-}
+func (k *HealthEventKind) UnmarshalText(b []byte) error { return healthEventKindText.Unmarshal(b, k) }
 
 // HealthEvent reports one ejection or readmission of an endpoint.
 type HealthEvent struct {

@@ -3,9 +3,7 @@ package spannerme
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -198,29 +196,17 @@ const (
 	Recovering
 )
 
-var endpointStateNames = [...]string{Unavailable: "Unavailable", Available: "Available", Recovering: "Recovering"}
+var endpointStateText = enumText[EndpointState]{typ: "EndpointState", what: "endpoint state",
+	names: []string{Unavailable: "Unavailable", Available: "Available", Recovering: "Recovering"}}
 
 // String returns "Unavailable", "Available" or "Recovering".
-func (s EndpointState) String() string {
-	if s >= 0 && int(s) < len(endpointStateNames) {
-		return endpointStateNames[s]
-	}
-	return "EndpointState(" + strconv.Itoa(int(s)) + ")"
-}
+func (s EndpointState) String() string { return endpointStateText.String(s) }
 
 // MarshalText returns String's result.
 func (s EndpointState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalText reads what MarshalText writes.
-func (s *EndpointState) UnmarshalText(b []byte) error {
-	for i, n := range endpointStateNames {
-		if n == string(b) {
-			*s = EndpointState(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("spannerme: unknown endpoint state %q", b)
-}
+func (s *EndpointState) UnmarshalText(b []byte) error { return endpointStateText.Unmarshal(b, s) }
 
 // endpointStateOf maps the state machine's states to the public ones.
 func endpointStateOf(s multiendpoint.State) EndpointState {
@@ -248,29 +234,17 @@ const (
 	Reconfiguration
 )
 
-var switchReasonNames = [...]string{Fallback: "fallback", Recovery: "recovery", Reconfiguration: "reconfiguration"}
+var switchReasonText = enumText[SwitchReason]{typ: "SwitchReason", what: "switch reason",
+	names: []string{Fallback: "fallback", Recovery: "recovery", Reconfiguration: "reconfiguration"}}
 
 // String returns "fallback", "recovery" or "reconfiguration".
-func (r SwitchReason) String() string {
-	if r > 0 && int(r) < len(switchReasonNames) {
-		return switchReasonNames[r]
-	}
-	return "SwitchReason(" + strconv.Itoa(int(r)) + ")"
-}
+func (r SwitchReason) String() string { return switchReasonText.String(r) }
 
 // MarshalText returns String's result.
 func (r SwitchReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // UnmarshalText reads what MarshalText writes.
-func (r *SwitchReason) UnmarshalText(b []byte) error {
-	for i, n := range switchReasonNames {
-		if n != "" && n == string(b) {
-			*r = SwitchReason(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("spannerme: unknown switch reason %q", b)
-}
+func (r *SwitchReason) UnmarshalText(b []byte) error { return switchReasonText.Unmarshal(b, r) }
 
 // switchReasonOf maps the state machine's reasons to the public ones.
 func switchReasonOf(r multiendpoint.Reason) SwitchReason {
