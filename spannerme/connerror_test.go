@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -16,10 +17,12 @@ import (
 
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -247,4 +250,35 @@ func BenchmarkUnreachableReported(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms-to-report")
+}
+
+// An endpoint whose connection attempts fail in two ways by turns (TLS to a plaintext fake
+// endpoint: "reset" and "tls" alternate) logs each kind once while it stays down, not one
+// line per attempt; once it has been up, each kind is logged again.
+func TestConnErrorsAlternatingKindsLoggedOnce(t *testing.T) {
+	logs := &syncBuffer{}
+	clk := clock.Real
+	o := newObserver(slog.New(slog.NewTextHandler(logs, nil)), clk, newMetrics(noop.NewMeterProvider()))
+	w := newConnWatch("e1:443", clk.Now, o.connError)
+	defer w.release()
+	for range 5 {
+		w.record(ConnReset, errors.New("connection reset by peer"))
+		w.record(ConnTLS, errors.New("tls: first record does not look like a TLS handshake"))
+	}
+	p := &pool{endpoint: "e1:443", watch: w}
+	p.ready.Store(true)
+	o.poolAvailability(p) // up
+	p.ready.Store(false)
+	o.poolAvailability(p) // down, with the last error (tls)
+	for range 5 {
+		w.record(ConnReset, errors.New("connection reset by peer"))
+		w.record(ConnTLS, errors.New("tls: first record does not look like a TLS handshake"))
+	}
+	o.close()
+	if got := logLines(logs, "endpoint=e1:443", "kind=reset"); len(got) != 2 {
+		t.Errorf("reset lines: %d, want 2 (once before the endpoint was up, once after)\n%s", len(got), logs)
+	}
+	if got := logLines(logs, "endpoint=e1:443", "kind=tls"); len(got) != 2 {
+		t.Errorf("tls lines: %d, want 2 (once before, and the down line after)\n%s", len(got), logs)
+	}
 }
