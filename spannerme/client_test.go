@@ -615,3 +615,28 @@ func TestCase_F6_DefaultGroupDown(t *testing.T) {
 		}
 	})
 }
+
+// F8: with SPANNER_EMULATOR_HOST set, a runtime update keeps every group on the emulator.
+func TestCase_F8_UpdateKeepsEmulatorRewrite(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	t.Setenv(emulatorHostEnv, b.eps[0].Addr())
+	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, "psc-east4.invalid:443")})
+	client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), b.database, fixture.ClientConfig(), o, fastSettings(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme.Close()
+	defer client.Close()
+	if err := gme.UpdateMultiEndpoints(options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(0, 0, "psc-west2.invalid:443"), "west": group(0, 0, "psc-west2.invalid:443")})); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gme.Status().Groups {
+		if len(g.Endpoints) != 1 || g.Endpoints[0].Endpoint != b.eps[0].Addr() {
+			t.Errorf("group %s after the update: %+v, want only the emulator", g.Name, g.Endpoints)
+		}
+	}
+	if n, err := countAccounts(NewMEContext(context.Background(), "west"), client); err != nil || n == 0 {
+		t.Errorf("query after the update: %d, %v", n, err)
+	}
+}

@@ -656,3 +656,123 @@ func TestCase_F4_FlappingEndpoint(t *testing.T) {
 		t.Errorf("switched back %v after E1 last became available, before SwitchingDelay %v", got, sd)
 	}
 }
+
+// Unknown group names: with 64 distinct names and 8 concurrent first calls each, exactly the
+// 64 names are kept, each with its 8 calls, each logged once; a 65th name is counted under
+// "(other unknown names)".
+func TestUnknownGroupNamesKeptUnderConcurrentFirstCalls(t *testing.T) {
+	const names, callsPerName = maxUnknownNames, 8
+	addr := startServer(t, "A")
+	for round := range 50 { // the race is narrow: many rounds
+		var logs syncBuffer
+		gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, addr)}), fastSettings(&logs))
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range names * callsPerName {
+			wg.Go(func() {
+				<-start
+				gme.noteUnknown(fmt.Sprintf("unknown-%d", i%names))
+			})
+		}
+		close(start)
+		wg.Wait()
+		gme.noteUnknown("one-too-many")
+		got := gme.Status().UnknownGroups
+		for i := range names {
+			if n := got[fmt.Sprintf("unknown-%d", i)]; n != callsPerName {
+				t.Errorf("round %d: UnknownGroups[unknown-%d] = %d, want %d", round, i, n, callsPerName)
+			}
+		}
+		if len(got) != names+1 || got[otherUnknownNames] != 1 {
+			t.Errorf("round %d: %d names kept, %q = %d; want %d names and 1 other call", round, len(got)-1, otherUnknownNames, got[otherUnknownNames], names)
+		}
+		if n := strings.Count(logs.String(), "unknown MultiEndpoint"); n != names {
+			t.Errorf("round %d: %d unknown names logged, want %d", round, n, names)
+		}
+		gme.Close()
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// A group created by an earlier update must judge a re-added endpoint by its new pool, not by
+// the retired one's last state.
+func TestReAddedEndpointReadsLiveReadiness(t *testing.T) {
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	gme := newGME(t, options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, e1.Addr())}), fastSettings(nil))
+	eventually(t, 5*time.Second, "E1 Available", func() bool { return groupOf(gme, "a").Endpoints[0].State == Available })
+	update := func(groups map[string]*multiendpoint.MultiEndpointOptions) {
+		t.Helper()
+		if err := gme.UpdateMultiEndpoints(options("a", groups)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, e1.Addr()), "b": group(time.Minute, 0, e2.Addr())})
+	eventually(t, 5*time.Second, "E2 Available in b", func() bool { return groupOf(gme, "b").Endpoints[0].State == Available })
+	update(map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, e2.Addr()), "b": group(time.Minute, 0, e2.Addr())})
+	eventually(t, 5*time.Second, "E1's pool closed", func() bool { _, ok := poolOf(gme, e1.Addr()); return !ok })
+	e1.Down()
+	update(map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, e2.Addr()), "b": group(time.Minute, 0, e1.Addr(), e2.Addr())})
+	if g := groupOf(gme, "b"); g.Current != e2.Addr() || g.Endpoints[0].State == Available {
+		t.Errorf("group b after re-adding the down E1 on top: %+v", g)
+	}
+	if _, err := call(NewMEContext(context.Background(), "b"), gme); err != nil {
+		t.Errorf("call through b right after the update: %v", err)
+	}
+}
+
+// F1: a caller's channel idle timeout (dial options may override ours) must not make idle
+// cycles look like failures: no switch with both endpoints healthy.
+func TestCase_F1_IdleCyclesCauseNoSwitches(t *testing.T) {
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	var mu sync.Mutex
+	var events []SwitchEvent
+	s := fastSettings(nil)
+	s.OnSwitch = func(ev SwitchEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() }
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr(), e2.Addr())}), s,
+		grpc.WithIdleTimeout(100*time.Millisecond))
+	waitServedBy(t, context.Background(), gme, "E1", 5*time.Second)
+	eventually(t, 5*time.Second, "E2 warm", func() bool { return groupOf(gme, "g").Endpoints[1].State == Available })
+	mu.Lock()
+	events = nil
+	mu.Unlock()
+	time.Sleep(time.Second) // ten idle timeouts, no call, no fault
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 0 {
+		t.Errorf("%d switches in 1s of idle cycles with both endpoints healthy, e.g. %+v", len(events), events[0])
+	}
+}
+
+// A DialFunc that returns neither a connection nor an error is a configuration error, not a
+// panic.
+func TestDialFuncReturningNil(t *testing.T) {
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "h:1")})
+	o.DialFunc = func(context.Context, string, ...grpc.DialOption) (*grpc.ClientConn, error) { return nil, nil }
+	if _, err := NewGCPMultiEndpoint(o, insecureDial); err == nil {
+		t.Fatal("no error for a DialFunc that returned nil, nil")
+	}
+}
+
+// An endpoint whose established connections silently stop carrying bytes (packets dropped, no
+// reset, no refusal) keeps its pool READY until keepalive finds the connections dead:
+// KeepaliveTime plus KeepaliveTimeout after the silence, the pool leaves READY and the group
+// fails over RecoveryTimeout later. Here with gRPC's shortest KeepaliveTime (10s; the test
+// servers allow it), a 300ms KeepaliveTimeout, and calls in flight, so that pings are sent.
+func TestSilentlyDeadCurrentEndpointFoundByKeepalive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes over 10s: gRPC's shortest keepalive interval")
+	}
+	const rt, ka, kaTimeout = 300 * time.Millisecond, 10 * time.Second, 300 * time.Millisecond
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	s := fastSettings(nil)
+	s.KeepaliveTime, s.KeepaliveTimeout = ka, kaTimeout
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(rt, 0, e1.Addr(), e2.Addr())}), s)
+	ctx := context.Background()
+	waitServedBy(t, ctx, gme, "E1", 5*time.Second)
+	eventually(t, 5*time.Second, "E2 warm", func() bool { p, _ := poolOf(gme, e2.Addr()); return p.Connectivity == "READY" })
+	e1.Blackhole() // live connections stop forwarding; nothing is reset
+	took, _ := firstServedUnderLoad(t, ctx, gme, "E2", ka+kaTimeout+rt+10*time.Second)
+	t.Logf("first success on E2 %v after E1 went silent (KeepaliveTime %v + KeepaliveTimeout %v + RecoveryTimeout %v)", took, ka, kaTimeout, rt)
+}

@@ -198,3 +198,14 @@ func TestStatusPageHealthText(t *testing.T) {
 		t.Errorf("health shown for b:1 = %q, want healthy", got)
 	}
 }
+
+// An endpoint stays ejected after its ejection time until a probe passes: the page says it
+// is being probed, not a negative time left.
+func TestStatusPageHealthText_EjectionTimeOver(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	h := PoolHealth{Ejected: true, Reason: ReasonTimeouts, EjectedUntil: now.Add(-40 * time.Second), Detail: "probe failed"}
+	got := healthText(now, h)
+	if want := "ejected (timeouts), ejection time over, probing for readmission: probe failed"; got != want {
+		t.Fatalf("healthText = %q, want %q", got, want)
+	}
+}

@@ -12,10 +12,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc"
 )
 
 // watchConfigYAML is a configuration file with one group "g" of the given endpoints.
@@ -324,5 +326,81 @@ func TestWatchConfigErrors(t *testing.T) {
 	eventually(t, 20*time.Second, "ErrClosed reported", func() bool { return errors.Is(w.Status().LastError, ErrClosed) })
 	if err := w.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// An edit made while WatchConfig reads and applies the file the first time is applied: the
+// directory is watched before the first reading, so no edit falls between the two (with
+// Resync off, nothing else would ever find it). The edit is made from inside the first
+// reload's dial of a new endpoint's pool.
+func TestWatchConfigEditDuringFirstReading(t *testing.T) {
+	one, two, three := startEndpoint(t, "one"), startEndpoint(t, "two"), startEndpoint(t, "three")
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	writeFile(t, path, watchConfigYAML("", two.Addr()))
+	edited := watchConfigYAML("", three.Addr())
+	var editOnce sync.Once
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, one.Addr())})
+	o.DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		if target == two.Addr() { // the first reading applies the file
+			editOnce.Do(func() { writeByRename(t, path, edited) })
+		}
+		return grpc.NewClient(target, opts...)
+	}
+	gme := newGME(t, o, fastSettings(nil))
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	h := hashOf(edited)
+	eventually(t, 20*time.Second, "the edit made during the first reading applied", func() bool { return w.Status().Hash == h })
+	waitServedBy(t, context.Background(), gme, "three", 15*time.Second)
+}
+
+// A bad file that stays bad is logged once, not at every re-read (Resync, or events that do
+// not change it); the status keeps the error and when it was last seen. A different error
+// is logged again.
+func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
+	one := startEndpoint(t, "one")
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	writeFile(t, path, watchConfigYAML("", one.Addr()))
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, one.Addr())}), fastSettings(nil))
+	var logs syncBuffer
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: time.Millisecond, Resync: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rejected := func() int { return strings.Count(logs.String(), "configuration edit rejected") }
+	writeFile(t, path, watchConfigYAML("    recoveryTime: 2s\n", one.Addr()))
+	eventually(t, 20*time.Second, "the bad edit reported", func() bool { return w.Status().LastError != nil })
+	for range 3 { // three more re-reads of the same bad file
+		seen := w.Status().LastErrorAt
+		eventually(t, 20*time.Second, "a re-read", func() bool { return w.Status().LastErrorAt.After(seen) })
+	}
+	if n := rejected(); n != 1 {
+		t.Errorf("the same bad file was logged %d times, want once:\n%s", n, logs.String())
+	}
+	writeFile(t, path, watchConfigYAML("    switchingDelay: soon\n", one.Addr()))
+	eventually(t, 20*time.Second, "the other error logged", func() bool { return rejected() == 2 })
+	if s := w.Status(); !strings.Contains(fmt.Sprint(s.LastError), "soon") {
+		t.Errorf("LastError = %v, want the new error", s.LastError)
+	}
+}
+
+// WatchConfig on a zero-value GCPMultiEndpoint (which is closed) fails with ErrClosed, as
+// UpdateMultiEndpoints does, instead of panicking on its nil observer or nil logger.
+func TestWatchConfig_ZeroValueGCPMultiEndpoint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	if err := os.WriteFile(path, []byte("default: g\nmultiEndpoints:\n  g:\n    endpoints: [\"127.0.0.1:1\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := WatchConfig(&GCPMultiEndpoint{}, path, WatchOptions{})
+	if w != nil {
+		w.Close()
+	}
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("WatchConfig on a zero-value GCPMultiEndpoint: %v, want ErrClosed", err)
 	}
 }

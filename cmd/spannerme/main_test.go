@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/compute/metadata"
 	"cloud.google.com/go/spanner"
 	"go.uber.org/goleak"
 
@@ -415,5 +417,45 @@ func TestCheckTLSAuthority(t *testing.T) {
 	out, _, code = cli(t, env, "query", "--config", withAuthority, "--database", sp.Database(), "--no-auth", "--sql", "SELECT 1 AS One")
 	if code != exitOK || !strings.Contains(out, "One\n1\n") {
 		t.Errorf("query over TLS with the authority: exit %d", code)
+	}
+}
+
+// onGCEHelperEnv makes the test binary, run again by TestParseKeepsGCEDetectionForCredentials,
+// parse the flags it names and report what the metadata package concludes afterwards.
+const onGCEHelperEnv = "SPANNERME_TEST_ONGCE_HELPER"
+
+// Application Default Credentials on Google Compute Engine and GKE come from the metadata
+// server, which the credentials look-up asks only where metadata.OnGCE says it runs there.
+// Parsing the flags must not settle OnGCE to false unless --no-auth says no credentials are
+// needed, or the CLI could never authenticate on GCE. It is checked in a fresh process
+// (OnGCE is decided once per process): after parsing, GCE_METADATA_HOST (which OnGCE trusts
+// when it decides) must still count.
+func TestParseKeepsGCEDetectionForCredentials(t *testing.T) {
+	if args := os.Getenv(onGCEHelperEnv); args != "" {
+		var c common
+		fs := flag.NewFlagSet("check", flag.ContinueOnError)
+		c.register(fs, time.Second)
+		if _, err := c.parse(fs, strings.Fields(args), io.Discard); err != nil {
+			fmt.Println("parse:", err)
+			return
+		}
+		os.Setenv("GCE_METADATA_HOST", "127.0.0.1:1") // never asked: OnGCE trusts the variable
+		fmt.Println("OnGCE:", metadata.OnGCE())
+		return
+	}
+	cfg := writeConfig(t, "default: d\nmultiEndpoints: {d: {endpoints: ['127.0.0.1:1']}}\n")
+	base := "--config " + cfg + " --database projects/p/instances/i/databases/d"
+	for _, tc := range []struct {
+		args, want string
+	}{
+		{base, "OnGCE: true"},                 // credentials: the metadata server may provide them
+		{base + " --no-auth", "OnGCE: false"}, // no credentials: no metadata server is asked
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestParseKeepsGCEDetectionForCredentials$")
+		cmd.Env = append(os.Environ(), onGCEHelperEnv+"="+tc.args, "GCE_METADATA_HOST=")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("after parsing %q: %v\n%s\nwant %q", tc.args, err, out, tc.want)
+		}
 	}
 }
