@@ -93,17 +93,6 @@ func TestWatchConfig_ZeroValueGCPMultiEndpoint(t *testing.T) {
 	}
 }
 
-// An endpoint stays ejected after its ejection time until a probe passes: the page says it
-// is being probed, not a negative time left.
-func TestStatusPageHealthText_EjectionTimeOver(t *testing.T) {
-	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	h := PoolHealth{Ejected: true, Reason: ReasonTimeouts, EjectedUntil: now.Add(-40 * time.Second), Detail: "probe failed"}
-	got := healthText(now, h)
-	if want := "ejected (timeouts), ejection time over, probing for readmission: probe failed"; got != want {
-		t.Fatalf("healthText = %q, want %q", got, want)
-	}
-}
-
 // An ejection that makes a group fail over at once (RecoveryTimeout 0), and a readmission
 // that makes it switch back at once (SwitchingDelay 0), reach the callbacks in causal order:
 // the health event first, then the switch it caused (the README: OnHealth is called "in order
