@@ -99,7 +99,7 @@
 // GCPMultiEndpoint.Status is a view of every group (current endpoint, each endpoint's
 // state, recent switches) and every endpoint's channel pool (connectivity, calls in flight,
 // the last connection error classified as a ConnErrorKind: refused, dns, timeout, tls, ...).
-// After Close it reports Closed and nothing alive. StatusHandler serves it as an HTML page
+// After Close it reports Closed and nothing alive. Package statuspage serves it as an HTML page
 // and as JSON. Settings.Logger gets one line per transition of an endpoint (down with its
 // reason, up, ejected, readmitted) and per switch, never one per call. Each pool's
 // PoolStatus.Health shows its health from call outcomes. Metrics go to an OpenTelemetry meter

@@ -15,7 +15,7 @@ import (
 
 // Status is a point-in-time view of a GCPMultiEndpoint, made by GCPMultiEndpoint.Status. It
 // shares no memory with the GCPMultiEndpoint. Its JSON form (encoding/json) is what
-// StatusHandler serves.
+// statuspage.Handler (package spannerme/statuspage) serves.
 type Status struct {
 	// At is when the view was taken.
 	At time.Time `json:"at"`

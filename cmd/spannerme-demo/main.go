@@ -5,7 +5,7 @@
 // timeline and plays a story: east4 goes down (failover), a query is routed to "west", the
 // configuration changes at runtime, east4 comes back (switch-back after SwitchingDelay). It
 // ends with a summary and exits 1 if any application call failed or any acknowledged write
-// is missing. Meanwhile it serves the live status page (spannerme.StatusHandler) on
+// is missing. Meanwhile it serves the live status page (package spannerme/statuspage) on
 // http://127.0.0.1:8080/ (flag -http), whose address it prints at start.
 //
 // Usage:
@@ -53,7 +53,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.switchingDelay, "switching-delay", 0, "override every group's SwitchingDelay (0: keep the file's)")
 	fs.DurationVar(&f.reconnectMax, "reconnect-max-delay", 500*time.Millisecond, "Settings.ReconnectMaxDelay: the longest wait between reconnect attempts to a down endpoint")
 	fs.BoolVar(&f.verbose, "v", false, "also print spannerme's own log lines")
-	fs.StringVar(&f.http, "http", "127.0.0.1:8080", "serve the live status page (spannerme.StatusHandler) on this address; \"\" turns it off")
+	fs.StringVar(&f.http, "http", "127.0.0.1:8080", "serve the live status page (package spannerme/statuspage) on this address; \"\" turns it off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spannerme-demo [flags]\n\n"+
 			"Runs a Spanner client over three fake PSC endpoints under load and plays a failover story.\n"+

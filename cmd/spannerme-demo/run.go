@@ -18,6 +18,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/rig"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/statuspage"
 )
 
 func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summary, error) {
@@ -189,7 +190,7 @@ func serveStatus(out io.Writer, addr string, gme *spannerme.GCPMultiEndpoint) (s
 		fmt.Fprintf(out, "  status page not served: %v (choose another address with -http)\n", err)
 		return func() {}
 	}
-	srv := &http.Server{Handler: spannerme.StatusHandler(gme), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: statuspage.Handler(gme), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -1,4 +1,17 @@
-package spannerme
+// Package statuspage serves a spannerme.Status over HTTP: as one HTML page a person reads
+// at a glance, and as JSON for a program. It is an add-on: package spannerme does not
+// depend on it, and it uses only spannerme's exported API.
+//
+// Mount its Handler where you like, for example:
+//
+//	http.Handle("/spannerme/", http.StripPrefix("/spannerme", statuspage.Handler(gme)))
+//
+// What it costs and shows: each request builds a full Status (src.Status is called once per
+// request, and every open page asks again every 2 seconds); the handler starts no goroutine
+// and keeps nothing between requests. It has no authentication of its own and shows group
+// names, endpoint addresses, connection-error text and the path of a configuration file:
+// serve it where only operators can reach it, or behind your own authentication.
+package statuspage
 
 import (
 	"bytes"
@@ -7,30 +20,65 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
-// StatusHandler returns an http.Handler that serves gme's Status: as one HTML page a person
-// reads at a glance (each group with its current endpoint, each endpoint's state and the
-// reason it is down, each pool, and a timeline of the recent switches of each group; the
-// page refreshes itself every 2 seconds), and as JSON (the encoding/json form of Status)
-// when the request asks for it with ?format=json, a path ending in ".json", or an Accept
-// header that prefers application/json. It answers GET and HEAD, and 405 otherwise. It
-// reads gme.Status per request, takes no lock a call waits for, and is safe for concurrent
-// use. A nil gme is served as a zero-value one (closed).
-//
-// Mount it where you like, for example:
-//
-//	http.Handle("/spannerme/", http.StripPrefix("/spannerme", spannerme.StatusHandler(gme)))
-func StatusHandler(gme *GCPMultiEndpoint) http.Handler {
-	if gme == nil {
-		gme = &GCPMultiEndpoint{}
-	}
-	return statusHandler{gme}
+// Source is what Handler serves: anything that reports a spannerme.Status, such as a
+// *spannerme.GCPMultiEndpoint. Status is called once per request, possibly from several
+// goroutines at once, so it must be safe for concurrent use (GCPMultiEndpoint.Status is).
+type Source interface {
+	Status() spannerme.Status
 }
 
-type statusHandler struct{ gme *GCPMultiEndpoint }
+// Handler returns an http.Handler that serves src's Status: as one HTML page a person
+// reads at a glance (each group with its current endpoint, each endpoint's state and the
+// reason it is down, each pool, and a timeline of the recent switches of each group; the
+// page refreshes itself every 2 seconds), and as JSON (the encoding/json form of
+// spannerme.Status, indented) when the request asks for it with ?format=json, a path ending
+// in ".json", or an Accept header that prefers application/json (it names application/json
+// and not text/html); ?format= with any other value asks for the page. Both are sent with
+// Cache-Control: no-store.
+//
+// Units: on the page, times are clock times (15:04:05.000) in the location of Status.At,
+// durations are rounded (to the millisecond under a second, to 100ms under a minute, else
+// to the second), and the timeline shows the last 15 minutes, or less since Status.Started.
+// In JSON, times are RFC 3339 and durations are as spannerme.Status encodes them (Go
+// duration strings such as "200ms").
+//
+// It answers GET and HEAD (HEAD: the same headers, no body); any other method gets 405
+// Method Not Allowed with an Allow header. If the status cannot be encoded or the page
+// rendered, it answers 500 with the error's text, and nothing else is written.
+//
+// It calls src.Status once per request and keeps nothing between requests; it takes no
+// lock of its own and is safe for concurrent use when src.Status is (GCPMultiEndpoint.Status
+// is, and takes no lock a call waits for). A nil src, or one holding a nil pointer (such as
+// a nil *spannerme.GCPMultiEndpoint), is served as a zero-value spannerme.GCPMultiEndpoint:
+// Closed, with no groups and no pools.
+func Handler(src Source) http.Handler {
+	if isNil(src) {
+		src = new(spannerme.GCPMultiEndpoint)
+	}
+	return statusHandler{src}
+}
+
+// isNil reports whether src is nil or holds a nil pointer, map, slice, func, chan or
+// interface, whose Status method would most likely panic.
+func isNil(src Source) bool {
+	if src == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(src); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+type statusHandler struct{ src Source }
 
 func (h statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -38,7 +86,7 @@ func (h statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	st := h.gme.Status()
+	st := h.src.Status()
 	var body bytes.Buffer
 	if wantsJSON(r) {
 		enc := json.NewEncoder(&body)
@@ -87,15 +135,15 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	"subtract": func(a, b int) int { return a - b },
 }).Parse(statusPageHTML))
 
-// pageView is what the page template shows: Status, arranged for reading.
+// pageView is what the page template shows: spannerme.Status, arranged for reading.
 type pageView struct {
-	Status
+	spannerme.Status
 	Groups []groupView
 	Pools  []poolView
 }
 
 type groupView struct {
-	GroupStatus
+	spannerme.GroupStatus
 	Default   bool
 	Endpoints []endpointView
 	Pending   string // "switching to X in 1.2s", or ""
@@ -103,7 +151,7 @@ type groupView struct {
 }
 
 type endpointView struct {
-	EndpointStatus
+	spannerme.EndpointStatus
 	Current      bool
 	For          string // how long it has been in State
 	Connectivity string
@@ -111,7 +159,7 @@ type endpointView struct {
 }
 
 type poolView struct {
-	PoolStatus
+	spannerme.PoolStatus
 	For       string
 	LastError string // "refused 12s ago: ...", or ""
 	Health    string // "ejected (consecutive failures) for 28s: ...", "suspect", "healthy", "off"
@@ -145,9 +193,9 @@ type mark struct {
 // timelineSpan is the longest stretch of time a timeline shows.
 const timelineSpan = 15 * time.Minute
 
-func newPageView(st Status) pageView {
+func newPageView(st spannerme.Status) pageView {
 	v := pageView{Status: st}
-	pools := make(map[string]PoolStatus, len(st.Pools))
+	pools := make(map[string]spannerme.PoolStatus, len(st.Pools))
 	for _, p := range st.Pools {
 		if !p.Retired {
 			pools[p.Endpoint] = p
@@ -167,7 +215,7 @@ func newPageView(st Status) pageView {
 		for _, e := range g.Endpoints {
 			p := pools[e.Endpoint]
 			ev := endpointView{EndpointStatus: e, Current: e.Endpoint == g.Current, For: ago(st.At, e.Since), Connectivity: p.Connectivity}
-			if e.State != Available {
+			if e.State != spannerme.Available {
 				switch {
 				case st.Closed:
 					ev.Reason = "closed"
@@ -187,7 +235,7 @@ func newPageView(st Status) pageView {
 }
 
 // healthText says in a few words what health from call outcomes thinks of a pool.
-func healthText(now time.Time, h PoolHealth) string {
+func healthText(now time.Time, h spannerme.PoolHealth) string {
 	switch {
 	case h.Disabled:
 		return "off"
@@ -219,7 +267,7 @@ func ago(now, t time.Time) string {
 
 // newTimeline lays out which endpoint of g was current when, from the group's recent
 // switches, over the last timelineSpan (or since the GCPMultiEndpoint started).
-func newTimeline(st Status, g GroupStatus) timeline {
+func newTimeline(st spannerme.Status, g spannerme.GroupStatus) timeline {
 	const width, left, right, laneH, top = 760, 190, 10, 22, 6
 	end := st.At
 	start := end.Add(-timelineSpan)
@@ -267,7 +315,7 @@ func newTimeline(st Status, g GroupStatus) timeline {
 		t.Bars = append(t.Bars, bar{X: x0, Y: y + 3, W: max(x1-x0, 1), H: laneH - 6,
 			Title: fmt.Sprintf("%s current from %s to %s", e, from.Format("15:04:05.000"), until.Format("15:04:05.000"))})
 	}
-	var marks []SwitchEvent
+	var marks []spannerme.SwitchEvent
 	for _, ev := range g.Switches {
 		if !ev.At.After(start) {
 			continue

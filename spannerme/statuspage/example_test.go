@@ -1,4 +1,4 @@
-package spannerme_test
+package statuspage_test
 
 import (
 	"encoding/json"
@@ -17,12 +17,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/statuspage"
 )
 
 // The status page, as JSON: a group whose only endpoint refuses connections says so, with
 // the reason, as soon as the first connection attempt has failed. (In a browser, the same
 // handler serves the HTML page.)
-func ExampleStatusHandler() {
+func ExampleHandler() {
 	gme, err := spannerme.NewGCPMultiEndpointWithSettings(&grpcgcp.GCPMultiEndpointOptions{
 		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
 			"default": {Endpoints: []string{"127.0.0.1:1"}}, // nothing listens there
@@ -36,7 +37,7 @@ func ExampleStatusHandler() {
 		log.Fatal(err)
 	}
 	defer gme.Close()
-	srv := httptest.NewServer(spannerme.StatusHandler(gme))
+	srv := httptest.NewServer(statuspage.Handler(gme))
 	defer srv.Close()
 
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {

@@ -1,43 +1,29 @@
-package spannerme
+package statuspage
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
-)
 
-// get fetches path from the handler with the given Accept header.
-func get(t *testing.T, h http.Handler, method, path, accept string) (*http.Response, string) {
-	t.Helper()
-	req := httptest.NewRequest(method, path, nil)
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	res := rec.Result()
-	b, _ := io.ReadAll(res.Body)
-	return res, string(b)
-}
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+)
 
 func TestStatusHandler(t *testing.T) {
 	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
-	s := fastSettings(nil)
+	s := fastSettings()
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
 		"g":        group(200*time.Millisecond, 0, e1.Addr(), e2.Addr()),
 		"<b>x</b>": group(0, 0, e2.Addr()),
 	}), s)
 	ctx := context.Background()
 	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
-	h := StatusHandler(gme)
+	h := Handler(gme)
 
 	for _, tc := range []struct{ name, path, accept string }{
 		{"query", "/?format=json", ""},
@@ -49,7 +35,7 @@ func TestStatusHandler(t *testing.T) {
 			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
 				t.Fatalf("Content-Type %q", ct)
 			}
-			var st Status
+			var st spannerme.Status
 			if err := json.Unmarshal([]byte(body), &st); err != nil {
 				t.Fatalf("%v\n%s", err, body)
 			}
@@ -57,7 +43,7 @@ func TestStatusHandler(t *testing.T) {
 			if st.Default != "g" || g.Name != "<b>x</b>" || st.Groups[1].Current != e1.Addr() || st.Groups[1].RecoveryTimeout != 200*time.Millisecond {
 				t.Fatalf("decoded %+v", st)
 			}
-			if st.Groups[1].Endpoints[0].State != Available || !strings.Contains(body, `"state": "Available"`) || !strings.Contains(body, `"recoveryTimeout": "200ms"`) {
+			if st.Groups[1].Endpoints[0].State != spannerme.Available || !strings.Contains(body, `"state": "Available"`) || !strings.Contains(body, `"recoveryTimeout": "200ms"`) {
 				t.Errorf("JSON form:\n%s", body)
 			}
 		})
@@ -99,9 +85,10 @@ func TestStatusHandler(t *testing.T) {
 	if !strings.Contains(page, `id="closed"`) || !strings.Contains(page, `data-group="g">none</span>`) {
 		t.Errorf("page of a closed client does not say so:\n%s", page)
 	}
-	for _, z := range []http.Handler{StatusHandler(nil), StatusHandler(&GCPMultiEndpoint{})} {
+	var nilGME *spannerme.GCPMultiEndpoint
+	for _, z := range []http.Handler{Handler(nil), Handler(nilGME), Handler(&spannerme.GCPMultiEndpoint{}), Handler((*cannedSource)(nil))} {
 		_, body := get(t, z, http.MethodGet, "/?format=json", "")
-		var st Status
+		var st spannerme.Status
 		if err := json.Unmarshal([]byte(body), &st); err != nil || !st.Closed {
 			t.Errorf("zero value: %v, %s", err, body)
 		}
@@ -114,12 +101,12 @@ func TestStatusHandler(t *testing.T) {
 // The timeline puts each stretch of a current endpoint on its lane, where it happened.
 func TestTimelineLayout(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	st := Status{At: t0.Add(100 * time.Second), Started: t0}
-	g := GroupStatus{Name: "g", Current: "A",
-		Endpoints: []EndpointStatus{{Endpoint: "A"}, {Endpoint: "B", Priority: 1}},
-		Switches: []SwitchEvent{
-			{Name: "g", From: "A", To: "B", Reason: Fallback, At: t0.Add(40 * time.Second)},
-			{Name: "g", From: "B", To: "A", Reason: Recovery, At: t0.Add(70 * time.Second)},
+	st := spannerme.Status{At: t0.Add(100 * time.Second), Started: t0}
+	g := spannerme.GroupStatus{Name: "g", Current: "A",
+		Endpoints: []spannerme.EndpointStatus{{Endpoint: "A"}, {Endpoint: "B", Priority: 1}},
+		Switches: []spannerme.SwitchEvent{
+			{Name: "g", From: "A", To: "B", Reason: spannerme.Fallback, At: t0.Add(40 * time.Second)},
+			{Name: "g", From: "B", To: "A", Reason: spannerme.Recovery, At: t0.Add(70 * time.Second)},
 		}}
 	tl := newTimeline(st, g)
 	x := func(s float64) int { return tl.Left + int(float64(tl.Right-tl.Left)*s/100) }
@@ -150,11 +137,11 @@ func TestTimelineLayout(t *testing.T) {
 // A configuration file's status (ConfigWatcher) shows on the page and in the JSON, its last
 // error as text.
 func TestStatusHandlerShowsConfigFile(t *testing.T) {
-	e1 := startEndpoint(t, "E1")
-	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), fastSettings(nil))
-	gme.configStatus.Store(&ConfigStatus{Path: "/etc/spannerme.yaml", Hash: "abc123", Applied: 2,
-		LastError: errors.New("line 3: field recoveryTimeout: bad duration"), RestartNeeded: []string{"poolSize"}})
-	h := StatusHandler(gme)
+	h := Handler(cannedSource{At: time.Now(), Default: "g",
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Available}}}},
+		Pools:  []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}},
+		Config: &spannerme.ConfigStatus{Path: "/etc/spannerme.yaml", Hash: "abc123", Applied: 2,
+			LastError: errors.New("line 3: field recoveryTimeout: bad duration"), RestartNeeded: []string{"poolSize"}}})
 	_, page := get(t, h, http.MethodGet, "/", "")
 	for _, want := range []string{"/etc/spannerme.yaml", "abc123", "line 3: field recoveryTimeout: bad duration", "poolSize"} {
 		if !strings.Contains(page, want) {
@@ -171,24 +158,24 @@ func TestStatusHandlerShowsConfigFile(t *testing.T) {
 func TestStatusPageHealthText(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
-		h    PoolHealth
+		h    spannerme.PoolHealth
 		want string
 	}{
-		{PoolHealth{Disabled: true}, "off"},
-		{PoolHealth{}, "healthy"},
-		{PoolHealth{Suspect: true}, "suspect: calls timed out, probing"},
-		{PoolHealth{Ejected: true, Reason: ReasonConsecutiveFailures, EjectedUntil: now.Add(28 * time.Second), Detail: "10 failures"},
+		{spannerme.PoolHealth{Disabled: true}, "off"},
+		{spannerme.PoolHealth{}, "healthy"},
+		{spannerme.PoolHealth{Suspect: true}, "suspect: calls timed out, probing"},
+		{spannerme.PoolHealth{Ejected: true, Reason: spannerme.ReasonConsecutiveFailures, EjectedUntil: now.Add(28 * time.Second), Detail: "10 failures"},
 			"ejected (consecutive failures), 28s left: 10 failures"},
 	} {
 		if got := healthText(now, tc.h); got != tc.want {
 			t.Errorf("healthText(%+v) = %q, want %q", tc.h, got, tc.want)
 		}
 	}
-	st := Status{At: now,
-		Groups: []GroupStatus{{Name: "g", Current: "b:1", Endpoints: []EndpointStatus{
-			{Endpoint: "a:1", State: Unavailable}, {Endpoint: "b:1", Priority: 1, State: Available}}}},
-		Pools: []PoolStatus{{Endpoint: "a:1", Connectivity: "READY",
-			Health: PoolHealth{Ejected: true, Reason: ReasonFailurePercentage, EjectedUntil: now.Add(time.Minute), Detail: "70% failed"}},
+	st := spannerme.Status{At: now,
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "b:1", Endpoints: []spannerme.EndpointStatus{
+			{Endpoint: "a:1", State: spannerme.Unavailable}, {Endpoint: "b:1", Priority: 1, State: spannerme.Available}}}},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY",
+			Health: spannerme.PoolHealth{Ejected: true, Reason: spannerme.ReasonFailurePercentage, EjectedUntil: now.Add(time.Minute), Detail: "70% failed"}},
 			{Endpoint: "b:1", Connectivity: "READY"}}}
 	v := newPageView(st)
 	if got := v.Groups[0].Endpoints[0].Reason; !strings.Contains(got, "ejected (failure percentage)") {
@@ -203,9 +190,53 @@ func TestStatusPageHealthText(t *testing.T) {
 // is being probed, not a negative time left.
 func TestStatusPageHealthText_EjectionTimeOver(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	h := PoolHealth{Ejected: true, Reason: ReasonTimeouts, EjectedUntil: now.Add(-40 * time.Second), Detail: "probe failed"}
+	h := spannerme.PoolHealth{Ejected: true, Reason: spannerme.ReasonTimeouts, EjectedUntil: now.Add(-40 * time.Second), Detail: "probe failed"}
 	got := healthText(now, h)
 	if want := "ejected (timeouts), ejection time over, probing for readmission: probe failed"; got != want {
 		t.Fatalf("healthText = %q, want %q", got, want)
+	}
+}
+
+// What a request gets, on a canned Status: the page or JSON as asked, GET and HEAD only,
+// never cached.
+func TestHandlerRequests(t *testing.T) {
+	h := Handler(cannedSource{At: time.Now(), Default: "g",
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Available}}}},
+		Pools:  []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}}})
+	for _, tc := range []struct {
+		method, path, accept string
+		json                 bool
+	}{
+		{http.MethodGet, "/", "", false},
+		{http.MethodGet, "/?format=json", "", true},
+		{http.MethodGet, "/?format=html", "application/json", false},
+		{http.MethodGet, "/x/status.json", "", true},
+		{http.MethodGet, "/", "application/json", true},
+		{http.MethodGet, "/", "text/html,application/json;q=0.9", false},
+		{http.MethodHead, "/?format=json", "", true},
+	} {
+		res, body := get(t, h, tc.method, tc.path, tc.accept)
+		ct := res.Header.Get("Content-Type")
+		if res.StatusCode != http.StatusOK || (ct == "application/json") != tc.json || res.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s %s (Accept %q): %d, Content-Type %q, Cache-Control %q", tc.method, tc.path, tc.accept, res.StatusCode, ct, res.Header.Get("Cache-Control"))
+		}
+		switch {
+		case tc.method == http.MethodHead:
+			if body != "" {
+				t.Errorf("HEAD %s: body %q", tc.path, body)
+			}
+		case tc.json:
+			var st spannerme.Status
+			if err := json.Unmarshal([]byte(body), &st); err != nil || st.Groups[0].Current != "a:1" {
+				t.Errorf("%s %s: %v\n%s", tc.method, tc.path, err, body)
+			}
+		case !strings.Contains(body, `<span class="current" data-group="g">a:1</span>`):
+			t.Errorf("%s %s: page\n%s", tc.method, tc.path, body)
+		}
+	}
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if res, _ := get(t, h, m, "/", ""); res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("%s: %d, Allow %q", m, res.StatusCode, res.Header.Get("Allow"))
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package spannerme
+package statuspage
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func findChromium(tb testing.TB) string {
 	if ci, err := strconv.ParseBool(os.Getenv("CI")); err == nil && ci {
 		tb.Fatalf("FAILING (CI=%s): %s", os.Getenv("CI"), how)
 	}
-	chromiumSkipNotice.Do(func() { fmt.Fprintln(os.Stderr, "spannerme: SKIPPING the browser test: "+how) })
+	chromiumSkipNotice.Do(func() { fmt.Fprintln(os.Stderr, "spannerme/statuspage: SKIPPING the browser test: "+how) })
 	tb.Skip("SKIPPING: " + how)
 	return ""
 }
@@ -56,10 +56,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(300*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
 		"west":    group(300*time.Millisecond, 0, e2.Addr(), e1.Addr()),
-	}), fastSettings(nil))
+	}), fastSettings())
 	ctx := context.Background()
 	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
-	srv := httptest.NewServer(StatusHandler(gme))
+	srv := httptest.NewServer(Handler(gme))
 	defer srv.Close()
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
