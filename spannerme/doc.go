@@ -78,13 +78,10 @@
 //
 // # The Spanner client's transport
 //
-// The Spanner client is given the GCPMultiEndpoint as its connection, so every ClientConfig
-// setting that shapes a connection is applied to every endpoint's pool or refused with a
-// *ConfigError naming it (Type OMNI with UsePlainText or TLS files: applied; EnableDirectAccess:
-// refused; the dynamic channel pool: turned off with a logged notice). Dial options given by
-// the caller win over this package's. The client's request-ID header reaches the pools; its
-// built-in metrics interceptors do not (the README lists what is lost). Only Client.Close or
-// GCPMultiEndpoint.Close closes the GCPMultiEndpoint.
+// The Spanner client is given the GCPMultiEndpoint as its connection; how each of its
+// transport settings, client options and dial options reaches the endpoints' pools (applied,
+// or refused with a *ConfigError naming it) is in docs/transport.md:
+// https://github.com/spannerme/spanner-multiendpoint/blob/main/docs/transport.md
 //
 // # Configuration files
 //
@@ -99,25 +96,23 @@
 // GCPMultiEndpoint.Status is a view of every group (current endpoint, each endpoint's
 // state, recent switches) and every endpoint's channel pool (connectivity, calls in flight,
 // the last connection error classified as a ConnErrorKind: refused, dns, timeout, tls, ...).
-// After Close it reports Closed and nothing alive. Package statuspage serves it as an HTML page
-// and as JSON. Settings.Logger gets one line per transition of an endpoint (down with its
-// reason, up, ejected, readmitted) and per switch, never one per call. Each pool's
+// After Close it reports Closed and nothing alive. Package spannerme/statuspage serves it as
+// an HTML page and as JSON (statuspage.Handler). Settings.Logger gets one line per
+// transition of an endpoint (down with its reason, up, ejected, readmitted) and per switch,
+// never one per call. Each pool's
 // PoolStatus.Health shows its health from call outcomes. Metrics go to an OpenTelemetry meter
 // provider (Settings.MeterProvider, else the Spanner client's
-// ClientConfig.OpenTelemetryMeterProvider, else the global one); the README lists the
-// instruments. A call whose context carries a recording span adds the attributes
+// ClientConfig.OpenTelemetryMeterProvider, else the global one); docs/observability.md lists
+// the instruments. A call whose context carries a recording span adds the attributes
 // AttrMultiEndpoint and AttrEndpoint to it.
 //
 // # Testing and offline use
 //
 // Package spannermetest provides fake PSC endpoints (fault-injecting TCP proxies) to test
 // failover configurations on one machine, and starts offline backends for them: an in-memory
-// Spanner (NewSpanner) or the installed emulator (StartEmulator). A client built without credentials and network
-// access can hang or fail looking for credentials for its built-in metrics: give it
-// option.WithoutAuthentication() and spanner.ClientConfig{DisableNativeMetrics: true}.
-//
-// With SPANNER_EMULATOR_HOST set, every group's endpoints are replaced by the emulator (as the
-// upstream client does) and a warning is logged: failover is not exercised then. To test
-// failover against the emulator, leave the variable unset and put fake endpoints in front of
-// it, with option.WithoutAuthentication() and a plaintext dial option.
+// Spanner (NewSpanner) or the installed emulator (StartEmulator). A client built without
+// credentials and network access can hang or fail looking for credentials for its built-in
+// metrics: give it option.WithoutAuthentication() and
+// spanner.ClientConfig{DisableNativeMetrics: true}. SPANNER_EMULATOR_HOST collapses every
+// group to the emulator, so failover is not exercised (docs/transport.md).
 package spannerme

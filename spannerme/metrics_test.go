@@ -346,7 +346,7 @@ func metricTable() string {
 // The README's metric table is the one generated from metricDocs, which newMetrics uses to
 // create the instruments.
 func TestREADMEMetricTable(t *testing.T) {
-	const path = "../README.md"
+	const path = "../docs/observability.md"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

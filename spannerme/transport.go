@@ -24,40 +24,8 @@ import (
 )
 
 // How each transport setting of spanner.ClientConfig is handled by the client constructors
-// (NewMultiEndpointClient*). The Spanner client is given a connection (the front, front.go),
-// so it dials nothing itself: every setting that shapes a connection must be applied to every
-// endpoint's pool here, or refused.
-//
-//   - NumChannels: the number of channels each endpoint's pool keeps connected (MinSize; see
-//     DefaultPoolSize for the whole sizing rule). The Spanner client is given 0.
-//   - Compression "gzip": on every pool, and the client sends its compression header.
-//   - Type OMNI (or the deprecated IsExperimentalHost), UsePlainText, CaCertificateFile,
-//     ClientCertificateFile, ClientKeyFile: every pool's transport credentials, built as
-//     cloud.google.com/go/spanner/omni.ConnectionOptions builds them. Username and Password:
-//     each pool logs in to its own endpoint (omni.NewTokenSource); without them, the pools do
-//     not authenticate, as the Spanner client does for OMNI. Native metrics are off, as for
-//     OMNI. The TLS settings without Type OMNI are refused, as the Spanner client refuses them.
-//   - Location-aware routing (on for Type OMNI, or with
-//     GOOGLE_SPANNER_EXPERIMENTAL_LOCATION_API=true): it sends calls straight to the servers
-//     Spanner names, past the endpoints, and closes those connections when it evicts them.
-//     For Type OMNI it is turned off (the client is given Type CLOUD), with a logged notice;
-//     the environment variable set to true is refused.
-//   - EnableDirectAccess: refused. DirectPath replaces the endpoint with a google-c2p target
-//     resolved by Traffic Director, which a PSC endpoint is not.
-//     GOOGLE_SPANNER_ENABLE_DIRECT_ACCESS is ignored by the pools, with a logged notice.
-//   - Native metrics (DisableNativeMetrics false): turned off, with a logged notice. The
-//     client's metrics interceptors are dial options and never reach the pools, so queries
-//     and reads record nothing; and the client hands its own options, the GCPMultiEndpoint
-//     included, to its Cloud Monitoring exporter, whose calls would go to the Spanner
-//     endpoints. ClientMetricsProvider (the caller's own pipeline) is passed unchanged.
-//   - DynamicChannelPoolConfig.DCPEnabled: turned off, with a logged notice, as upstream does
-//     for its multi-endpoint client (google-cloud-go#14611): the dynamic channel pool closes
-//     connections it believes it owns. Each endpoint's pool grows with load instead;
-//     DCPInitialChannels and DCPMaxChannels, when set, size it (after GRPCgcpConfig and
-//     NumChannels).
-//
-// Settings that do not shape a connection (sessions, query and transaction options, retries,
-// metrics providers, tracing, auto-tagging, ...) pass to the Spanner client unchanged.
+// (applied to every endpoint's pool, or refused): docs/transport.md, the one full statement
+// of these rules.
 
 // Environment variables the Spanner client reads (cloud.google.com/go/spanner v1.96.1,
 // location_router.go and client.go).

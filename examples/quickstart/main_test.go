@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 
 // TestReadmeQuickstart: the README's quick start is this main.go, verbatim.
 func TestReadmeQuickstart(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "quickstart.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
