@@ -37,21 +37,12 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 // built from gmeCfg, and returns both. Use the GCPMultiEndpoint to reconfigure endpoints at
 // runtime and to read their status; route a call to a group with NewMEContext.
 //
-//   - opts (credentials, TLS, user agent, dial options, option.WithoutAuthentication, ...)
-//     apply to every endpoint's pool, each dialed with gtransport.Dial and
-//     option.WithEndpoint(endpoint). option.WithEndpoint, option.WithGRPCConn and
-//     option.WithGRPCConnectionPool in opts are overridden per endpoint. Dial options in
-//     opts come after this package's and after the Spanner client's defaults, so they win,
-//     resolvers included (see NewGCPMultiEndpointWithSettings). A grpc.WaitForReady(true)
-//     among their default call options (grpc.WithDefaultCallOptions) applies as if every
-//     call gave it, as there (not with grpc.WithBlock, nor with a DialFunc).
-//   - config's transport settings apply to every endpoint's pool, or are refused with a
-//     *ConfigError naming the setting: Compression, Type OMNI with UsePlainText or the TLS
-//     files, and Username/Password apply; EnableDirectAccess and
-//     GOOGLE_SPANNER_EXPERIMENTAL_LOCATION_API=true are refused; the dynamic channel pool
-//     and the location-aware routing of Type OMNI are turned off with a logged notice
-//     (transport.go details each setting). The Spanner client's request-ID header reaches
-//     the pools; its built-in metrics interceptors do not (the README says what is lost).
+//   - Transport (docs/transport.md is the full account): opts (credentials, TLS, user
+//     agent, dial options, ...) apply to every endpoint's pool, dialed with gtransport.Dial
+//     and option.WithEndpoint(endpoint), and their dial options win over this package's.
+//     config's transport settings apply to every pool or are refused with a *ConfigError
+//     naming the setting; the dynamic channel pool and OMNI's location-aware routing are
+//     turned off with a logged notice.
 //   - Channels: each endpoint's pool keeps MinSize channels connected and grows up to
 //     MaxSize under load; each call goes to the channel with the fewest active streams (no
 //     session affinity: the client's one multiplexed session would pin every call to one
@@ -60,13 +51,8 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //   - GRPCgcpConfig is used as given (copied), its pool sizes completed by that rule; a
 //     Method list in it applies affinity as grpcgcp does (SessionAffinityConfig is
 //     upstream's).
-//   - DialFunc in gmeCfg, if set, replaces gtransport.Dial: opts do not reach it; it
-//     receives this package's dial options and the Spanner client's transport defaults
-//     (user agent, unlimited receive size, compression, OMNI transport credentials) and may
-//     add its own after them.
-//   - With SPANNER_EMULATOR_HOST set, every group's endpoints are replaced by the emulator,
-//     plaintext and without authentication, as the upstream client does, and a warning is
-//     logged: failover is then not exercised.
+//   - DialFunc in gmeCfg, if set, replaces gtransport.Dial (opts do not reach it), and
+//     SPANNER_EMULATOR_HOST points every group at the emulator (docs/transport.md).
 //   - Endpoint health from call outcomes is on unless settings.Health.Disabled; its probe is
 //     SpannerProbe(database) unless settings.Health.Probe is set (HealthSettings).
 //   - Closing the Spanner client closes the GCPMultiEndpoint and every pool; closing the

@@ -21,7 +21,7 @@ import (
 
 // FileConfig is a parsed configuration file (LoadConfig, ParseConfig): what
 // NewMultiEndpointClientWithSettings and NewGCPMultiEndpointWithSettings take. The file's
-// schema is in the README ("Configuration file"); testdata/config-*.yaml and .json are
+// schema is in docs/configuration.md; testdata/config-*.yaml and .json are
 // examples.
 type FileConfig struct {
 	// Options holds the groups (MultiEndpoints) and the Default group, and, when the file

@@ -12,7 +12,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
-// HealthSettings tunes endpoint health from call outcomes (README § Failure semantics): an
+// HealthSettings tunes endpoint health from call outcomes (docs/health.md): an
 // endpoint whose calls fail or stall while its connections stay up is ejected, so that every
 // group that lists it counts it as not available (RecoveryTimeout, then failover, as for a
 // lost connection), and it is readmitted when a probe passes. It is on by default; the zero

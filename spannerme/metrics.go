@@ -37,8 +37,8 @@ const (
 // meterName is the instrumentation scope of every instrument.
 const meterName = "github.com/spannerme/spanner-multiendpoint/spannerme"
 
-// metricDoc describes one instrument; the README's metric table is generated from
-// metricDocs (TestREADMEMetricTable checks it).
+// metricDoc describes one instrument; the metric table of docs/observability.md is generated
+// from metricDocs (TestREADMEMetricTable checks it).
 type metricDoc struct {
 	Name, Instrument, Unit string
 	Attributes             []string

@@ -322,14 +322,14 @@ func BenchmarkInvokeMetrics(b *testing.B) {
 	}
 }
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite the README's metric table from metricDocs")
+var updateREADME = flag.Bool("update-readme", false, "rewrite the metric table of docs/observability.md from metricDocs")
 
 const (
 	readmeTableStart = "<!-- metric table: generated from spannerme/metrics.go by `go test ./spannerme -run TestREADMEMetricTable -update-readme` -->"
 	readmeTableEnd   = "<!-- end of metric table -->"
 )
 
-// metricTable renders metricDocs as the README's markdown table.
+// metricTable renders metricDocs as the markdown table of docs/observability.md.
 func metricTable() string {
 	var b strings.Builder
 	b.WriteString("| instrument | kind | unit | attributes | meaning |\n| --- | --- | --- | --- | --- |\n")
@@ -343,7 +343,7 @@ func metricTable() string {
 	return b.String()
 }
 
-// The README's metric table is the one generated from metricDocs, which newMetrics uses to
+// The metric table of docs/observability.md is the one generated from metricDocs, which newMetrics uses to
 // create the instruments.
 func TestREADMEMetricTable(t *testing.T) {
 	const path = "../docs/observability.md"
@@ -354,7 +354,7 @@ func TestREADMEMetricTable(t *testing.T) {
 	readme := string(b)
 	start, end := strings.Index(readme, readmeTableStart), strings.Index(readme, readmeTableEnd)
 	if start < 0 || end < start {
-		t.Fatalf("README.md lacks the markers %q ... %q", readmeTableStart, readmeTableEnd)
+		t.Fatalf("docs/observability.md lacks the markers %q ... %q", readmeTableStart, readmeTableEnd)
 	}
 	got := readme[start+len(readmeTableStart) : end]
 	want := "\n" + metricTable()
@@ -367,7 +367,7 @@ func TestREADMEMetricTable(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("README.md's metric table is out of date; run go test ./spannerme -run TestREADMEMetricTable -update-readme\ngot:\n%s\nwant:\n%s", got, want)
+	t.Errorf("docs/observability.md's metric table is out of date; run go test ./spannerme -run TestREADMEMetricTable -update-readme\ngot:\n%s\nwant:\n%s", got, want)
 }
 
 // Every instrument the SDK sees is documented (name and unit), and every documented one

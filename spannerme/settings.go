@@ -60,7 +60,7 @@ type Settings struct {
 	// endpoint (Info), unknown group names (Warn, once per name) and pool retirement. Nil means
 	// slog.Default().
 	Logger *slog.Logger
-	// MeterProvider receives the OpenTelemetry metrics (the README lists the instruments,
+	// MeterProvider receives the OpenTelemetry metrics (docs/observability.md lists the instruments,
 	// under Observability). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider
 	// for NewMultiEndpointClient*, else otel.GetMeterProvider() (a no-op until an SDK is
 	// installed there). Pass noop.NewMeterProvider() to record nothing. Two

@@ -1,4 +1,4 @@
-// Command quickstart is the README's quick start: one Spanner client over two
+// Command quickstart is the quick start of docs/quickstart.md: one Spanner client over two
 // MultiEndpoints of fake PSC endpoints, routing by context, failover and status. It runs
 // offline as it is (go run ./examples/quickstart): an in-memory Spanner stands in for Cloud
 // Spanner, and fake PSC endpoints (TCP proxies on 127.0.0.1) for real ones.

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
 }
 
-// TestReadmeQuickstart: the README's quick start is this main.go, verbatim.
+// TestReadmeQuickstart: docs/quickstart.md holds this main.go, verbatim.
 func TestReadmeQuickstart(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "quickstart.md"))
 	if err != nil {
@@ -28,7 +28,7 @@ func TestReadmeQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "```go\n"+string(main)+"```\n") {
-		t.Error("README.md does not hold examples/quickstart/main.go verbatim in a go code block")
+		t.Error("docs/quickstart.md does not hold examples/quickstart/main.go verbatim in a go code block")
 	}
 	if strings.Contains(string(main), "/internal/") {
 		t.Error("the quick start imports an internal package")
