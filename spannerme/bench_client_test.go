@@ -24,6 +24,7 @@ package spannerme
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"runtime"
 	"sync"
@@ -58,6 +59,10 @@ func benchClientOptions() []option.ClientOption {
 	return []option.ClientOption{option.WithoutAuthentication(), option.WithGRPCDialOption(insecureDial)}
 }
 
+// benchSettings keeps this package's log lines out of benchmark output, where a line written
+// while a benchmark runs splits its result row and benchstat drops it.
+var benchSettings = Settings{Logger: slog.New(slog.DiscardHandler)}
+
 var benchClients = []benchClient{
 	{"plain", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
 		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
@@ -80,9 +85,9 @@ var benchClients = []benchClient{
 		return c, c.Close
 	}},
 	{"spannerme", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, gme, err := NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
-			benchClientOptions()...)
+			benchSettings, benchClientOptions()...)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -97,9 +102,9 @@ var benchClients = []benchClient{
 // same calls as upstream's row, so that the two multi-endpoint layers compare like for like.
 var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClients)], benchClient{
 	"spannerme-no-request-id", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		ours, gme, err := NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		ours, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
-			benchClientOptions()...)
+			benchSettings, benchClientOptions()...)
 		if err != nil {
 			tb.Fatal(err)
 		}
