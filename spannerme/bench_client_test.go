@@ -16,6 +16,10 @@ package spannerme
 //     allocs/query (all of the process's allocations, servers included). One op is a wave of
 //     C queries.
 //
+//   - BenchmarkClient_GOAWAYStorm: 4 workers of 30 ms queries through a frontend that ends
+//     each connection after 50 ms (GOAWAY, then 20 ms for the calls in flight: a maximum
+//     connection age, F27); metrics qps and x-plain. One op is one query.
+//
 // B/op and allocs/op include the in-process servers' allocations, the same for every client,
 // so differences between clients are the clients'.
 //
@@ -247,6 +251,50 @@ func BenchmarkClient_Frontend(b *testing.B) {
 		for _, c := range []int{100, 400, 1000} {
 			benchFrontend(b, backend, latency, c, query)
 		}
+	}
+}
+
+// BenchmarkClient_GOAWAYStorm measures the cost of connection churn (F27, grpc/grpc-go#7053):
+// the frontend recycles every connection after 50 ms with 20 ms of grace, and each query takes
+// 30 ms, so some queries are cut and retried and every channel reconnects 20 times a second.
+func BenchmarkClient_GOAWAYStorm(b *testing.B) {
+	backend := startFakeSpanner(b)
+	fixture.DisableGCEDetection()
+	stmt := spanner.Statement{SQL: "SELECT 1"}
+	const workers = 4
+	plainQPS := 0.0
+	for _, bc := range benchClients {
+		b.Run(bc.name, func(b *testing.B) {
+			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConnectionAge(50*time.Millisecond, 20*time.Millisecond))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fe.Close()
+			fe.SetLatency(30 * time.Millisecond)
+			client, closeClient := bc.new(b, fe.Addr(), fixture.SpannertestDatabase)
+			defer closeClient()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			query := func() error {
+				return client.Single().Query(ctx, stmt).Do(func(*spanner.Row) error { return nil })
+			}
+			if err := runConcurrently(ctx, workers, 2*workers, query); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			if err := runConcurrently(ctx, workers, b.N, query); err != nil {
+				b.Fatal(err)
+			}
+			qps := float64(b.N) / time.Since(start).Seconds()
+			b.StopTimer()
+			b.ReportMetric(qps, "qps")
+			if bc.name == "plain" {
+				plainQPS = qps
+			} else if plainQPS > 0 {
+				b.ReportMetric(qps/plainQPS, "x-plain")
+			}
+		})
 	}
 }
 
