@@ -3,6 +3,7 @@ package spannerme
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
@@ -54,18 +55,22 @@ func UnimplementedMethodProbe(ctx context.Context, conn grpc.ClientConnInterface
 }
 
 // probeVerdict turns a probe call's error into the probe's result: nil if the backend
-// answered, the error if the path failed or nothing answered in time.
+// answered, the error if the path failed or nothing answered in time, and an error wrapping
+// health.ErrProbeSkipped (no verdict: the endpoint is probed again after ProbeInterval) if
+// the probe says nothing about the endpoint: it was answered CANCELED (a frontend's
+// RST_STREAM CANCEL, or a cancelled context), or its connection went away (a connectivity
+// event, not the endpoint's health).
 func probeVerdict(err error) error {
 	switch health.Classify(err, false, false) {
 	case health.Failure, health.Timeout:
 		return err
-	case health.Ignore:
+	case health.Ignore, health.ConnectionLost:
 		if err != nil {
-			return errors.Join(errProbeNoVerdict, err)
+			return fmt.Errorf("%w: %w: %w", health.ErrProbeSkipped, errProbeNoVerdict, err)
 		}
 	}
 	return nil
 }
 
-// errProbeNoVerdict marks a probe cancelled before it could say anything.
-var errProbeNoVerdict = errors.New("spannerme: probe ended without an answer")
+// errProbeNoVerdict marks a probe that ended without saying anything about the endpoint.
+var errProbeNoVerdict = errors.New("spannerme: probe ended without a verdict")
