@@ -27,7 +27,8 @@ const ProbeSessionID = "spannerme-health-probe"
 //
 // The probe passes on any answer of the backend (NOT_FOUND, and also PERMISSION_DENIED or
 // UNAUTHENTICATED: the backend answered, credentials are not the endpoint's fault) and fails
-// on UNAVAILABLE, a stream reset, or no answer before ctx's deadline. It carries the
+// on UNAVAILABLE, a stream reset, or no answer before ctx's deadline; answered CANCELED, or
+// on a connection that went away, it decides nothing (probeVerdict). It carries the
 // routing headers the Spanner client sends with GetSession (x-goog-request-params,
 // google-cloud-resource-prefix). GetSession is a read-only metadata RPC (Spanner's
 // ListSessions/GetSession API); a session ID no client ever created needs no cleanup.
@@ -47,7 +48,8 @@ const unimplementedProbeMethod = "/spannerme.health.v1.Probe/Check"
 // UnimplementedMethodProbe is the probe NewGCPMultiEndpoint* install by default: one call to
 // a method no server implements ("/spannerme.health.v1.Probe/Check"). Any answer passes,
 // UNIMPLEMENTED included, since it proves that a gRPC server answered through the endpoint;
-// UNAVAILABLE, a stream reset, or no answer before ctx's deadline fail. Where a proxy answers
+// UNAVAILABLE, a stream reset, or no answer before ctx's deadline fail; CANCELED or a lost
+// connection decide nothing. Where a proxy answers
 // for the backend (a Google frontend may answer an unknown method itself), it proves the path
 // to that proxy only: set HealthSettings.Probe to a call the backend must answer.
 func UnimplementedMethodProbe(ctx context.Context, conn grpc.ClientConnInterface) error {
