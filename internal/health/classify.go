@@ -120,20 +120,23 @@ func deadline(answered bool) Outcome {
 }
 
 // connectionLostPrefixes start the messages of the UNAVAILABLE statuses grpc-go's client
-// transport gives the calls of a connection that went away (google.golang.org/grpc v1.85.0):
+// transport gives the calls of a connection that went away (google.golang.org/grpc v1.85.0).
+// When a connection ends, http2Client.Close(err) (internal/transport/http2_client.go:1042)
+// ends each of its streams with err, a transport.ConnectionError, which the call returns as
+// toRPCErr makes it: UNAVAILABLE with the error's Desc (rpc_util.go:1145); the stream's
+// status carries the ConnectionError's Error() instead (http2_client.go:1101, transport.go:802):
 //
-//   - "transport is closing": transport.ErrConnClosing (internal/transport/transport.go:828),
-//     a ConnectionError that toRPCErr turns into UNAVAILABLE with its Desc (rpc_util.go:1145),
-//     for a stream started on a transport already closing (http2_client.go:852, 950).
-//   - "connection error: desc = ": a ConnectionError's Error() (transport.go:802), the message
-//     http2Client.Close gives every stream still open when the connection ends
-//     (http2_client.go:1101): "error reading from server: ... connection reset by peer" or
-//     "EOF" (http2_client.go:1784), keepalive (1843), a server not reading (1754), the end of
-//     a drained connection (1135), a bad GOAWAY (1415, 1432, 1456).
-//   - "closing transport due to: ": the same after the server had sent a GOAWAY with debug
-//     data (http2_client.go:1098).
-//   - "error reading from server", "closing connection since the server is not reading",
-//     "keepalive ping failed": those ConnectionErrors' Desc alone, as toRPCErr returns them.
+//   - "error reading from server": the reader's Desc for a reset, EOF or any read error,
+//     the writer's errors included (http2_client.go:1784; "error reading from server:
+//     connection reset by peer" as TestClassify_RealTransportErrors sees it).
+//   - "connection error: desc = ": the same as a ConnectionError's Error() (transport.go:802).
+//   - "closing transport due to: ": after a GOAWAY with debug data, Close replaces err with
+//     this status (http2_client.go:1098), e.g. MaxConnectionAge's GOAWAY then the close after
+//     its grace time.
+//   - "transport is closing": transport.ErrConnClosing (transport.go:828), a stream started
+//     on a transport already closing (http2_client.go:852, 950).
+//   - "closing connection since the server is not reading" (http2_client.go:1754),
+//     "keepalive ping failed" (1843): the other ConnectionErrors of a live connection.
 //   - "the connection is draining": errStreamDrain (transport.go:832), a stream started on a
 //     connection that got a GOAWAY (http2_client.go:948).
 //   - "the stream is rejected because server is draining the connection": statusGoAway
