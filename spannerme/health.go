@@ -18,13 +18,19 @@ import (
 // lost connection), and it is readmitted when a probe passes. It is on by default; the zero
 // value takes every default. Settings are fixed when the GCPMultiEndpoint is created.
 //
-// What counts: UNAVAILABLE (returned by the backend or by gRPC for a failed transport) and a
-// stream reset are failures; a call whose deadline passed before any answer is a timeout,
-// which only makes the endpoint suspect (a probe decides); everything else the backend
-// answered is a success, application errors included (NOT_FOUND, INVALID_ARGUMENT,
-// ABORTED, ALREADY_EXISTS, FAILED_PRECONDITION, PERMISSION_DENIED, ...); a call the caller
-// cancelled counts for nothing, and so does a call that failed while the endpoint's pool
-// had no ready connection (the connectivity monitor handles that).
+// What counts: UNAVAILABLE answered on a live connection (by the backend or a frontend, or
+// HTTP 502/503/504 from a proxy) and a stream reset are failures; a call whose deadline passed
+// before any answer is a timeout, which only makes the endpoint suspect (a probe decides);
+// everything else the backend answered is a success, application errors included (NOT_FOUND,
+// INVALID_ARGUMENT, ABORTED, ALREADY_EXISTS, FAILED_PRECONDITION, PERMISSION_DENIED, ...); a
+// call the caller cancelled counts for nothing, and so does a call that failed while the
+// endpoint's pool had no ready connection (the connectivity monitor handles that). A call
+// whose connection went away (the UNAVAILABLE gRPC's transport gives it: "transport is
+// closing", "error reading from server: ...", "connection error: desc = ...", GOAWAY, "the
+// connection is draining") counts for nothing either: one frontend restart with 40 streams in
+// flight is one connectivity event, not 40 failures, and an endpoint whose connections keep
+// failing is the connectivity monitor's (RecoveryTimeout). A probe answered CANCELED, or whose
+// connection went away, decides nothing: it is sent again after ProbeInterval.
 //
 // Negative durations and counts, and a FailurePercentage above 100, are configuration
 // errors (*ConfigError naming the field).

@@ -3,6 +3,7 @@ package spannerme
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
@@ -26,7 +27,8 @@ const ProbeSessionID = "spannerme-health-probe"
 //
 // The probe passes on any answer of the backend (NOT_FOUND, and also PERMISSION_DENIED or
 // UNAUTHENTICATED: the backend answered, credentials are not the endpoint's fault) and fails
-// on UNAVAILABLE, a stream reset, or no answer before ctx's deadline. It carries the
+// on UNAVAILABLE, a stream reset, or no answer before ctx's deadline; answered CANCELED, or
+// on a connection that went away, it decides nothing (probeVerdict). It carries the
 // routing headers the Spanner client sends with GetSession (x-goog-request-params,
 // google-cloud-resource-prefix). GetSession is a read-only metadata RPC (Spanner's
 // ListSessions/GetSession API); a session ID no client ever created needs no cleanup.
@@ -46,7 +48,8 @@ const unimplementedProbeMethod = "/spannerme.health.v1.Probe/Check"
 // UnimplementedMethodProbe is the probe NewGCPMultiEndpoint* install by default: one call to
 // a method no server implements ("/spannerme.health.v1.Probe/Check"). Any answer passes,
 // UNIMPLEMENTED included, since it proves that a gRPC server answered through the endpoint;
-// UNAVAILABLE, a stream reset, or no answer before ctx's deadline fail. Where a proxy answers
+// UNAVAILABLE, a stream reset, or no answer before ctx's deadline fail; CANCELED or a lost
+// connection decide nothing. Where a proxy answers
 // for the backend (a Google frontend may answer an unknown method itself), it proves the path
 // to that proxy only: set HealthSettings.Probe to a call the backend must answer.
 func UnimplementedMethodProbe(ctx context.Context, conn grpc.ClientConnInterface) error {
@@ -54,18 +57,22 @@ func UnimplementedMethodProbe(ctx context.Context, conn grpc.ClientConnInterface
 }
 
 // probeVerdict turns a probe call's error into the probe's result: nil if the backend
-// answered, the error if the path failed or nothing answered in time.
+// answered, the error if the path failed or nothing answered in time, and an error wrapping
+// health.ErrProbeSkipped (no verdict: the endpoint is probed again after ProbeInterval) if
+// the probe says nothing about the endpoint: it was answered CANCELED (a frontend's
+// RST_STREAM CANCEL, or a cancelled context), or its connection went away (a connectivity
+// event, not the endpoint's health).
 func probeVerdict(err error) error {
 	switch health.Classify(err, false, false) {
 	case health.Failure, health.Timeout:
 		return err
-	case health.Ignore:
+	case health.Ignore, health.ConnectionLost:
 		if err != nil {
-			return errors.Join(errProbeNoVerdict, err)
+			return fmt.Errorf("%w: %w: %w", health.ErrProbeSkipped, errProbeNoVerdict, err)
 		}
 	}
 	return nil
 }
 
-// errProbeNoVerdict marks a probe cancelled before it could say anything.
-var errProbeNoVerdict = errors.New("spannerme: probe ended without an answer")
+// errProbeNoVerdict marks a probe that ended without saying anything about the endpoint.
+var errProbeNoVerdict = errors.New("spannerme: probe ended without a verdict")

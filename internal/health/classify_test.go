@@ -51,9 +51,43 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// A call whose connection went away is connectivity's business: the messages grpc-go's client
+// transport gives such calls are ConnectionLost, while a server's own UNAVAILABLE, with any
+// other message, stays a Failure.
+func TestClassify_LostConnectionIsNotAFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Outcome
+	}{
+		{"transport closing", status.Error(codes.Unavailable, "transport is closing"), ConnectionLost},
+		{"reset by peer", status.Error(codes.Unavailable, `connection error: desc = "error reading from server: read tcp 127.0.0.1:5000->127.0.0.1:6000: read: connection reset by peer"`), ConnectionLost},
+		{"EOF", status.Error(codes.Unavailable, `connection error: desc = "error reading from server: EOF"`), ConnectionLost},
+		{"reader desc alone", status.Error(codes.Unavailable, "error reading from server: EOF"), ConnectionLost},
+		{"keepalive", status.Error(codes.Unavailable, `connection error: desc = "keepalive ping failed to receive ACK within timeout"`), ConnectionLost},
+		{"server not reading", status.Error(codes.Unavailable, "closing connection since the server is not reading: x"), ConnectionLost},
+		{"draining", status.Error(codes.Unavailable, "the connection is draining"), ConnectionLost},
+		{"GOAWAY unprocessed", status.Error(codes.Unavailable, "the stream is rejected because server is draining the connection"), ConnectionLost},
+		{"GOAWAY debug data", status.Error(codes.Unavailable, "closing transport due to: connection error: desc = \"error reading from server: EOF\", received prior goaway: code: NO_ERROR"), ConnectionLost},
+		{"wrapped", fmt.Errorf("spanner: %w", status.Error(codes.Unavailable, "transport is closing")), ConnectionLost},
+		{"server's UNAVAILABLE", status.Error(codes.Unavailable, "region down"), Failure},
+		{"server's UNAVAILABLE naming a reset", status.Error(codes.Unavailable, "backend: upstream connect error or disconnect/reset before headers"), Failure},
+		{"refused stream", status.Error(codes.Unavailable, "stream terminated by RST_STREAM with error code: REFUSED_STREAM"), Failure},
+		{"proxy 503", status.Error(codes.Unavailable, "unexpected HTTP status code received from server: 503 (Service Unavailable)"), Failure},
+		{"other code, transport message", status.Error(codes.Internal, "transport is closing"), Success},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Classify(tc.err, false, false); got != tc.want {
+				t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
 func TestStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
 		{Success.String(), "success"}, {Failure.String(), "failure"}, {Timeout.String(), "timeout"}, {Ignore.String(), "ignore"},
+		{ConnectionLost.String(), "connection lost"},
 		{ConsecutiveFailures.String(), "consecutive failures"}, {FailurePercentage.String(), "failure percentage"},
 		{Timeouts.String(), "timeouts"}, {ProbeFailed.String(), "probe failed"}, {Reason(9).String(), "Reason(9)"},
 		{Ejected.String(), "ejected"}, {Readmitted.String(), "readmitted"}, {EventKind(0).String(), "EventKind(0)"},

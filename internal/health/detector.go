@@ -6,7 +6,8 @@
 //
 //  1. Calls are classified by Classify. A Success resets the consecutive-failure count; a
 //     Failure adds to it and to the interval's failures; a Timeout makes the endpoint
-//     suspect; Ignore counts for nothing.
+//     suspect; Ignore and ConnectionLost count for nothing (a lost connection is
+//     connectivity's business, not health's).
 //  2. ConsecutiveFailures failures in a row eject the endpoint.
 //  3. Calls are counted per Interval (the counters restart at every interval and at
 //     readmission). When at least MinimumCalls calls (successes plus failures) of the current
@@ -136,7 +137,7 @@ func (d *Detector) Success() {
 }
 
 // Record records one call's outcome; err is the call's error, quoted in the ejection's
-// Detail.
+// Detail. Ignore and ConnectionLost record nothing.
 func (d *Detector) Record(o Outcome, err error) {
 	switch o {
 	case Success:

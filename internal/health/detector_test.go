@@ -431,3 +431,79 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Calls whose connection went away count for nothing: many of them in a row, as one reset
+// connection ends, eject nothing and do not break a run of failures apart either.
+func TestLostConnectionsEjectNothing(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	lost := status.Error(codes.Unavailable, `connection error: desc = "error reading from server: read: connection reset by peer"`)
+	for range 100 {
+		h.d.Record(Classify(lost, false, false), lost)
+	}
+	if st := h.d.Status(); h.d.Ejected() || st.ConsecutiveFailures != 0 || st.Failures != 0 || st.Calls != 0 {
+		t.Fatalf("lost connections counted: %+v", st)
+	}
+	for range testConfig.ConsecutiveFailures {
+		h.d.Record(Classify(errUnavailable, true, false), errUnavailable)
+		h.d.Record(Classify(lost, false, false), lost)
+	}
+	if !h.d.Ejected() {
+		t.Fatalf("the backend's own UNAVAILABLE answers, interleaved with lost connections, did not eject: %+v", h.d.Status())
+	}
+}
+
+// A probe without a verdict (answered CANCELED, say: the probe wraps ErrProbeSkipped) ejects
+// nothing: not a standby's idle probe, not a suspect's; an ejected endpoint whose readmission
+// probe had no verdict stays out and is probed again after ProbeInterval.
+func TestProbeWithoutVerdictEjectsNothing(t *testing.T) {
+	canceled := fmt.Errorf("%w: %w", ErrProbeSkipped, status.Error(codes.Canceled, "stream terminated by RST_STREAM with error code: CANCEL"))
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	// A standby: the idle probe comes after ProbeInterval.
+	h.clock.Advance(testConfig.ProbeInterval)
+	if h.probing() != 1 {
+		t.Fatalf("no idle probe after ProbeInterval")
+	}
+	h.answer(canceled)
+	if h.d.Ejected() {
+		t.Fatalf("a CANCELED idle probe ejected: %+v", h.d.Status())
+	}
+	// A suspect.
+	h.clock.Advance(testConfig.ProbeInterval / 5)
+	h.d.Timeout()
+	if h.probing() != 1 {
+		t.Fatalf("no probe for a suspect")
+	}
+	h.answer(canceled)
+	if h.d.Ejected() {
+		t.Fatalf("a CANCELED probe of a suspect ejected: %+v", h.d.Status())
+	}
+	// Ejected: the readmission probe without a verdict keeps it out, and it is probed again.
+	for range testConfig.ConsecutiveFailures {
+		h.d.Failure(errUnavailable)
+	}
+	if !h.d.Ejected() {
+		t.Fatalf("not ejected by failures")
+	}
+	h.takeEvents()
+	h.clock.Advance(testConfig.BaseEjectionTime)
+	if h.probing() != 1 {
+		t.Fatalf("no readmission probe")
+	}
+	h.answer(canceled)
+	if !h.d.Ejected() || h.probing() != 0 {
+		t.Fatalf("a CANCELED readmission probe decided: ejected=%v probes=%d", h.d.Ejected(), h.probing())
+	}
+	h.clock.Advance(testConfig.ProbeInterval)
+	if h.probing() != 1 {
+		t.Fatalf("not probed again ProbeInterval after a probe without a verdict")
+	}
+	h.answer(nil)
+	if h.d.Ejected() {
+		t.Fatalf("a passing probe did not readmit")
+	}
+	if ev := h.takeEvents(); !slices.Equal(ev, []string{"readmitted"}) {
+		t.Fatalf("events %q, want only readmitted", ev)
+	}
+}

@@ -15,7 +15,9 @@ import (
 // answered reports that a response (header or message) had arrived. A success takes no lock
 // and allocates nothing. A failure or timeout while the pool has no ready connection is left
 // to the connectivity monitor: it says nothing about the backend, and it must not keep a
-// reconnected endpoint ejected. A no-op when health is off.
+// reconnected endpoint ejected. So is a call whose connection went away while the pool stays
+// ready (health.ConnectionLost, which the detector does not count): one lost connection is
+// one connectivity event, however many calls it carried. A no-op when health is off.
 func (p *Pool) Observe(err error, answered bool) {
 	h := p.health
 	if h == nil {

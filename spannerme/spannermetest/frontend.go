@@ -492,7 +492,19 @@ func hung(c *CallStats) *int64      { return &c.Hung }
 // progress on them end with UNAVAILABLE on the client, and held calls end;
 // the frontend keeps accepting new connections in its current mode.
 // DropConnections does nothing after Close.
-func (f *Frontend) DropConnections() { f.ln.closeConns() }
+func (f *Frontend) DropConnections() { f.ln.closeConns(-1) }
+
+// DropSomeConnections closes up to n of the client connections the frontend has accepted,
+// as [Frontend.DropConnections] closes them all (a load balancer recycling some of a
+// frontend's connections), and returns how many it closed; which ones is unspecified.
+// [FrontendStats] Active tells how many there are. n <= 0 closes none.
+// DropSomeConnections does nothing after Close.
+func (f *Frontend) DropSomeConnections(n int) int {
+	if n <= 0 {
+		return 0
+	}
+	return f.ln.closeConns(n)
+}
 
 // Close stops the frontend: it closes the listener and every client
 // connection (calls in progress end with UNAVAILABLE on the client, held

@@ -91,17 +91,22 @@ func (l *trackingListener) Close() error {
 	return l.Listener.Close()
 }
 
-// closeConns closes every tracked connection.
-func (l *trackingListener) closeConns() {
+// closeConns closes up to limit tracked connections (every one if limit is negative) and
+// returns how many it closed.
+func (l *trackingListener) closeConns(limit int) int {
 	l.mu.Lock()
 	cs := make([]*trackedConn, 0, len(l.conns))
 	for c := range l.conns {
+		if limit >= 0 && len(cs) >= limit {
+			break
+		}
 		cs = append(cs, c)
 	}
 	l.mu.Unlock()
 	for _, c := range cs {
 		_ = c.Close()
 	}
+	return len(cs)
 }
 
 // trackedConn leaves its listener's set when closed.

@@ -1052,3 +1052,29 @@ func TestFrontendBehindEndpoint(t *testing.T) {
 		t.Errorf("Frontend Stats() = %+v, want 1 forwarded and 1 failed", st.CallStats)
 	}
 }
+
+func TestFrontendDropSomeConnections(t *testing.T) {
+	b := startTestBackend(t)
+	f := NewFrontendTB(t, b.addr)
+	var clients []testpb.TestServiceClient
+	for range 4 {
+		clients = append(clients, testClient(t, f.Addr()))
+	}
+	for _, tc := range clients {
+		if err := unary(tc, "first"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "4 connections", func() bool { return f.Stats().Active == 4 })
+	if n := f.DropSomeConnections(0); n != 0 {
+		t.Fatalf("DropSomeConnections(0) = %d, want 0", n)
+	}
+	if n := f.DropSomeConnections(2); n != 2 {
+		t.Fatalf("DropSomeConnections(2) = %d, want 2", n)
+	}
+	waitFor(t, "2 connections left", func() bool { return f.Stats().Active == 2 })
+	if n := f.DropSomeConnections(5); n != 2 {
+		t.Fatalf("DropSomeConnections(5) with 2 left = %d, want 2", n)
+	}
+	waitFor(t, "no connection left", func() bool { return f.Stats().Active == 0 })
+}
