@@ -30,7 +30,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	defer p.Release()
 	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
-	p.Observe(err, false)
+	p.Observe(methodClass(method, args), method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
 	return err
 }

@@ -32,6 +32,12 @@ import (
 // failing is the connectivity monitor's (RecoveryTimeout). A probe answered CANCELED, or whose
 // connection went away, decides nothing: it is sent again after ProbeInterval.
 //
+// Calls are counted in classes, each against the thresholds on its own: reads, writes
+// (Commit, DML, batch DML, read-write BeginTransaction), session calls, and other calls
+// (docs/health.md lists the methods). An endpoint where one class keeps failing while another
+// succeeds (a gray failure: commits refused, reads fine) is ejected, and the ejection's Detail
+// names the class and the method.
+//
 // Negative durations and counts, and a FailurePercentage above 100, are configuration
 // errors (*ConfigError naming the field).
 type HealthSettings struct {
@@ -201,9 +207,14 @@ type HealthEvent struct {
 	// Kind is EndpointEjected or EndpointReadmitted.
 	Kind HealthEventKind `json:"kind"`
 	// Reason is why the endpoint was ejected (for a readmission: why it had been), and
-	// Detail says it in words, with the last error.
+	// Detail says it in words, with the class and method that failed and the last error
+	// ("writes failing (Commit): 10 consecutive failures, the last: ...").
 	Reason EjectionReason `json:"reason"`
 	Detail string         `json:"detail"`
+	// Class is the class of calls whose failures ejected the endpoint (see HealthSettings):
+	// "reads", "writes", "session calls" or "calls"; "calls" for the reasons Timeouts and
+	// ProbeFailed.
+	Class string `json:"class"`
 	// At is when it happened.
 	At time.Time `json:"at"`
 	// Until is when the ejection time ends: the endpoint is probed then, and readmitted by
@@ -227,8 +238,10 @@ type PoolHealth struct {
 	// or after EjectedUntil readmits the endpoint.
 	EjectedAt    time.Time `json:"ejectedAt,omitzero"`
 	EjectedUntil time.Time `json:"ejectedUntil,omitzero"`
-	// Reason and Detail say why the endpoint is (or was last) ejected.
+	// Reason, Class and Detail say why the endpoint is (or was last) ejected, as in
+	// HealthEvent.
 	Reason EjectionReason `json:"reason,omitzero"`
+	Class  string         `json:"class,omitempty"`
 	Detail string         `json:"detail,omitempty"`
 	// Ejections counts the ejections since the pool was created.
 	Ejections int `json:"ejections"`
@@ -243,8 +256,22 @@ type PoolHealth struct {
 	Calls         int64     `json:"calls"`
 	Failures      int64     `json:"failures"`
 	Timeouts      int64     `json:"timeouts"`
-	// ConsecutiveFailures counts the failures since the last success.
+	// ConsecutiveFailures is the largest count of one class's failures since that class's
+	// last success.
 	ConsecutiveFailures int64 `json:"consecutiveFailures"`
+	// Classes holds the counts of each class of calls, counted apart (HealthSettings): reads,
+	// writes, session calls, other calls; empty when Disabled.
+	Classes []ClassHealth `json:"classes,omitempty"`
+}
+
+// ClassHealth is one class of calls in a PoolHealth: its calls and failures in the current
+// counting interval and its failures since its last success.
+type ClassHealth struct {
+	// Class is "reads", "writes", "session calls" or "calls".
+	Class               string `json:"class"`
+	Calls               int64  `json:"calls"`
+	Failures            int64  `json:"failures"`
+	ConsecutiveFailures int64  `json:"consecutiveFailures"`
 }
 
 // ProbeStatus is one probe's result. In JSON, Latency is a Go duration string such as "3ms".
@@ -295,11 +322,19 @@ func poolHealthOf(ps pool.Status) PoolHealth {
 	s := ps.Health
 	ph := PoolHealth{Ejected: s.Ejected, EjectedAt: s.EjectedAt, EjectedUntil: s.EjectedUntil, Reason: EjectionReason(s.Reason),
 		Detail: s.Detail, Ejections: s.Ejections, Suspect: s.Suspect,
+		Classes: make([]ClassHealth, 0, len(s.Classes)),
 		LastProbe:     ProbeStatus{At: s.LastProbe.At, Latency: s.LastProbe.Latency, Passed: s.LastProbe.Passed()},
 		IntervalStart: s.IntervalStart, Calls: s.Calls, Failures: s.Failures, Timeouts: s.Timeouts,
 		ConsecutiveFailures: s.ConsecutiveFailures}
 	if s.LastProbe.Err != nil {
 		ph.LastProbe.Error = s.LastProbe.Err.Error()
+	}
+	if s.Reason != 0 {
+		ph.Class = s.Class.String()
+	}
+	for _, c := range s.Classes {
+		ph.Classes = append(ph.Classes, ClassHealth{Class: c.Class.String(), Calls: c.Calls, Failures: c.Failures,
+			ConsecutiveFailures: c.ConsecutiveFailures})
 	}
 	return ph
 }

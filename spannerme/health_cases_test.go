@@ -26,6 +26,7 @@ import (
 const (
 	methodQuery      = "/google.spanner.v1.Spanner/ExecuteStreamingSql"
 	methodGetSession = "/google.spanner.v1.Spanner/GetSession"
+	methodCommit     = "/google.spanner.v1.Spanner/Commit"
 )
 
 // frontendBackend is ONE seeded in-memory Spanner with fake Google frontends in front of it.
@@ -639,4 +640,116 @@ func TestCase_AllEndpointsFailingNoPingPong(t *testing.T) {
 	l.end()
 	t.Logf("all endpoints failing: %d switches while both failed; E2 healed first and served; E1 took traffic back %v after its readmission\n%s",
 		swBefore, (backAt - readmitAt).Round(time.Millisecond), tl)
+}
+
+// writes runs one writer of single-row commits until end, each with its own deadline, and
+// keeps when each started and how it ended.
+type writes struct {
+	mu      sync.Mutex // guards started, errs
+	started []time.Time
+	errs    []error
+	stop    context.CancelFunc
+	done    sync.WaitGroup
+}
+
+func startWrites(client *spanner.Client, deadline time.Duration) *writes {
+	w := &writes{}
+	ctx, stop := context.WithCancel(context.Background())
+	w.stop = stop
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			start := time.Now()
+			wctx, cancel := context.WithTimeout(context.Background(), deadline)
+			_, err := client.Apply(wctx, []*spanner.Mutation{spanner.InsertOrUpdate("Orders",
+				[]string{"OrderId", "AccountId", "Amount"}, []any{fmt.Sprintf("f25-%d", i), "a1", int64(i)})})
+			cancel()
+			w.mu.Lock()
+			w.started, w.errs = append(w.started, start), append(w.errs, err)
+			w.mu.Unlock()
+			if err != nil {
+				select { // a failing write must not spin
+				case <-ctx.Done():
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}()
+	return w
+}
+
+func (w *writes) end() { w.stop(); w.done.Wait() }
+
+// failedSince returns the writes started at or after from that failed, and how many started.
+func (w *writes) failedSince(from time.Time) (failed []error, started int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, at := range w.started {
+		if at.Before(from) {
+			continue
+		}
+		started++
+		if w.errs[i] != nil {
+			failed = append(failed, w.errs[i])
+		}
+	}
+	return failed, started
+}
+
+// F25: a gray failure. E1's frontend refuses every Commit with UNAVAILABLE while reads pass.
+// Writes are counted apart from reads, so E1 is ejected ("writes failing (Commit)"): every
+// write started 3s after the fault succeeds within its 5s deadline, served by E2; reads never
+// fail; E1 is back once it heals.
+func TestCase_F25_CommitsFailingReadsFine(t *testing.T) {
+	const rt, sd = 500 * time.Millisecond, time.Second
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(3*time.Second, time.Second)
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(rt, sd, e1.Addr(), e2.Addr()),
+	}), s)
+	commits := func(fe *spannermetest.Frontend) int64 { return fe.Stats().Methods[methodCommit].Forwarded }
+
+	l := startLoad(client, 4, 5*time.Second)
+	defer l.end()
+	w := startWrites(client, 5*time.Second)
+	defer w.end()
+	eventually(t, 10*time.Second, "commits on E1", func() bool { return commits(e1) > 3 })
+
+	fault := tl.restart()
+	if err := e1.FailMethods(codes.Unavailable, methodCommit); err != nil {
+		t.Fatal(err)
+	}
+	ev, ejectedAt := tl.waitHealth(t, e1.Addr(), EndpointEjected, 10*time.Second)
+	if ev.Class != "writes" || !strings.Contains(ev.Detail, "writes failing (Commit)") {
+		t.Fatalf("E1 ejected for %q (class %q), want writes failing (Commit)\n%s", ev.Detail, ev.Class, tl)
+	}
+	_, switchedAt := tl.waitSwitch(t, e2.Addr(), 0, 10*time.Second)
+	from := fault.Add(3 * time.Second)
+	time.Sleep(time.Until(from.Add(4 * time.Second))) // writes started from 3s to 7s after the fault
+	onE2 := commits(e2)
+	w.end()
+	failed, started := w.failedSince(from)
+	if started == 0 || len(failed) != 0 || onE2 == 0 {
+		t.Fatalf("writes started 3s after the fault: %d of %d failed (%v); %d commits on E2\n%s",
+			len(failed), started, errors.Join(failed...), onE2, tl)
+	}
+
+	// E1 heals: readmitted by a probe, traffic back after SwitchingDelay.
+	e1.Pass()
+	tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 20*time.Second)
+	tl.waitSwitch(t, e1.Addr(), 0, 20*time.Second)
+	back := queries(e1)
+	eventually(t, 10*time.Second, "queries on E1 again", func() bool { return queries(e1) > back+5 })
+	l.end()
+	if n := l.failed.Load(); n != 0 {
+		t.Fatalf("%d of %d reads failed: %v\n%s", n, n+l.ok.Load(), l.errors(), tl)
+	}
+	ph, _ := poolOf(gme, e1.Addr())
+	t.Logf("F25 figures (RecoveryTimeout %v, SwitchingDelay %v): E1 ejected %v after the fault, switched to E2 at %v; "+
+		"%d writes started from 3s to 7s after the fault, none failed; %d reads, none failed; E1 health %+v\n%s",
+		rt, sd, ejectedAt.Round(time.Millisecond), switchedAt.Round(time.Millisecond), started, l.ok.Load(), ph.Health, tl)
 }

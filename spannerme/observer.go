@@ -94,10 +94,10 @@ func (o *observer) switched(ev SwitchEvent) {
 // ejected records that outcome-based health took endpoint out of service until the given
 // time (zero: unknown), for reason (an EjectionReason's String: "consecutive failures",
 // "failure percentage", "timeouts" or "probe failed"; it is a metric attribute, so the set
-// stays small): a log line and the ejections metric.
-func (o *observer) ejected(endpoint, reason, detail string, until time.Time, ejections int) {
+// stays small) of the calls of class: a log line and the ejections metric.
+func (o *observer) ejected(endpoint, reason, class, detail string, until time.Time, ejections int) {
 	now := o.now()
-	args := []any{"endpoint", endpoint, "reason", reason, "detail", detail, "ejections", ejections}
+	args := []any{"endpoint", endpoint, "reason", reason, "class", class, "detail", detail, "ejections", ejections}
 	if !until.IsZero() {
 		args = append(args, "for", until.Sub(now).Round(time.Millisecond))
 	}

@@ -41,12 +41,12 @@ func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
 func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	gme := e.gme
 	if ev.Kind == health.Ejected {
-		gme.obs.ejected(e.endpoint, ev.Reason.String(), ev.Detail, ev.Until, ev.Ejections)
+		gme.obs.ejected(e.endpoint, ev.Reason.String(), ev.Class.String(), ev.Detail, ev.Until, ev.Ejections)
 	} else {
 		gme.obs.readmitted(e.endpoint, ev.Reason.String())
 	}
 	gme.events.pushHealth(HealthEvent{Endpoint: e.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason),
-		Detail: ev.Detail, At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
+		Detail: ev.Detail, Class: ev.Class.String(), At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
 	gme.publish(p)
 	gme.changed.signal()
 }

@@ -29,5 +29,5 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		return nil, withRequestID(err, id)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
-	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start})
+	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: methodClass(method, nil)})
 }

@@ -4,15 +4,19 @@
 //
 // The rules, in the terms of gRPC's outlier detection (gRFC A50) and Envoy's:
 //
-//  1. Calls are classified by Classify. A Success resets the consecutive-failure count; a
-//     Failure adds to it and to the interval's failures; a Timeout makes the endpoint
-//     suspect; Ignore and ConnectionLost count for nothing (a lost connection is
-//     connectivity's business, not health's).
-//  2. ConsecutiveFailures failures in a row eject the endpoint.
+//  1. Calls are classified by Classify, and belong to a Class (reads, writes, session
+//     management, other calls), each counted apart. A Success resets its class's
+//     consecutive-failure count; a Failure adds to it and to the class's interval failures; a
+//     Timeout makes the endpoint suspect; Ignore and ConnectionLost count for nothing (a lost
+//     connection is connectivity's business, not health's).
+//  2. ConsecutiveFailures failures in a row of one class eject the endpoint, whatever the
+//     other classes do: an endpoint whose commits fail while its reads succeed (a gray
+//     failure) is ejected.
 //  3. Calls are counted per Interval (the counters restart at every interval and at
-//     readmission). When at least MinimumCalls calls (successes plus failures) of the current
-//     interval are known and more than FailurePercentage percent of them failed, the endpoint
-//     is ejected: checked at every failure and at the end of the interval.
+//     readmission). When at least MinimumCalls calls (successes plus failures) of one class
+//     in the current interval are known and more than FailurePercentage percent of them
+//     failed, the endpoint is ejected: checked at every failure and at the end of the
+//     interval.
 //  4. A Timeout makes the endpoint suspect and starts a probe at once (unless one is under
 //     way, or one ended less than ProbeInterval/10 ago); the endpoint is ejected only if that
 //     probe fails. A passing probe clears the suspicion. So slow calls with short deadlines
@@ -36,6 +40,7 @@ package health
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,10 +79,8 @@ type Detector struct {
 	probe   func(uint64)
 	onEvent func(Event)
 
-	// Written on the call path without the lock.
-	successes   atomic.Int64 // successes since New
-	consecutive atomic.Int64 // failures since the last success (or ejection, or readmission)
-	ejected     atomic.Bool  // mirrors out, for Ejected
+	classes [numClasses]classCounts
+	ejected atomic.Bool // mirrors out, for Ejected
 
 	mu     sync.Mutex // guards every field below
 	closed bool
@@ -85,6 +88,7 @@ type Detector struct {
 	// The current or last ejection.
 	ejectedAt, until time.Time
 	reason           Reason
+	class            Class // of the failures that caused it; Calls for Timeouts and ProbeFailed
 	detail           string
 	ejections        int
 	multiplier       int
@@ -95,10 +99,9 @@ type Detector struct {
 	probeStarted time.Time
 	lastProbeEnd time.Time
 	lastProbe    ProbeResult
-	// The counting interval.
-	intervalStart      time.Time
-	successesAtStart   int64
-	failures, timeouts int64
+	// The counting interval; each class's counts are in classes.
+	intervalStart time.Time
+	timeouts      int64
 	// successes at the last idle check (rule 5).
 	successesAtCheck int64
 	tickTimer        clock.Timer
@@ -127,50 +130,80 @@ func New(o Options) *Detector {
 // Ejected reports whether the endpoint is ejected now. It takes no lock.
 func (d *Detector) Ejected() bool { return d.ejected.Load() }
 
-// Success records a call the backend answered (rule 1). It takes no lock and allocates
-// nothing.
-func (d *Detector) Success() {
-	d.successes.Add(1)
-	if d.consecutive.Load() != 0 {
-		d.consecutive.Store(0)
+// classCounts are one class's counts.
+type classCounts struct {
+	// Written on the call path without the lock.
+	successes   atomic.Int64 // successes since New
+	consecutive atomic.Int64 // failures since the last success (or ejection, or readmission)
+	// Guarded by the Detector's mu.
+	successesAtStart int64 // successes when the interval began
+	failures         int64 // in the interval
+}
+
+// callsLocked returns the class's calls in the interval: successes and failures.
+func (c *classCounts) callsLocked() int64 {
+	return c.successes.Load() - c.successesAtStart + c.failures
+}
+
+// Success records a call of class c that the backend answered (rule 1). It takes no lock
+// and allocates nothing.
+func (d *Detector) Success(c Class) {
+	cc := &d.classes[c.index()]
+	cc.successes.Add(1)
+	if cc.consecutive.Load() != 0 {
+		cc.consecutive.Store(0)
 	}
 }
 
-// Record records one call's outcome; err is the call's error, quoted in the ejection's
-// Detail. Ignore and ConnectionLost record nothing.
-func (d *Detector) Record(o Outcome, err error) {
+// Record records the outcome of one call of class c to method (a gRPC method name, quoted
+// in an ejection's Detail without its service); err is the call's error, quoted too. Ignore
+// and ConnectionLost record nothing.
+func (d *Detector) Record(c Class, method string, o Outcome, err error) {
 	switch o {
 	case Success:
-		d.Success()
+		d.Success(c)
 	case Failure:
-		d.Failure(err)
+		d.Failure(c, method, err)
 	case Timeout:
 		d.Timeout()
 	}
 }
 
-// Failure records a call whose path to the backend failed (rules 2 and 3).
-func (d *Detector) Failure(err error) {
-	d.consecutive.Add(1)
+// Failure records a call of class c to method whose path to the backend failed (rules 2 and
+// 3).
+func (d *Detector) Failure(c Class, method string, err error) {
+	cc := &d.classes[c.index()]
+	cc.consecutive.Add(1)
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return
 	}
-	d.failures++
+	cc.failures++
 	// Read under mu: a readmission between the Add and the Lock reset the count, and the
 	// failures before it happened while the endpoint was ejected (rule 8).
-	n := d.consecutive.Load()
+	n := cc.consecutive.Load()
 	if !d.out {
 		switch {
 		case n >= int64(d.cfg.ConsecutiveFailures):
-			d.ejectLocked(ConsecutiveFailures, fmt.Sprintf("%d consecutive failures, the last: %v", n, err))
-		case d.overPercentageLocked():
-			d.ejectLocked(FailurePercentage, d.percentageDetailLocked(err))
+			d.ejectLocked(ConsecutiveFailures, c, fmt.Sprintf("%s: %d consecutive failures, the last: %v", failing(c, method), n, err))
+		case d.overPercentageLocked(c):
+			d.ejectLocked(FailurePercentage, c, failing(c, method)+": "+d.percentageDetailLocked(c, err))
 		}
 	}
 	d.mu.Unlock()
 	d.deliver()
+}
+
+// failing says which class fails, and the method: "writes failing (Commit)".
+func failing(c Class, method string) string {
+	if i := strings.LastIndexByte(method, '/'); i >= 0 {
+		method = method[i+1:]
+	}
+	if method == "" {
+		return c.String() + " failing"
+	}
+	return c.String() + " failing (" + method + ")"
 }
 
 // Timeout records a call whose deadline passed before any answer (rule 4).
@@ -231,9 +264,9 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 	case err == nil:
 		d.suspect = false
 	case d.suspect:
-		d.ejectLocked(Timeouts, fmt.Sprintf("calls timed out without an answer and the probe failed: %v", err))
+		d.ejectLocked(Timeouts, Calls, fmt.Sprintf("calls timed out without an answer and the probe failed: %v", err))
 	default:
-		d.ejectLocked(ProbeFailed, fmt.Sprintf("the probe of an endpoint without successful calls failed: %v", err))
+		d.ejectLocked(ProbeFailed, Calls, fmt.Sprintf("the probe of an endpoint without successful calls failed: %v", err))
 	}
 	d.mu.Unlock()
 	d.deliver()
@@ -243,14 +276,21 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 func (d *Detector) Status() Status {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	succ := d.successes.Load() - d.successesAtStart
-	return Status{
-		Ejected: d.out, EjectedAt: d.ejectedAt, EjectedUntil: d.until, Reason: d.reason, Detail: d.detail,
+	st := Status{
+		Ejected: d.out, EjectedAt: d.ejectedAt, EjectedUntil: d.until, Reason: d.reason, Class: d.class, Detail: d.detail,
 		Ejections: d.ejections, Multiplier: d.multiplier, Suspect: d.suspect,
 		ProbeInFlight: d.probeSeq != 0, LastProbe: d.lastProbe,
-		IntervalStart: d.intervalStart, Calls: succ + d.failures, Failures: d.failures, Timeouts: d.timeouts,
-		ConsecutiveFailures: d.consecutive.Load(),
+		IntervalStart: d.intervalStart, Timeouts: d.timeouts,
 	}
+	for i := range d.classes {
+		cc := &d.classes[i]
+		cs := ClassStatus{Class: Class(i), Calls: cc.callsLocked(), Failures: cc.failures, ConsecutiveFailures: cc.consecutive.Load()}
+		st.Calls += cs.Calls
+		st.Failures += cs.Failures
+		st.ConsecutiveFailures = max(st.ConsecutiveFailures, cs.ConsecutiveFailures)
+		st.Classes[i] = cs
+	}
+	return st
 }
 
 // Close stops the timers; afterwards nothing is recorded, no probe starts and no event is
@@ -270,15 +310,17 @@ func (d *Detector) Close() {
 	d.events.Drop()
 }
 
-// overPercentageLocked applies rule 3 to the current interval. d.mu must be held.
-func (d *Detector) overPercentageLocked() bool {
-	calls := d.successes.Load() - d.successesAtStart + d.failures
-	return calls >= int64(d.cfg.MinimumCalls) && d.failures*100 > int64(d.cfg.FailurePercentage)*calls
+// overPercentageLocked applies rule 3 to class c in the current interval. d.mu must be
+// held.
+func (d *Detector) overPercentageLocked(c Class) bool {
+	cc := &d.classes[c.index()]
+	calls := cc.callsLocked()
+	return calls >= int64(d.cfg.MinimumCalls) && cc.failures*100 > int64(d.cfg.FailurePercentage)*calls
 }
 
-func (d *Detector) percentageDetailLocked(err error) string {
-	calls := d.successes.Load() - d.successesAtStart + d.failures
-	s := fmt.Sprintf("%d of %d calls failed in the interval (more than %d%%)", d.failures, calls, d.cfg.FailurePercentage)
+func (d *Detector) percentageDetailLocked(c Class, err error) string {
+	cc := &d.classes[c.index()]
+	s := fmt.Sprintf("%d of %d calls failed in the interval (more than %d%%)", cc.failures, cc.callsLocked(), d.cfg.FailurePercentage)
 	if err != nil {
 		s += fmt.Sprintf(", the last: %v", err)
 	}
@@ -287,18 +329,18 @@ func (d *Detector) percentageDetailLocked(err error) string {
 
 // ejectLocked ejects the endpoint (rule 6) and sets the readmission probe for the end of the
 // ejection time. d.mu must be held.
-func (d *Detector) ejectLocked(r Reason, detail string) {
+func (d *Detector) ejectLocked(r Reason, c Class, detail string) {
 	now := d.clock.Now()
 	d.multiplier++
 	d.ejections++
 	d.out = true
 	d.ejected.Store(true)
 	d.ejectedAt, d.until = now, now.Add(d.cfg.ejectionTime(d.multiplier))
-	d.reason, d.detail = r, detail
+	d.reason, d.class, d.detail = r, c, detail
 	d.suspect = false
-	d.consecutive.Store(0)
+	d.resetConsecutive()
 	d.armProbeLocked(d.until.Sub(now))
-	d.queueLocked(Event{Kind: Ejected, Reason: r, Detail: detail, At: now, Until: d.until, Ejections: d.ejections})
+	d.queueLocked(Event{Kind: Ejected, Reason: r, Class: c, Detail: detail, At: now, Until: d.until, Ejections: d.ejections})
 }
 
 // readmitLocked readmits the endpoint with fresh counters and a fresh interval (rule 7).
@@ -306,21 +348,24 @@ func (d *Detector) ejectLocked(r Reason, detail string) {
 func (d *Detector) readmitLocked(now time.Time) {
 	d.out = false
 	d.ejected.Store(false)
-	d.consecutive.Store(0)
+	d.resetConsecutive()
 	d.suspect = false
 	d.startIntervalLocked(now)
 	if d.probe != nil {
 		d.armIdleProbeLocked()
 	}
-	d.queueLocked(Event{Kind: Readmitted, Reason: d.reason, Detail: d.detail, At: now, Until: d.until, Ejections: d.ejections})
+	d.queueLocked(Event{Kind: Readmitted, Reason: d.reason, Class: d.class, Detail: d.detail, At: now, Until: d.until, Ejections: d.ejections})
 }
 
 // startIntervalLocked starts a counting interval at now and sets the timer for its end.
 // d.mu must be held.
 func (d *Detector) startIntervalLocked(now time.Time) {
 	d.intervalStart = now
-	d.successesAtStart = d.successes.Load()
-	d.failures, d.timeouts = 0, 0
+	for i := range d.classes {
+		d.classes[i].successesAtStart = d.classes[i].successes.Load()
+		d.classes[i].failures = 0
+	}
+	d.timeouts = 0
 	d.tickGen++
 	gen := d.tickGen
 	if d.tickTimer != nil {
@@ -337,8 +382,8 @@ func (d *Detector) tick(gen uint64) {
 		return
 	}
 	if !d.out {
-		if d.overPercentageLocked() {
-			d.ejectLocked(FailurePercentage, d.percentageDetailLocked(nil))
+		if c, over := d.overPercentageAnyLocked(); over {
+			d.ejectLocked(FailurePercentage, c, failing(c, "")+": "+d.percentageDetailLocked(c, nil))
 		} else if d.multiplier > 0 {
 			// A whole interval not ejected: the interval restarts at readmission, so this
 			// one saw no ejection.
@@ -350,10 +395,37 @@ func (d *Detector) tick(gen uint64) {
 	d.deliver()
 }
 
+// overPercentageAnyLocked returns the first class over the failure percentage, if any.
+// d.mu must be held.
+func (d *Detector) overPercentageAnyLocked() (Class, bool) {
+	for i := range d.classes {
+		if d.overPercentageLocked(Class(i)) {
+			return Class(i), true
+		}
+	}
+	return 0, false
+}
+
+// resetConsecutive clears every class's consecutive-failure count.
+func (d *Detector) resetConsecutive() {
+	for i := range d.classes {
+		d.classes[i].consecutive.Store(0)
+	}
+}
+
+// successesLocked returns the successes of every class since New.
+func (d *Detector) successesLocked() int64 {
+	var n int64
+	for i := range d.classes {
+		n += d.classes[i].successes.Load()
+	}
+	return n
+}
+
 // armIdleProbeLocked sets the idle check of rule 5 for ProbeInterval from now. d.mu must be
 // held.
 func (d *Detector) armIdleProbeLocked() {
-	d.successesAtCheck = d.successes.Load()
+	d.successesAtCheck = d.successesLocked()
 	d.armProbeLocked(d.cfg.ProbeInterval)
 }
 
@@ -384,7 +456,7 @@ func (d *Detector) probeDue(gen uint64) {
 			seq = d.startProbeLocked()
 		} // else the probe under way ends after the ejection time and decides
 	default:
-		succ := d.successes.Load()
+		succ := d.successesLocked()
 		if succ == d.successesAtCheck && d.probe != nil && d.probeSeq == 0 {
 			seq = d.startProbeLocked()
 		}

@@ -105,7 +105,8 @@ func (h *harness) probing() int {
 // then check.
 type step struct {
 	at time.Duration
-	// ev: "ok", "fail", "timeout", "pass" (answer the probe: passed), "probefail", "skip", or
+	// ev: "ok", "fail" (class Calls), "read", "readfail", "commit", "commitfail" (classes
+	// Reads and Writes), "timeout", "pass" (answer the probe: passed), "probefail", "skip", or
 	// "" (only move the clock).
 	ev string
 	n  int
@@ -125,9 +126,17 @@ func runSteps(t *testing.T, cfg Config, withProbe bool, steps []step) *harness {
 		for range max(s.n, 1) {
 			switch s.ev {
 			case "ok":
-				h.d.Success()
+				h.d.Success(Calls)
 			case "fail":
-				h.d.Failure(errUnavailable)
+				h.d.Failure(Calls, "", errUnavailable)
+			case "read":
+				h.d.Success(Reads)
+			case "readfail":
+				h.d.Failure(Reads, "/google.spanner.v1.Spanner/ExecuteStreamingSql", errUnavailable)
+			case "commitfail":
+				h.d.Failure(Writes, "/google.spanner.v1.Spanner/Commit", errUnavailable)
+			case "commit":
+				h.d.Success(Writes)
 			case "timeout":
 				h.d.Timeout()
 			case "pass":
@@ -275,7 +284,7 @@ func TestApplicationErrorsNeverEject(t *testing.T) {
 		codes.Unimplemented, codes.ResourceExhausted, codes.Canceled, codes.Internal}
 	for i := range 5000 {
 		err := status.Error(appErrs[i%len(appErrs)], "application error")
-		h.d.Record(Classify(err, true, false), err)
+		h.d.Record(Calls, "", Classify(err, true, false), err)
 		if i%100 == 0 {
 			h.clock.Advance(time.Second)
 			if h.probing() > 0 {
@@ -323,7 +332,7 @@ func TestCloseStopsEverything(t *testing.T) {
 	}
 	h.answer(errors.New("failed")) // ignored
 	for range 20 {
-		h.d.Failure(errUnavailable)
+		h.d.Failure(Calls, "", errUnavailable)
 	}
 	h.d.Timeout()
 	h.clock.Advance(time.Hour)
@@ -357,8 +366,8 @@ func TestEjectionTime(t *testing.T) {
 func TestSuccessAllocatesNothing(t *testing.T) {
 	h := newHarness(t, testConfig, true)
 	defer h.d.Close()
-	h.d.Failure(errUnavailable)
-	if n := testing.AllocsPerRun(1000, func() { h.d.Success(); _ = h.d.Ejected() }); n != 0 {
+	h.d.Failure(Calls, "", errUnavailable)
+	if n := testing.AllocsPerRun(1000, func() { h.d.Success(Calls); _ = h.d.Ejected() }); n != 0 {
 		t.Fatalf("Success allocates %v times per call", n)
 	}
 }
@@ -409,9 +418,9 @@ func TestConcurrentUse(t *testing.T) {
 			for i := range 2000 {
 				switch (i + g) % 4 {
 				case 0, 1:
-					d.Success()
+					d.Success(Calls)
 				case 2:
-					d.Failure(errUnavailable)
+					d.Failure(Calls, "", errUnavailable)
 				case 3:
 					d.Timeout()
 				}
@@ -439,14 +448,14 @@ func TestLostConnectionsEjectNothing(t *testing.T) {
 	defer h.d.Close()
 	lost := status.Error(codes.Unavailable, `connection error: desc = "error reading from server: read: connection reset by peer"`)
 	for range 100 {
-		h.d.Record(Classify(lost, false, false), lost)
+		h.d.Record(Calls, "", Classify(lost, false, false), lost)
 	}
 	if st := h.d.Status(); h.d.Ejected() || st.ConsecutiveFailures != 0 || st.Failures != 0 || st.Calls != 0 {
 		t.Fatalf("lost connections counted: %+v", st)
 	}
 	for range testConfig.ConsecutiveFailures {
-		h.d.Record(Classify(errUnavailable, true, false), errUnavailable)
-		h.d.Record(Classify(lost, false, false), lost)
+		h.d.Record(Calls, "", Classify(errUnavailable, true, false), errUnavailable)
+		h.d.Record(Calls, "", Classify(lost, false, false), lost)
 	}
 	if !h.d.Ejected() {
 		t.Fatalf("the backend's own UNAVAILABLE answers, interleaved with lost connections, did not eject: %+v", h.d.Status())
@@ -481,7 +490,7 @@ func TestProbeWithoutVerdictEjectsNothing(t *testing.T) {
 	}
 	// Ejected: the readmission probe without a verdict keeps it out, and it is probed again.
 	for range testConfig.ConsecutiveFailures {
-		h.d.Failure(errUnavailable)
+		h.d.Failure(Calls, "", errUnavailable)
 	}
 	if !h.d.Ejected() {
 		t.Fatalf("not ejected by failures")
@@ -505,5 +514,60 @@ func TestProbeWithoutVerdictEjectsNothing(t *testing.T) {
 	}
 	if ev := h.takeEvents(); !slices.Equal(ev, []string{"readmitted"}) {
 		t.Fatalf("events %q, want only readmitted", ev)
+	}
+}
+
+// Classes are counted apart: a class that keeps failing ejects the endpoint although another
+// class succeeds between its failures (a gray failure), and each class's percentage is its
+// own.
+func TestClassesCountedApart(t *testing.T) {
+	cfg := Config{Interval: 10 * time.Second, ConsecutiveFailures: 10, FailurePercentage: 50, MinimumCalls: 20,
+		BaseEjectionTime: 30 * time.Second}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"commits fail, reads succeed between them", func() []step {
+			var st []step
+			for i := range 9 {
+				st = append(st, step{at: time.Duration(i) * 100 * time.Millisecond, ev: "read", n: 4}, step{ev: "commitfail", at: time.Duration(i) * 100 * time.Millisecond})
+			}
+			return append(st, step{at: time.Second, ev: "commitfail", wantOut: true, wantEvents: []string{"ejected:consecutive failures:30s"}})
+		}()},
+		{"a commit success resets only the writes", []step{
+			{ev: "readfail", n: 9}, {ev: "commit"}, {ev: "readfail", wantOut: true, wantEvents: []string{"ejected:consecutive failures:30s"}},
+		}},
+		{"reads over the percentage, writes fine", []step{
+			// 100 commits keep the endpoint's calls as a whole far below 50% failed.
+			{ev: "commit", n: 100}, {ev: "read", n: 9}, {ev: "readfail", n: 5}, {ev: "read"}, {ev: "readfail", n: 5},
+			{ev: "read"}, {ev: "readfail"}, // 11 of 22 reads failed: not more than 50%
+			{ev: "readfail", wantOut: true, wantEvents: []string{"ejected:failure percentage:30s"}},
+		}},
+		{"a few failures of each class eject nothing", []step{
+			{ev: "read", n: 50}, {ev: "readfail", n: 3}, {ev: "commit", n: 50}, {ev: "commitfail", n: 3}, {at: 10 * time.Second},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { runSteps(t, cfg, false, tc.steps) })
+	}
+}
+
+// The ejection names the class and the method whose failures caused it, and Status gives
+// each class's counts.
+func TestEjectionNamesClassAndMethod(t *testing.T) {
+	h := newHarness(t, Config{ConsecutiveFailures: 3}, false)
+	t.Cleanup(h.d.Close)
+	h.d.Success(Reads)
+	for range 3 {
+		h.d.Failure(Writes, "/google.spanner.v1.Spanner/Commit", errUnavailable)
+	}
+	st := h.d.Status()
+	if !st.Ejected || st.Class != Writes || !strings.HasPrefix(st.Detail, "writes failing (Commit): 3 consecutive failures") {
+		t.Fatalf("status %+v, want ejected by writes failing (Commit)", st)
+	}
+	if w, r := st.Classes[Writes], st.Classes[Reads]; w.Failures != 3 || w.Calls != 3 || r.Calls != 1 || r.Failures != 0 {
+		t.Errorf("class counts: writes %+v, reads %+v", w, r)
+	}
+	if n := testing.AllocsPerRun(1000, func() { h.d.Success(Writes) }); n != 0 {
+		t.Errorf("Success allocates %v times", n)
 	}
 }

@@ -241,17 +241,17 @@ func check(t *rapid.T, actions []action) (ejections int) {
 	for i, a := range actions {
 		switch a.kind {
 		case "ok":
-			h.d.Success()
+			h.d.Success(Calls)
 			m.success()
 		case "app":
 			err := status.Error(a.code, "application error")
-			h.d.Record(Classify(err, true, false), err)
+			h.d.Record(Calls, "", Classify(err, true, false), err)
 			if a.code != codes.Canceled {
 				m.success()
 			}
 		case "fail", "burst":
 			for range max(a.n, 1) {
-				h.d.Failure(errUnavailable)
+				h.d.Failure(Calls, "", errUnavailable)
 				m.failure()
 			}
 		case "timeout":

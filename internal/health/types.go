@@ -36,6 +36,54 @@ func (r Reason) String() string {
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
 
+// Class is the kind of call an outcome belongs to. Each class is counted apart (rules 1 to
+// 3), so that an endpoint where one class keeps failing while another succeeds (a gray
+// failure: commits refused, reads fine) is ejected. The zero value, Calls, holds the calls of
+// no other class.
+type Class uint8
+
+const (
+	// Calls: calls of no other class (methods of other services, and Spanner methods the
+	// classes do not name).
+	Calls Class = iota
+	// Reads: queries and reads, and read-only transactions.
+	Reads
+	// Writes: commits, DML, batch DML, rollbacks and read-write transactions.
+	Writes
+	// Sessions: session management (create, get, delete, list).
+	Sessions
+	numClasses
+)
+
+var classNames = [numClasses]string{Calls: "calls", Reads: "reads", Writes: "writes", Sessions: "session calls"}
+
+// String returns "calls", "reads", "writes" or "session calls".
+func (c Class) String() string {
+	if c < numClasses {
+		return classNames[c]
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// index returns c's index in a Detector's classes: an unknown class counts as Calls.
+func (c Class) index() int {
+	if c >= numClasses {
+		return int(Calls)
+	}
+	return int(c)
+}
+
+// NumClasses is the number of classes.
+const NumClasses = int(numClasses)
+
+// ClassStatus is one class's counts in a Status.
+type ClassStatus struct {
+	Class Class
+	// Calls counts the class's successes and failures in the current interval, Failures its
+	// failures; ConsecutiveFailures counts its failures since its last success.
+	Calls, Failures, ConsecutiveFailures int64
+}
+
 // EventKind says what happened to an endpoint's health.
 type EventKind int
 
@@ -64,6 +112,8 @@ type Event struct {
 	Kind EventKind
 	// Reason is why the endpoint was ejected (for Readmitted: why it had been).
 	Reason Reason
+	// Class is the class whose failures ejected it (Calls for Timeouts and ProbeFailed).
+	Class Class
 	// Detail says it in words, e.g. "10 consecutive failures, last: rpc error: ...".
 	Detail string
 	// At is when it happened, on the detector's clock.
@@ -95,8 +145,9 @@ type Status struct {
 	// EjectedAt and EjectedUntil bound the current (or last) ejection: the endpoint is
 	// readmitted by the first probe that passes at or after EjectedUntil. Zero if never ejected.
 	EjectedAt, EjectedUntil time.Time
-	// Reason and Detail say why the endpoint is (or was last) ejected.
+	// Reason, Class and Detail say why the endpoint is (or was last) ejected.
 	Reason Reason
+	Class  Class
 	Detail string
 	// Ejections counts the ejections since the detector was created.
 	Ejections int
@@ -114,8 +165,11 @@ type Status struct {
 	// ignored call is not a call here).
 	IntervalStart             time.Time
 	Calls, Failures, Timeouts int64
-	// ConsecutiveFailures counts the failures since the last success.
+	// ConsecutiveFailures is the largest count of failures of one class since its last
+	// success.
 	ConsecutiveFailures int64
+	// Classes holds each class's counts, by Class.
+	Classes [NumClasses]ClassStatus
 }
 
 // Config holds the detector's thresholds and durations. A field that is zero or negative

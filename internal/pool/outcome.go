@@ -11,27 +11,27 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
-// Observe records the outcome of one call on the pool for health from call outcomes.
-// answered reports that a response (header or message) had arrived. A success takes no lock
+// Observe records the outcome of one call of class c to method on the pool for health from
+// call outcomes. answered reports that a response (header or message) had arrived. A success takes no lock
 // and allocates nothing. A failure or timeout while the pool has no ready connection is left
 // to the connectivity monitor: it says nothing about the backend, and it must not keep a
 // reconnected endpoint ejected. So is a call whose connection went away while the pool stays
 // ready (health.ConnectionLost, which the detector does not count): one lost connection is
 // one connectivity event, however many calls it carried. A no-op when health is off.
-func (p *Pool) Observe(err error, answered bool) {
+func (p *Pool) Observe(c health.Class, method string, err error, answered bool) {
 	h := p.health
 	if h == nil {
 		return
 	}
 	if err == nil {
-		h.Success()
+		h.Success(c)
 		return
 	}
 	o := health.Classify(err, answered, p.probes.overloadIsFailure)
 	if (o == health.Failure || o == health.Timeout) && p.State() != connectivity.Ready {
 		return
 	}
-	h.Record(o, err)
+	h.Record(c, method, o, err)
 }
 
 // Bits of Stream.health.
@@ -69,5 +69,5 @@ func (s *Stream) ended(err error) {
 		md, _ := s.ClientStream.Header()
 		answered = md != nil
 	}
-	s.pool.Observe(err, answered)
+	s.pool.Observe(s.call.Class, s.method, err, answered)
 }

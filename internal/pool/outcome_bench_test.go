@@ -27,7 +27,7 @@ func BenchmarkOutcomeTracking(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				p.Observe(nil, false)
+				p.Observe(health.Reads, "/google.spanner.v1.Spanner/Read", nil, false)
 			}
 		})
 	})

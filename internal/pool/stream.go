@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
 // inlineCallOptions is how many call options a stream carries without an allocation of its
@@ -27,6 +29,8 @@ type CallInfo struct {
 	// Start is when the caller began measuring the call; zero means "not measured" (no
 	// Observer.CallEnd).
 	Start time.Time
+	// Class is the call's class for health from call outcomes (Observe).
+	Class health.Class
 }
 
 // NewStream starts a streaming call on the pool, which the caller has acquired (Acquire):
@@ -35,7 +39,7 @@ type CallInfo struct {
 // its end is reported to Observer.CallEnd when call.Start is set. Errors: gRPC's, decorated
 // (Options.DecorateError) when call.Tag is set.
 func (p *Pool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts []grpc.CallOption, call CallInfo) (grpc.ClientStream, error) {
-	s := &Stream{ctx: ctx, pool: p, serverStreams: desc.ServerStreams, call: call}
+	s := &Stream{ctx: ctx, pool: p, serverStreams: desc.ServerStreams, method: method, call: call}
 	if p.lazyStreams {
 		s.watchContext()
 	}
@@ -45,7 +49,7 @@ func (p *Pool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 			// A deadline that passes here passed before the stream existed (gRPC held it
 			// for a free HTTP/2 stream of a busy pool, or it was already over): it says
 			// nothing about the endpoint.
-			p.Observe(err, false)
+			p.Observe(call.Class, method, err, false)
 		}
 		s.finish(err)
 		return nil, s.decorate(err)
@@ -86,6 +90,7 @@ type Stream struct {
 	ctx           context.Context
 	pool          *Pool
 	serverStreams bool
+	method        string
 	call          CallInfo
 	done          atomic.Bool
 	health        atomic.Uint32 // streamSent, streamAnswered, streamReported (outcome.go)

@@ -52,11 +52,14 @@ const (
 	FrontendHang
 	// FrontendClosed is the mode after [Frontend.Close]; it is final.
 	FrontendClosed
+	// FrontendFailMethods fails the calls to some methods with one status
+	// code and forwards the others; see [Frontend.FailMethods].
+	FrontendFailMethods
 )
 
 // String returns the lower-case name of the mode ("pass", "fail-all",
-// "fail-fraction", "hang", "closed"), or "FrontendMode(n)" for an unknown
-// value.
+// "fail-fraction", "hang", "closed", "fail-methods"), or "FrontendMode(n)"
+// for an unknown value.
 func (m FrontendMode) String() string {
 	switch m {
 	case FrontendPass:
@@ -69,6 +72,8 @@ func (m FrontendMode) String() string {
 		return "hang"
 	case FrontendClosed:
 		return "closed"
+	case FrontendFailMethods:
+		return "fail-methods"
 	}
 	return fmt.Sprintf("FrontendMode(%d)", int(m))
 }
@@ -234,9 +239,10 @@ type Frontend struct {
 // immutable once stored.
 type behavior struct {
 	mode     FrontendMode
-	code     codes.Code  // FailAll, FailFraction
-	fraction float64     // FailFraction
-	rng      *lockedRand // FailFraction
+	code     codes.Code      // FailAll, FailFraction, FailMethods
+	fraction float64         // FailFraction
+	rng      *lockedRand     // FailFraction
+	methods  map[string]bool // FailMethods; never modified once stored
 	latency  time.Duration
 }
 
@@ -401,6 +407,33 @@ func (f *Frontend) FailFraction(fraction float64, code codes.Code) error {
 	return nil
 }
 
+// FailMethods makes the frontend fail every call to one of methods that
+// starts from now on with code, as [Frontend.FailAll] does, and forward the
+// calls to every other method: a gray failure, such as a region whose
+// frontend refuses commits ("/google.spanner.v1.Spanner/Commit") while reads
+// pass. Methods are full gRPC method names ("/service/method"). It returns an
+// error, and changes nothing, if methods is empty, a name is not of that
+// form, or code is invalid as for FailAll. It does nothing after Close.
+func (f *Frontend) FailMethods(code codes.Code, methods ...string) error {
+	if err := checkFailCode(code); err != nil {
+		return fmt.Errorf("spannermetest: FailMethods: %w", err)
+	}
+	if len(methods) == 0 {
+		return errors.New("spannermetest: FailMethods: no method")
+	}
+	set := make(map[string]bool, len(methods))
+	for _, m := range methods {
+		if !strings.HasPrefix(m, "/") || strings.Count(m, "/") != 2 || strings.HasSuffix(m, "/") || strings.HasPrefix(m, "//") {
+			return fmt.Errorf("spannermetest: FailMethods: %q is not a full method name (/service/method)", m)
+		}
+		set[m] = true
+	}
+	f.update(func(b *behavior) {
+		*b = behavior{mode: FrontendFailMethods, code: code, methods: set, latency: b.latency}
+	})
+	return nil
+}
+
 // Hang makes the frontend accept every call that starts from now on and
 // never answer it: no response header, no message, no status, as a
 // frontend does whose backend stalls. A held call ends only when its caller
@@ -535,7 +568,8 @@ func (f *Frontend) handle(_ any, ss grpc.ServerStream) error {
 	ctx := ss.Context()
 	b := f.behavior.Load()
 	f.count(method, received)
-	fail := b.mode == FrontendFailAll || (b.mode == FrontendFailFraction && b.rng.below(b.fraction))
+	fail := b.mode == FrontendFailAll || (b.mode == FrontendFailFraction && b.rng.below(b.fraction)) ||
+		(b.mode == FrontendFailMethods && b.methods[method])
 	if b.latency > 0 {
 		t := time.NewTimer(b.latency)
 		select {

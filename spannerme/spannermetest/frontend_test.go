@@ -215,7 +215,7 @@ const unaryMethod = "/grpc.testing.TestService/UnaryCall"
 func TestFrontendModeString(t *testing.T) {
 	for m, want := range map[FrontendMode]string{
 		FrontendPass: "pass", FrontendFailAll: "fail-all", FrontendFailFraction: "fail-fraction",
-		FrontendHang: "hang", FrontendClosed: "closed", FrontendMode(42): "FrontendMode(42)",
+		FrontendHang: "hang", FrontendClosed: "closed", FrontendFailMethods: "fail-methods", FrontendMode(42): "FrontendMode(42)",
 	} {
 		if got := m.String(); got != want {
 			t.Errorf("FrontendMode(%d).String() = %q, want %q", int(m), got, want)
@@ -257,6 +257,10 @@ func TestFrontendRejectsBadFaultsAndKeepsMode(t *testing.T) {
 		"FailFraction(NaN)":      f.FailFraction(math.NaN(), codes.Unavailable),
 		"FailFraction(0.5, OK)":  f.FailFraction(0.5, codes.OK),
 		"FailFraction(0.5, 999)": f.FailFraction(0.5, codes.Code(999)),
+		"FailMethods()":          f.FailMethods(codes.Unavailable),
+		"FailMethods(OK)":        f.FailMethods(codes.OK, "/s/m"),
+		"FailMethods(no slash)":  f.FailMethods(codes.Unavailable, "Commit"),
+		"FailMethods(/s/)":       f.FailMethods(codes.Unavailable, "/s/"),
 	} {
 		if err == nil {
 			t.Errorf("%s returned nil, want an error", name)
@@ -1077,4 +1081,37 @@ func TestFrontendDropSomeConnections(t *testing.T) {
 		t.Fatalf("DropSomeConnections(5) with 2 left = %d, want 2", n)
 	}
 	waitFor(t, "no connection left", func() bool { return f.Stats().Active == 0 })
+}
+
+// FailMethods fails the calls to the named methods only; calls to every other method are
+// forwarded, on the same connection.
+func TestFrontendFailMethods(t *testing.T) {
+	b := startTestBackend(t)
+	f := NewFrontendTB(t, b.addr)
+	tc := testClient(t, f.Addr())
+	if err := f.FailMethods(codes.Unavailable, "/grpc.testing.TestService/UnaryCall"); err != nil {
+		t.Fatal(err)
+	}
+	if m := f.Mode(); m != FrontendFailMethods {
+		t.Errorf("Mode() = %v, want fail-methods", m)
+	}
+	for range 3 {
+		wantCode(t, "unary", unary(tc, "x"), codes.Unavailable)
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		s, err := tc.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{ResponseParameters: []*testpb.ResponseParameters{{}}})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("a call to another method: %v, want it forwarded", err)
+		}
+	}
+	st := f.Stats()
+	if u, s := st.Methods["/grpc.testing.TestService/UnaryCall"], st.Methods["/grpc.testing.TestService/StreamingOutputCall"]; u.Failed != 3 || u.Forwarded != 0 || s.Forwarded != 3 || s.Failed != 0 {
+		t.Errorf("Stats: UnaryCall %+v, StreamingOutputCall %+v", u, s)
+	}
+	if st.Accepted != 1 {
+		t.Errorf("Accepted = %d, want 1: the connection stays up", st.Accepted)
+	}
 }

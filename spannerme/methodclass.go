@@ -1,0 +1,54 @@
+package spannerme
+
+import (
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+)
+
+// spannerService prefixes the Spanner API's method names.
+const spannerService = "/google.spanner.v1.Spanner/"
+
+// methodClass returns the class a call to method with request req (nil for a stream, whose
+// request comes later) counts in for health from call outcomes (HealthSettings): each class
+// is judged apart, so that an endpoint whose writes keep failing while its reads succeed is
+// ejected. Streams are classed by method alone: a streaming query or read counts as a read,
+// inside a read-write transaction too. It allocates nothing.
+func methodClass(method string, req any) health.Class {
+	switch method {
+	case spannerService + "ExecuteStreamingSql", spannerService + "StreamingRead", spannerService + "Read",
+		spannerService + "PartitionQuery", spannerService + "PartitionRead":
+		return health.Reads
+	case spannerService + "Commit", spannerService + "ExecuteBatchDml", spannerService + "Rollback":
+		return health.Writes
+	case spannerService + "ExecuteSql": // DML, and queries of the legacy session pool
+		if r, ok := req.(*spannerpb.ExecuteSqlRequest); ok && readOnly(r.GetTransaction()) {
+			return health.Reads
+		}
+		return health.Writes
+	case spannerService + "BeginTransaction":
+		if r, ok := req.(*spannerpb.BeginTransactionRequest); ok && r.GetOptions().GetReadOnly() != nil {
+			return health.Reads
+		}
+		return health.Writes
+	case spannerService + "CreateSession", spannerService + "BatchCreateSessions", spannerService + "GetSession",
+		spannerService + "DeleteSession", spannerService + "ListSessions":
+		return health.Sessions
+	}
+	return health.Calls
+}
+
+// readOnly reports whether a request with the transaction selector sel runs read-only: a
+// single-use transaction (the default) or one it begins that is read-only. A transaction
+// named by ID is taken as read-write, as the Spanner client's DML uses them.
+func readOnly(sel *spannerpb.TransactionSelector) bool {
+	switch {
+	case sel == nil:
+		return true
+	case sel.GetSingleUse() != nil:
+		return sel.GetSingleUse().GetReadOnly() != nil
+	case sel.GetBegin() != nil:
+		return sel.GetBegin().GetReadOnly() != nil
+	}
+	return false
+}
