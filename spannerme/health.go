@@ -322,7 +322,7 @@ func poolHealthOf(ps pool.Status) PoolHealth {
 	s := ps.Health
 	ph := PoolHealth{Ejected: s.Ejected, EjectedAt: s.EjectedAt, EjectedUntil: s.EjectedUntil, Reason: EjectionReason(s.Reason),
 		Detail: s.Detail, Ejections: s.Ejections, Suspect: s.Suspect,
-		Classes: make([]ClassHealth, 0, len(s.Classes)),
+		Classes:       make([]ClassHealth, 0, len(s.Classes)),
 		LastProbe:     ProbeStatus{At: s.LastProbe.At, Latency: s.LastProbe.Latency, Passed: s.LastProbe.Passed()},
 		IntervalStart: s.IntervalStart, Calls: s.Calls, Failures: s.Failures, Timeouts: s.Timeouts,
 		ConsecutiveFailures: s.ConsecutiveFailures}
