@@ -3,6 +3,7 @@ package spannerme
 import (
 	"context"
 	"errors"
+	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"net"
 	"slices"
 	"strings"
@@ -400,6 +401,17 @@ func TestHealthTextForms(t *testing.T) {
 // busy, so gRPC held it until its deadline) says nothing about the endpoint: a traffic peak
 // beyond the pool's streams must not make a healthy endpoint suspect, probe it and eject it.
 func TestStreamsQueuedBehindTheStreamLimitAreNoTimeouts(t *testing.T) {
+	// Without affinity gRPC holds a queued stream in NewStream; with it (grpcgcp's
+	// interceptor, F28) in the first SendMsg.
+	for name, cfg := range map[string]*pb.ApiConfig{"no affinity": NoAffinityConfig(1), "session affinity": SessionAffinityConfig(1)} {
+		t.Run(name, func(t *testing.T) { testStreamsQueuedAreNoTimeouts(t, cfg) })
+	}
+}
+
+// testStreamsQueuedAreNoTimeouts holds the one stream of a one-channel pool (cfg) and checks
+// that the streams queued behind it, which end with DEADLINE_EXCEEDED without reaching the
+// server, count for nothing.
+func testStreamsQueuedAreNoTimeouts(t *testing.T, cfg *pb.ApiConfig) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +424,7 @@ func TestStreamsQueuedBehindTheStreamLimitAreNoTimeouts(t *testing.T) {
 	addr := lis.Addr().String()
 
 	o := options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)})
-	o.GRPCgcpConfig = NoAffinityConfig(1) // one channel: its one stream is the pool's limit
+	o.GRPCgcpConfig = cfg // one channel: its one stream is the pool's limit
 	gme := newGME(t, o, fastSettings(nil))
 	client := testpb.NewTestServiceClient(gme)
 	health := func() PoolHealth { p, _ := poolOf(gme, addr); return p.Health }

@@ -211,6 +211,13 @@ func (s *Stream) RecvMsg(m any) error {
 func (s *Stream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err != nil && !errors.Is(err, io.EOF) {
+		if s.pool.lazyStreams && s.health.Load()&streamSent == 0 && status.Code(err) == codes.DeadlineExceeded {
+			// grpcgcp's interceptor creates the gRPC stream here: a deadline that passes in
+			// this first SendMsg passed while the stream waited for a free HTTP/2 stream of a
+			// busy pool (or was already over). It never reached the endpoint, as a deadline
+			// in NewStream without the interceptor: it counts for nothing.
+			s.mark(streamReported)
+		}
 		s.ended(err)
 		s.finish(err)
 	} else {
