@@ -47,6 +47,10 @@
 //	fe-partial         5%, 20%, 50% or 90% of calls UNAVAILABLE (silent; hard from 50%)
 //	fe-latency         10-300ms before each call
 //	fe-restart         the frontend drops every connection without GOAWAY (instant)
+//	fe-partial-reset   the frontend drops half of its connections, calls in flight on them
+//	                   (instant; a load balancer recycling some)
+//	fe-commit-fail     every Commit answered UNAVAILABLE, every other call passes (silent: a
+//	                   gray failure, writes refused and reads fine)
 //	reconfigure        UpdateMultiEndpoints: each group 1-3 endpoints in a random order
 //	                   (one draw in four restores the first configuration)
 //
@@ -80,6 +84,9 @@
 //   - failed calls while a group had no healthy endpoint: counted (nothing could serve them);
 //   - every scheduled step applied; every group back on an Available, READY endpoint after
 //     the last heal;
+//   - with HealthDetection, every ejection happened while a fault was in force on that
+//     endpoint, or within 5s after one ended (justifyLookback): resets, fe-restart,
+//     fe-partial-reset and the GOAWAY storm are connectivity's and never justify one;
 //   - goroutines back to their baseline after Close (goleak), heap after Close and GC within
 //     16 MiB of its baseline; with -race, no race (cmd/spannerme-chaos counts the race
 //     detector's reports on its stderr).

@@ -29,6 +29,12 @@ const (
 	KindFrontendLatency     // every call delayed
 	KindFrontendRestart     // instant: the frontend drops every connection without GOAWAY
 	KindFrontendPass        // heals every frontend fault
+	// KindFrontendCommitFail: every Commit answered UNAVAILABLE, every other call passes (a
+	// gray failure: writes refused, reads fine; F25).
+	KindFrontendCommitFail
+	// KindFrontendPartialReset: instant: the frontend drops half of its connections (a load
+	// balancer recycling some), with the calls in flight on them.
+	KindFrontendPartialReset
 	// Configuration.
 	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
 	numKinds
@@ -74,7 +80,11 @@ var kinds = [numKinds]kindInfo{
 	KindFrontendLatency:     {name: "fe-latency", layer: layerFrontend, heal: KindFrontendPass},
 	KindFrontendRestart:     {name: "fe-restart", layer: layerFrontend, instant: true},
 	KindFrontendPass:        {name: "fe-pass", layer: layerFrontend},
-	KindReconfigure:         {name: "reconfigure", layer: layerConfig},
+	// Commits cannot succeed through it, reads can: not hard (the group still has a healthy
+	// endpoint for reads), but silent (READY connections, failing writes).
+	KindFrontendCommitFail:   {name: "fe-commit-fail", layer: layerFrontend, silent: true, heal: KindFrontendPass},
+	KindFrontendPartialReset: {name: "fe-partial-reset", layer: layerFrontend, instant: true},
+	KindReconfigure:          {name: "reconfigure", layer: layerConfig},
 }
 
 func (k Kind) String() string {

@@ -34,9 +34,17 @@ type healthLog struct {
 	out  io.Writer
 	name func(addr string) string
 
-	mu     sync.Mutex // guards start and counts
-	start  time.Time
-	counts map[string]int
+	mu        sync.Mutex // guards start, counts and ejected
+	start     time.Time
+	counts    map[string]int
+	ejections []ejection
+}
+
+// ejection is one ejection of an endpoint, for the justified-ejection invariant.
+type ejection struct {
+	endpoint string // e1, e2, e3
+	at       time.Time
+	why      string // reason and detail
 }
 
 func (h *healthLog) add(ev spannerme.HealthEvent) {
@@ -50,6 +58,9 @@ func (h *healthLog) add(ev spannerme.HealthEvent) {
 	}
 	h.counts[what]++
 	start := h.start
+	if ev.Kind == spannerme.EndpointEjected {
+		h.ejections = append(h.ejections, ejection{endpoint: h.name(ev.Endpoint), at: ev.At, why: ev.Reason.String() + ": " + ev.Detail})
+	}
 	h.mu.Unlock()
 	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(start).Seconds(), h.name(ev.Endpoint), what)
 	if ev.Kind == spannerme.EndpointEjected {
@@ -68,4 +79,38 @@ func (h *healthLog) summary() string {
 	}
 	sort.Strings(parts)
 	return joinOr(parts, "none")
+}
+
+// justifyLookback is how long after a fault ended an ejection may still be its doing: a
+// counting interval that ends (Interval) or a suspicion probe that times out (ProbeTimeout)
+// after the heal, and a second of slack.
+const justifyLookback = 2*time.Second + healthProbeTimeout + time.Second
+
+// unjustified returns a line for each ejection of an endpoint on which no fault was in force
+// within justifyLookback before it. Instant connection events (reset, fe-restart,
+// fe-partial-reset) and the GOAWAY storm are no such fault: they are connectivity's, and must
+// never eject (F24, F27).
+func (h *healthLog) unjustified(tl *faultTimeline) (out []string, n int) {
+	h.mu.Lock()
+	evs := append([]ejection(nil), h.ejections...)
+	h.mu.Unlock()
+	for _, ev := range evs {
+		e := -1
+		for i := range NumEndpoints {
+			if endpointName(i) == ev.endpoint {
+				e = i
+			}
+		}
+		justified := e < 0 // an endpoint outside the topology: nothing to hold it against
+		for _, s := range tl.during(ev.at.Add(-justifyLookback), ev.at) {
+			if e >= 0 && (s.TCP[e].active() || s.Frontend[e].active()) {
+				justified = true
+			}
+		}
+		if !justified {
+			out = append(out, fmt.Sprintf("%7.1fs %s ejected with no fault in force on it in the %v before: %s",
+				ev.at.Sub(tl.start).Seconds(), ev.endpoint, justifyLookback, ev.why))
+		}
+	}
+	return out, len(evs)
 }

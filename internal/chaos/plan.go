@@ -187,17 +187,19 @@ const (
 // the fault would leave a group without a healthy endpoint) are left out of that pick.
 // Frontend kinds apply only when the endpoints have gRPC frontends.
 var weights = map[Kind]int{
-	KindDown:                14,
-	KindReset:               10,
-	KindBlackhole:           10,
-	KindSilentBlackhole:     4,
-	KindSlow:                10,
-	KindReconfigure:         12,
-	KindFrontendUnavailable: 10,
-	KindFrontendHang:        6,
-	KindFrontendPartial:     10,
-	KindFrontendLatency:     6,
-	KindFrontendRestart:     4,
+	KindDown:                 14,
+	KindReset:                10,
+	KindBlackhole:            10,
+	KindSilentBlackhole:      4,
+	KindSlow:                 10,
+	KindReconfigure:          12,
+	KindFrontendUnavailable:  10,
+	KindFrontendHang:         6,
+	KindFrontendPartial:      10,
+	KindFrontendLatency:      6,
+	KindFrontendRestart:      4,
+	KindFrontendCommitFail:   6,
+	KindFrontendPartialReset: 4,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -381,7 +383,7 @@ func (g *planner) eligible(k Kind) []int {
 				continue
 			}
 		case layerFrontend:
-			if k != KindFrontendRestart && g.state.Frontend[e].active() {
+			if !kinds[k].instant && g.state.Frontend[e].active() {
 				continue
 			}
 		}

@@ -287,6 +287,16 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	r.invariantsOfData(v, verr, l)
 	r.invariantsOfCalls(cfg, l, v, &x.timeline)
 	r.invariantsOfRun(x, settled, settleErr, switches, health)
+	if cfg.HealthDetection {
+		bad, n := health.unjustified(&x.timeline)
+		inv := Invariant{Name: "every ejection while a fault was in force on that endpoint", Status: Pass,
+			Result:  fmt.Sprintf("%d ejections, %d with no fault on their endpoint in the %v before (connection events and the GOAWAY storm are none)", n, len(bad), justifyLookback),
+			Details: firstLines(bad, 20)}
+		if len(bad) > 0 {
+			inv.Status = Fail
+		}
+		r.Invariants = append(r.Invariants, inv)
+	}
 	return r, nil // the deferred closes run before Run's leak check
 }
 

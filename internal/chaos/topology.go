@@ -132,6 +132,10 @@ func (t *topology) apply(s Step) error {
 		e.fe.SetLatency(s.Fault.Latency)
 	case KindFrontendRestart:
 		e.fe.DropConnections()
+	case KindFrontendCommitFail:
+		return e.fe.FailMethods(codes.Unavailable, "/google.spanner.v1.Spanner/Commit")
+	case KindFrontendPartialReset:
+		e.fe.DropSomeConnections(max(1, int(e.fe.Stats().Active/2)))
 	case KindFrontendPass:
 		e.fe.Pass()
 		e.fe.SetLatency(0)

@@ -1,0 +1,35 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// An ejection is justified by a fault held on its endpoint then or within justifyLookback
+// before; a reset (instant) or a fault on another endpoint justifies nothing.
+func TestUnjustifiedEjections(t *testing.T) {
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	hang := State{}
+	hang.Frontend[0] = Fault{Kind: KindFrontendHang}
+	other := State{}
+	other.Frontend[1] = Fault{Kind: KindFrontendUnavailable}
+	tl := &faultTimeline{start: start, steps: []applied{
+		{at: at(time.Second), step: Step{Kind: KindFrontendHang, Endpoint: 0, After: hang}},
+		{at: at(3 * time.Second), step: Step{Kind: KindFrontendPass, Endpoint: 0}},
+		{at: at(20 * time.Second), step: Step{Kind: KindReset, Endpoint: 0}},
+		{at: at(30 * time.Second), step: Step{Kind: KindFrontendUnavailable, Endpoint: 1, After: other}},
+	}}
+	h := &healthLog{ejections: []ejection{
+		{endpoint: "e1", at: at(2 * time.Second), why: "during the hang"},
+		{endpoint: "e1", at: at(3*time.Second + justifyLookback - time.Millisecond), why: "just after it"},
+		{endpoint: "e1", at: at(21 * time.Second), why: "after a reset only"},
+		{endpoint: "e1", at: at(31 * time.Second), why: "while e2 fails"},
+		{endpoint: "e2", at: at(31 * time.Second), why: "e2's own fault"},
+	}}
+	bad, n := h.unjustified(tl)
+	if n != 5 || len(bad) != 2 || !strings.Contains(bad[0], "after a reset only") || !strings.Contains(bad[1], "while e2 fails") {
+		t.Fatalf("unjustified of %d: %q, want the reset one and the one while e2 fails", n, bad)
+	}
+}
