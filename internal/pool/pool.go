@@ -26,8 +26,8 @@ import (
 const retiringBit = int64(1) << 62
 
 // Observer receives what one pool sees. Its methods are called on gRPC's goroutines, the
-// pool's monitor and the health detector's goroutines, with no lock of the pool held, except
-// that Availability runs under the pool's report lock (see Report). They must not block.
+// pool's monitor and the health detector's goroutines, with no lock of the pool held. They
+// must not block.
 type Observer interface {
 	// Availability is called after each change of the pool's availability (Available), and
 	// after its first connection attempt failed.
