@@ -1,6 +1,8 @@
 package spannerme
 
 import (
+	"strings"
+
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
@@ -15,24 +17,26 @@ const spannerService = "/google.spanner.v1.Spanner/"
 // ejected. Streams are classed by method alone: a streaming query or read counts as a read,
 // inside a read-write transaction too. It allocates nothing.
 func methodClass(method string, req any) health.Class {
-	switch method {
-	case spannerService + "ExecuteStreamingSql", spannerService + "StreamingRead", spannerService + "Read",
-		spannerService + "PartitionQuery", spannerService + "PartitionRead":
+	name, ok := strings.CutPrefix(method, spannerService)
+	if !ok {
+		return health.Calls
+	}
+	switch name {
+	case "ExecuteStreamingSql", "StreamingRead", "Read", "PartitionQuery", "PartitionRead":
 		return health.Reads
-	case spannerService + "Commit", spannerService + "ExecuteBatchDml", spannerService + "Rollback":
+	case "Commit", "ExecuteBatchDml", "Rollback":
 		return health.Writes
-	case spannerService + "ExecuteSql": // DML, and queries of the legacy session pool
+	case "ExecuteSql": // DML, and queries of the legacy session pool
 		if r, ok := req.(*spannerpb.ExecuteSqlRequest); ok && readOnly(r.GetTransaction()) {
 			return health.Reads
 		}
 		return health.Writes
-	case spannerService + "BeginTransaction":
+	case "BeginTransaction":
 		if r, ok := req.(*spannerpb.BeginTransactionRequest); ok && r.GetOptions().GetReadOnly() != nil {
 			return health.Reads
 		}
 		return health.Writes
-	case spannerService + "CreateSession", spannerService + "BatchCreateSessions", spannerService + "GetSession",
-		spannerService + "DeleteSession", spannerService + "ListSessions":
+	case "CreateSession", "BatchCreateSessions", "GetSession", "DeleteSession", "ListSessions":
 		return health.Sessions
 	}
 	return health.Calls
