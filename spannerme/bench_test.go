@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"io"
 	"testing"
 	"time"
@@ -251,7 +252,7 @@ func BenchmarkPick(b *testing.B) {
 	for _, c := range cases {
 		want := gme.snap.Load().groups[c.group].Current()
 		b.Run("spannerme"+c.name, func(b *testing.B) {
-			p, _, err := gme.pickConnected(c.ctx, nil)
+			p, _, err := gme.pickConnected(c.ctx, health.Reads, nil)
 			if err != nil || p.Endpoint() != want {
 				b.Fatalf("picked %v, %v; want %s", p, err, want)
 			}
@@ -260,7 +261,7 @@ func BenchmarkPick(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pp *testing.PB) {
 				for pp.Next() {
-					p, _, err := gme.pickConnected(c.ctx, nil)
+					p, _, err := gme.pickConnected(c.ctx, health.Reads, nil)
 					if err != nil {
 						b.Error(err)
 						return
@@ -281,7 +282,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	bg := context.Background()
 	for _, ctx := range []context.Context{bg, NewMEContext(bg, "routed"), NewMEContext(bg, "default")} {
 		if n := testing.AllocsPerRun(1000, func() {
-			p, _, err := gme.pickConnected(ctx, nil)
+			p, _, err := gme.pickConnected(ctx, health.Reads, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

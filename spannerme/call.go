@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
@@ -23,14 +24,15 @@ import (
 // sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
 // gets the group and the endpoint as attributes.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	p, me, err := gme.pickConnected(ctx, opts)
+	class := methodClass(method, args)
+	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
 		return err
 	}
 	defer p.Release()
 	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
-	p.Observe(methodClass(method, args), method, err, false)
+	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
 	return err
 }
@@ -50,14 +52,14 @@ var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
 // default call option of the dial options), which gRPC would hold in that pool. It also
 // returns the group that picked the pool. Errors: those of pick, and the context's (as a
 // gRPC status) while waiting.
-func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
+func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Class, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	if gme.zero() {
 		return nil, nil, errClosedCall
 	}
 	count := true
 	for {
 		changed := gme.changed.wait() // before the pick: no news between them is lost
-		p, me, err := gme.pick(ctx, count)
+		p, me, err := gme.pick(ctx, class, count)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -87,8 +89,9 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, opts []grpc.Call
 // pick returns the acquired pool of the current endpoint of ctx's group, and the group. A
 // pool retired between the snapshot load and the acquire makes it retry on the newer
 // snapshot. count says whether a call naming an unknown group is counted. The name "" is
-// the default group's, as no name is.
-func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
+// the default group's, as no name is. A session call (class health.Sessions) that names no
+// group follows availability (snapshot.sessionGroup).
+func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count bool) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	name, named := FromMEContext(ctx)
 	named = named && name != ""
 	for range 4 {
@@ -97,13 +100,16 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, count bool) (*pool.Pool, 
 			return nil, nil, errClosedCall
 		}
 		me := s.def
-		if named && name != s.defaultName {
+		switch {
+		case named && name != s.defaultName:
 			if g, ok := s.groups[name]; ok {
 				me = g
 			} else if count {
 				gme.noteUnknown(name)
 				count = false
 			}
+		case !named && class == health.Sessions:
+			me = s.sessionGroup()
 		}
 		if p := s.pools[me.Current()]; p != nil && p.Acquire() {
 			return p, me, nil

@@ -1,6 +1,7 @@
 package spannerme
 
 import (
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"context"
 	"fmt"
 	"strings"
@@ -571,9 +572,8 @@ func TestCase_F12_ChannelSpreadWithMultiplexedSession(t *testing.T) {
 	}
 }
 
-// F6, documented rule: session RPCs use the Default group. Once the session exists, routed
-// queries keep working while the Default group is down; a client that starts while the
-// Default group is down has no session, so routed queries fail too.
+// F6: once the session exists, routed queries keep working while the Default group is down
+// (the start with the Default group down is F29).
 func TestCase_F6_DefaultGroupDown(t *testing.T) {
 	groups := func(b *spannerBackend) *grpcgcp.GCPMultiEndpointOptions {
 		return options("default", map[string]*multiendpoint.MultiEndpointOptions{
@@ -597,23 +597,57 @@ func TestCase_F6_DefaultGroupDown(t *testing.T) {
 			}
 		}
 	})
-	t.Run("at client start", func(t *testing.T) {
-		b := startSpannerBackend(t, 2)
-		b.eps[0].Down()
-		client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), b.database, fixture.ClientConfig(), groups(b), fastSettings(nil), clientOptions()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer gme.Close()
-		defer client.Close()
-		ctx, cancel := context.WithTimeout(NewMEContext(context.Background(), "read"), 2*time.Second)
-		defer cancel()
-		if _, err := countAccounts(ctx, client); err == nil {
-			t.Fatal("routed query succeeded without a session; the documented rule is wrong")
-		} else {
-			t.Logf("routed query without a session: %v", err)
-		}
+}
+
+// F29: groups "default" [E1] and "read" [E2], E1 down when the client starts. The session the
+// routed queries need is created through E2 (session calls follow availability), so they are
+// served within 2s of the start; once E1 is back, session calls go to the Default group again.
+func TestCase_F29_RegionUpDefaultDown(t *testing.T) {
+	b := startSpannerBackend(t, 2)
+	b.eps[0].Down()
+	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(0, 0, b.eps[0].Addr()),
+		"read":    group(0, 0, b.eps[1].Addr()),
 	})
+	start := time.Now()
+	client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), b.database, fixture.ClientConfig(), o, fastSettings(nil), clientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme.Close()
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(NewMEContext(context.Background(), "read"), 2*time.Second)
+	defer cancel()
+	if _, err := countAccounts(ctx, client); err != nil {
+		t.Fatalf("routed query %v after the start with the Default group down: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	t.Logf("first routed query served %v after the client's start", time.Since(start).Round(time.Millisecond))
+	sessionCall := func(ctx context.Context) []bool {
+		t.Helper()
+		var err error
+		got := served(b.eps, func() {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			err = gme.Invoke(cctx, spannerService+"CreateSession", &spannerpb.CreateSessionRequest{Database: b.database}, &spannerpb.Session{})
+		})
+		if err != nil {
+			t.Fatalf("a session call: %v", err)
+		}
+		return got
+	}
+	if got := sessionCall(context.Background()); fmt.Sprint(got) != "[false true]" {
+		t.Errorf("session call with the Default group down served by %v, want E2 only", got)
+	}
+	if err := b.eps[0].Up(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the Default group back", func() bool { return groupOf(gme, "default").Endpoints[0].State == Available })
+	if got := sessionCall(context.Background()); fmt.Sprint(got) != "[true false]" {
+		t.Errorf("session call once the Default group is back served by %v, want E1 only", got)
+	}
+	if got := sessionCall(NewMEContext(context.Background(), "read")); fmt.Sprint(got) != "[false true]" {
+		t.Errorf("session call naming \"read\" served by %v, want E2: a named group wins", got)
+	}
 }
 
 // F8: with SPANNER_EMULATOR_HOST set, a runtime update keeps every group on the emulator.

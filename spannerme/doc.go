@@ -41,14 +41,15 @@
 //
 // # Sessions and routing
 //
-// The Spanner client creates and refreshes its sessions (with multiplexed sessions, one
-// session per client) on its own contexts, so those calls use the Default group. Queries,
-// reads, DML, transactions and mutations use the group of the context they are given, with
-// that session: a session is valid through every endpoint of one Spanner instance. So a
-// routed query needs the session to exist: if every endpoint of the Default group is down
-// when the client starts, no session can be created and every call fails until the Default
-// group recovers; once the session exists, routed calls keep working while the Default group
-// is down (the session is refreshed through the Default group about once a week).
+// The Spanner client creates, refreshes and deletes its sessions (with multiplexed sessions,
+// one session per client) on its own contexts, which name no group. Those session calls use
+// the Default group while its current endpoint is available, and otherwise the first group,
+// by name, whose current endpoint is (the Default group when none is); a session call whose
+// context names a group uses that group. Queries, reads, DML, transactions and mutations use
+// the group of the context they are given, with that session: a session is valid through
+// every endpoint of one Spanner instance. So a client that starts while the Default group is
+// down creates its session through another group, and calls routed to a group that is up
+// are served.
 //
 // # Failure semantics
 //

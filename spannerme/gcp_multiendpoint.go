@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,7 +107,33 @@ type snapshot struct {
 	defaultName string
 	def         *multiendpoint.MultiEndpoint
 	groups      map[string]*multiendpoint.MultiEndpoint
+	byName      []*multiendpoint.MultiEndpoint // groups sorted by name, for sessionGroup
 	pools       map[string]*pool.Pool
+}
+
+func newSnapshot(defaultName string, groups map[string]*multiendpoint.MultiEndpoint, pools map[string]*pool.Pool) *snapshot {
+	s := &snapshot{defaultName: defaultName, def: groups[defaultName], groups: groups, pools: pools}
+	for _, name := range slices.Sorted(maps.Keys(groups)) {
+		s.byName = append(s.byName, groups[name])
+	}
+	return s
+}
+
+// sessionGroup is the group of a session call that names none (the Spanner client creates,
+// refreshes and deletes sessions on its own contexts): the Default group while its current
+// endpoint is available, else the first group by name whose current endpoint is, else the
+// Default group. A session is valid through every endpoint of the instance, so a region that
+// is up serves its callers while the Default group is down (F29).
+func (s *snapshot) sessionGroup() *multiendpoint.MultiEndpoint {
+	if p := s.pools[s.def.Current()]; p != nil && p.Available() {
+		return s.def
+	}
+	for _, g := range s.byName {
+		if p := s.pools[g.Current()]; p != nil && p.Available() {
+			return g
+		}
+	}
+	return s.def
 }
 
 func (s *snapshot) defaultNameOrEmpty() string {

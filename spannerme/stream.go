@@ -24,10 +24,11 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 // newStream is NewStream for a call that carries the Spanner client's request ID id ("" for
 // none; the header is already in ctx), which is added to the stream's errors.
 func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
-	p, me, err := gme.pickConnected(ctx, opts)
+	class := methodClass(method, nil)
+	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
 		return nil, withRequestID(err, id)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
-	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: methodClass(method, nil)})
+	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
 }

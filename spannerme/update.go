@@ -131,7 +131,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			groups[g.name] = created[g.name]
 		}
 	}
-	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: union})
+	gme.snap.Store(newSnapshot(cfg.defaultName, groups, union))
 	for _, g := range cfg.groups {
 		if me := oldGroups[g.name]; me != nil {
 			// Validated by parseConfig; it fails only after the group's Close, which only
@@ -144,7 +144,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	for e := range want {
 		pools[e] = union[e]
 	}
-	gme.snap.Store(&snapshot{defaultName: cfg.defaultName, def: groups[cfg.defaultName], groups: groups, pools: pools})
+	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools))
 	gme.changed.signal()
 	// 5. Start monitoring the new pools; sync every group with every pool's availability
 	// (an endpoint already READY that a group starts listing is Available at once).
