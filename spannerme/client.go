@@ -99,6 +99,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 			"emulator", host)
 	}
 	cfg.GRPCgcpConfig = tr.poolSizes(cfg.GRPCgcpConfig)
+	pl.poolMin, pl.poolMax = tr.minSize, tr.maxSize
 	if cfg.DialFunc == nil {
 		cfg.DialFunc = tr.gtransportDialer(opts)
 		pl.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady
