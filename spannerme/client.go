@@ -84,6 +84,9 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, n := range tr.infos {
+		s.Logger.Info("spannerme: " + n)
+	}
 	for _, n := range tr.notices {
 		s.Logger.Warn("spannerme: " + n)
 	}
