@@ -84,6 +84,9 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, n := range tr.infos {
+		s.Logger.Info("spannerme: " + n)
+	}
 	for _, n := range tr.notices {
 		s.Logger.Warn("spannerme: " + n)
 	}
@@ -99,6 +102,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 			"emulator", host)
 	}
 	cfg.GRPCgcpConfig = tr.poolSizes(cfg.GRPCgcpConfig)
+	pl.poolMin, pl.poolMax = tr.minSize, tr.maxSize
 	if cfg.DialFunc == nil {
 		cfg.DialFunc = tr.gtransportDialer(opts)
 		pl.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady

@@ -162,6 +162,10 @@ type plumbing struct {
 	// NewMultiEndpointClient*), not by a caller's DialFunc, so dial options it appends come
 	// after the caller's (pool.DialOptions).
 	ownDialer bool
+	// poolMin and poolMax size each pool when GRPCgcpConfig does not (0: the default
+	// rule); NewMultiEndpointClient* take them from the ClientConfig. Kept so that a
+	// watched file's pool settings compare with what creation made of the same request.
+	poolMin, poolMax uint32
 }
 
 var _ grpc.ClientConnInterface = (*GCPMultiEndpoint)(nil)

@@ -87,8 +87,9 @@ type Settings struct {
 	// a random moment, uniform in [SwitchingDelay, SwitchingDelay×(1+SwitchingJitter)), after
 	// the endpoint's return to available: never before SwitchingDelay. The moment is drawn
 	// once per return, in each group on its own. Zero means no jitter (exactly
-	// SwitchingDelay); with SwitchingDelay 0 there is none either. Outside [0, 1] (or NaN) is
-	// a *ConfigError naming the field.
+	// SwitchingDelay); with SwitchingDelay 0 there is none either. The sum saturates at the
+	// largest time.Duration (about 292 years): a huge SwitchingDelay never wraps around to an
+	// immediate switch. Outside [0, 1] (or NaN) is a *ConfigError naming the field.
 	SwitchingJitter float64
 }
 

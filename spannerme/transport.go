@@ -51,8 +51,12 @@ type clientTransport struct {
 	omniLogin func(ctx context.Context, endpoint string, opts []option.ClientOption) option.ClientOption
 	// minSize and maxSize size each pool when GRPCgcpConfig does not (0: the default rule).
 	minSize, maxSize uint32
-	// notices are logged once at construction: settings turned off or ignored.
+	// notices are logged once at construction, at Warn: settings turned off or ignored
+	// that the user asked for and should act on.
 	notices []string
+	// infos are logged once at construction, at Info: what is expected with a default
+	// configuration (native metrics off), which nobody should be paged for.
+	infos []string
 }
 
 // settingErr is a *ConfigError naming a ClientConfig setting (or an environment variable).
@@ -113,7 +117,7 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 	}
 	if nativeMetricsOn(t.client) {
 		t.client.DisableNativeMetrics = true
-		t.notices = append(t.notices, "the Spanner client's native metrics are turned off (ClientConfig.DisableNativeMetrics): "+
+		t.infos = append(t.infos, "the Spanner client's native metrics are turned off (ClientConfig.DisableNativeMetrics): "+
 			"its metrics interceptors cannot reach the endpoints' pools, so queries and reads would record nothing, "+
 			"and its Cloud Monitoring exporter would be handed the GCPMultiEndpoint as its connection")
 	}

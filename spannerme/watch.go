@@ -35,7 +35,9 @@ type ConfigStatus struct {
 	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
 	// "sessionAffinity", and "endpoints.<endpoint>" for an endpoint whose pool was dialed
 	// with other EndpointOptions. They take effect when the GCPMultiEndpoint is created
-	// again (an endpoint's options also when it is removed and added again). Empty when none.
+	// again (an endpoint's options also when it is removed and added again). A key the file
+	// leaves out asks for its default: dropping poolSize or sessionAffinity lists it too.
+	// Empty when none.
 	RestartNeeded []string `json:"restartNeeded,omitempty"`
 }
 
@@ -302,13 +304,16 @@ func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
 			out = append(out, "settings."+f.name)
 		}
 	}
-	if c := fc.Options.GRPCgcpConfig; c != nil {
-		if n := c.GetChannelPool().GetMinSize(); n != 0 && n != gme.gcpConfig.GetChannelPool().GetMinSize() {
-			out = append(out, "poolSize")
-		}
-		if hasAffinity(c) != hasAffinity(gme.gcpConfig) {
-			out = append(out, "sessionAffinity")
-		}
+	// The pools were made from the creator's GRPCgcpConfig filled in by effectiveAPIConfig;
+	// fill the file's in the same way (an absent poolSize or sessionAffinity means the
+	// default, not "unchanged"), so dropping a setting counts like changing it.
+	wantPool := effectiveAPIConfig(fc.Options.GRPCgcpConfig, gme.pl.poolMin, gme.pl.poolMax).GetChannelPool()
+	havePool := gme.gcpConfig.GetChannelPool()
+	if wantPool.GetMinSize() != havePool.GetMinSize() || wantPool.GetMaxSize() != havePool.GetMaxSize() {
+		out = append(out, "poolSize")
+	}
+	if hasAffinity(fc.Options.GRPCgcpConfig) != hasAffinity(gme.gcpConfig) {
+		out = append(out, "sessionAffinity")
 	}
 	return out
 }

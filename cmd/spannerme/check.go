@@ -205,7 +205,9 @@ func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, aut
 		r.Detail = detail
 		switch {
 		case err != nil:
-			r.Status, r.Error, failed = statusFailed, err.Error(), true
+			// crypto/tls's errors start "tls: ", the step's name, which the output prints
+			// before the error already.
+			r.Status, r.Error, failed = statusFailed, strings.TrimPrefix(err.Error(), step+": "), true
 		case skip:
 			r.Status, r.Latency, r.LatencyMS = statusSkipped, 0, 0
 		default:

@@ -82,4 +82,7 @@ func TestCheckTLSHints(t *testing.T) {
 	if tlsLine == "" || strings.Contains(tlsLine, "authority") || !strings.Contains(tlsLine, "--plaintext") {
 		t.Errorf("TLS error %q; want a hint at --plaintext and none at an authority", tlsLine)
 	}
+	if strings.Contains(out, "tls: tls:") {
+		t.Errorf("the step's name is printed twice:\n%s", out)
+	}
 }

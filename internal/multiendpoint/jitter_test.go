@@ -195,3 +195,72 @@ func TestSwitchingJitterValidation(t *testing.T) {
 		m.Close()
 	}
 }
+
+// Review defect (issue 19, item 7): SwitchingDelay 2000000h with SwitchingJitter 0.5 made
+// SwitchingDelay×(1+J×u) overflow time.Duration, so the due time fell in the past and the
+// switch back happened at once. The sum saturates: the switch is pending, far in the future.
+func TestSwitchingJitter_HugeDelaySaturatesInsteadOfSwitchingAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		delay  time.Duration
+		jitter float64
+		draw   float64
+	}{
+		{"2000000h, J=0.5, u near 1", 2000000 * time.Hour, 0.5, 0.999},
+		{"2000000h, J=0.5, u=0.5", 2000000 * time.Hour, 0.5, 0.5},
+		{"MaxInt64, J=1, u near 1", math.MaxInt64, 1, math.Nextafter(1, 0)},
+		{"MaxInt64, no jitter", math.MaxInt64, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Time{})
+			start := clk.Now()
+			var switched []Event
+			m, err := New(Options{Endpoints: []string{"A", "B"}, SwitchingDelay: tc.delay, SwitchingJitter: tc.jitter,
+				Rand: func() float64 { return tc.draw }, Clock: clk,
+				InitialState: func(e string) State {
+					if e == "B" {
+						return Available
+					}
+					return Unavailable
+				},
+				OnSwitch: func(ev Event) { switched = append(switched, ev) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if m.Current() != "B" {
+				t.Fatalf("Current() = %q at the start, want B", m.Current())
+			}
+			switched = nil
+			m.SetEndpointAvailability("A", true)
+			clk.Advance(1000 * 24 * time.Hour)
+			if m.Current() != "B" || len(switched) != 0 {
+				t.Fatalf("after 1000 days Current() = %q, switches %v: want B, none (the delay overflowed)", m.Current(), switched)
+			}
+			s := m.Status()
+			if s.PendingSwitch != "A" {
+				t.Fatalf("PendingSwitch = %q, want A", s.PendingSwitch)
+			}
+			if min := start.Add(tc.delay); s.PendingSwitchAt.Before(min) {
+				t.Errorf("PendingSwitchAt = %v, before start + SwitchingDelay %v", s.PendingSwitchAt, min)
+			}
+		})
+	}
+}
+
+func TestSaturatingAdd(t *testing.T) {
+	for _, tc := range []struct{ a, b, want time.Duration }{
+		{1, 2, 3},
+		{math.MaxInt64, 0, math.MaxInt64},
+		{math.MaxInt64, 1, math.MaxInt64},
+		{math.MaxInt64 - 1, math.MaxInt64 - 1, math.MaxInt64},
+		{7200000 * time.Second * 1000, 3600000 * time.Second * 1000, math.MaxInt64},
+	} {
+		if got := saturatingAdd(tc.a, tc.b); got != tc.want {
+			t.Errorf("saturatingAdd(%d, %d) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+	if got := switchingJitter(math.MaxInt64, 1, math.Nextafter(1, 0)); got < 0 {
+		t.Errorf("switchingJitter(MaxInt64, 1, ~1) = %d, want non-negative", got)
+	}
+}

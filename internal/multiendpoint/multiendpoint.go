@@ -65,6 +65,8 @@ type Options struct {
 	RecoveryTimeout time.Duration
 	// SwitchingDelay is how long a higher-priority endpoint must stay Available before traffic
 	// moves to it from an Available current endpoint. Zero means at once. Negative is an error.
+	// Any positive value is accepted: with SwitchingJitter the delay saturates at the largest
+	// time.Duration (about 292 years) rather than overflowing, so a huge delay means never.
 	SwitchingDelay time.Duration
 	// InitialState, if not nil, tells what is known of an endpoint at the moment it is added
 	// (by New, SetEndpoints or Reconfigure): Available if it is ready, Unavailable if its
@@ -613,9 +615,21 @@ func (m *MultiEndpoint) arriveLocked(e *endpoint, now time.Time) {
 	}
 }
 
-// switchDueLocked is when a switch to Available e lands (rule 3). m.mu must be held.
+// switchDueLocked is when a switch to Available e lands (rule 3). The delay saturates at the
+// largest time.Duration (about 292 years): a huge SwitchingDelay with jitter means "not in
+// this process's lifetime", never a negative delay that would switch at once. m.mu must be
+// held.
 func (m *MultiEndpoint) switchDueLocked(e *endpoint) time.Time {
-	return e.upSince.Add(m.switchingDelay + switchingJitter(m.switchingDelay, m.jitter, e.jitterDraw))
+	return e.upSince.Add(saturatingAdd(m.switchingDelay, switchingJitter(m.switchingDelay, m.jitter, e.jitterDraw)))
+}
+
+// saturatingAdd is a+b for non-negative durations, capped at the largest time.Duration
+// instead of wrapping around to a negative one.
+func saturatingAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // clampDraw brings a draw of Options.Rand into [0, 1); NaN counts as 0.
@@ -629,9 +643,17 @@ func clampDraw(u float64) float64 {
 	return u
 }
 
-// switchingJitter is the random part of a switch's delay: switchingDelay×jitter×draw.
+// switchingJitter is the random part of a switch's delay: switchingDelay×jitter×draw, capped
+// at the largest time.Duration (converting a float64 beyond it is implementation-defined).
 func switchingJitter(switchingDelay time.Duration, jitter, draw float64) time.Duration {
-	return time.Duration(float64(switchingDelay) * jitter * draw)
+	f := float64(switchingDelay) * jitter * draw
+	if !(f < math.MaxInt64) { // float64(MaxInt64) rounds up to 2^63; NaN too
+		if f > 0 {
+			return math.MaxInt64
+		}
+		return 0
+	}
+	return time.Duration(f)
 }
 
 // armSwitchLocked (re)starts p's timer for d. m.mu must be held.
