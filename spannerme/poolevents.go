@@ -20,7 +20,13 @@ type poolEvents struct {
 
 var _ pool.Observer = (*poolEvents)(nil)
 
-func (e *poolEvents) Availability(p *pool.Pool) { e.gme.publish(p) }
+// Availability publishes p's availability to the groups and wakes the waiting calls: a
+// session call waiting on the Default group picks a group by availability (sessionGroup), so
+// it must hear of a pool that became available even when no group switches.
+func (e *poolEvents) Availability(p *pool.Pool) {
+	e.gme.publish(p)
+	e.gme.changed.signal()
+}
 
 func (e *poolEvents) StateChanged(*pool.Pool) { e.gme.changed.signal() }
 

@@ -34,7 +34,7 @@ type healthLog struct {
 	out  io.Writer
 	name func(addr string) string
 
-	mu        sync.Mutex // guards start, counts and ejected
+	mu        sync.Mutex // guards start, counts and ejections
 	start     time.Time
 	counts    map[string]int
 	ejections []ejection

@@ -26,8 +26,9 @@ import (
 const retiringBit = int64(1) << 62
 
 // Observer receives what one pool sees. Its methods are called on gRPC's goroutines, the
-// pool's monitor and the health detector's goroutines, with no lock of the pool held. They
-// must not block.
+// pool's monitor, the health detector's timers and probes, and the goroutines of the calls
+// themselves (CallEnd; Health when a call's failure ejects the endpoint), with no lock of the
+// pool held. They must not block.
 type Observer interface {
 	// Availability is called after each change of the pool's availability (Available), and
 	// after its first connection attempt failed.

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
@@ -64,8 +66,14 @@ func (p *Pool) probe(seq uint64) {
 		if p.probes.ctx.Err() != nil {
 			return // stopped: the detector is closed
 		}
-		if err != nil && p.State() != connectivity.Ready {
+		switch {
+		case err == nil:
+		case p.State() != connectivity.Ready:
 			err = fmt.Errorf("%w: the pool lost its ready connection: %v", health.ErrProbeSkipped, err)
+		case status.Code(err) == codes.Canceled || health.Classify(err, false, false) == health.ConnectionLost:
+			// Whatever the probe function: a probe cancelled by a frontend (RST_STREAM
+			// CANCEL) or whose connection went away says nothing about the endpoint.
+			err = fmt.Errorf("%w: %v", health.ErrProbeSkipped, err)
 		}
 		p.health.ProbeDone(seq, err, latency)
 	}()

@@ -53,7 +53,7 @@ var (
 	watchIDs atomic.Uint64
 )
 
-// NewWatch registers a watch for endpoint's next pool, reporting to obs (nil: to nobody) on
+// NewWatch registers a watch for endpoint's next pool, reporting to obs (required) on
 // clk (nil: the real clock). The pool created with it releases it when closed; release it
 // with Release if the dial fails.
 func NewWatch(endpoint string, clk clock.Clock, obs Observer) *Watch {
