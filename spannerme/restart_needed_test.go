@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Review defect (issue 19, item 7): restartNeeded lists pool settings a file drops as well
+// restartNeeded lists pool settings a file drops as well
 // as ones it changes. Absent poolSize or sessionAffinity means the default, and the
 // running pools keep what they were created with.
 func TestRestartNeeded_ListsDroppedPoolSettings(t *testing.T) {

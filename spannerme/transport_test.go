@@ -510,9 +510,10 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 	}
 }
 
-// Native metrics are turned off, with a notice: the client's metrics interceptors cannot
-// reach the pools, and its exporter would be handed the GCPMultiEndpoint. A client built with
-// the default configuration (metrics on) and no credentials works (F9).
+// Native metrics are turned off, with a notice at INFO, once: the client's metrics
+// interceptors cannot reach the pools, and its exporter would be handed the GCPMultiEndpoint.
+// A client built with the default configuration (metrics on) and no credentials works (F9)
+// and logs no WARN line.
 func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 	b := startSpannerBackend(t, 1)
 	logs := &syncBuffer{}
@@ -528,8 +529,14 @@ func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 	if _, err := countAccounts(ctx, client); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "native metrics are turned off") {
-		t.Errorf("no notice that native metrics are off:\n%s", logs)
+	out := logs.String()
+	if n := strings.Count(out, "native metrics are turned off"); n != 1 || !strings.Contains(out, `level=INFO msg="spannerme: the Spanner client's native metrics`) {
+		t.Errorf("native metrics notice logged %d times, want once at INFO (it is expected, nothing to act on):\n%s", n, out)
+	}
+	// A default client on loopback starts without a WARN line: a service alerting on WARN
+	// must not page on every deploy.
+	if strings.Contains(out, "level=WARN") {
+		t.Errorf("a default client logged a WARN line:\n%s", out)
 	}
 	logs2 := &syncBuffer{}
 	client2, gme2, err := NewMultiEndpointClientWithSettings(ctx, b.database, fixture.ClientConfig(), o, fastSettings(logs2), clientOptions()...)

@@ -4,8 +4,8 @@
 // evaluation (one per latency sample), so "sustained for Window" is checked at the samples,
 // at most one sample interval late.
 //
-// Not wired yet: no latency probe feeds it and no group reads it (issue 18, item 4 goes on
-// from here: latency probes per pool, per-group availability in publish, settings, status).
+// Not wired yet: no latency probe feeds it and no group reads it. What remains: latency
+// probes per pool, per-group availability in publish, settings, status.
 //
 // The rule, for endpoint E of a group, with F the lowest latency among the group's OTHER
 // endpoints that are available (connected, not ejected) and have a latency:

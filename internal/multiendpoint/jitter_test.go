@@ -196,7 +196,7 @@ func TestSwitchingJitterValidation(t *testing.T) {
 	}
 }
 
-// Review defect (issue 19, item 7): SwitchingDelay 2000000h with SwitchingJitter 0.5 made
+// SwitchingDelay 2000000h with SwitchingJitter 0.5 made
 // SwitchingDelay×(1+J×u) overflow time.Duration, so the due time fell in the past and the
 // switch back happened at once. The sum saturates: the switch is pending, far in the future.
 func TestSwitchingJitter_HugeDelaySaturatesInsteadOfSwitchingAtOnce(t *testing.T) {

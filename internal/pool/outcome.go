@@ -27,7 +27,7 @@ func (p *Pool) Observe(c health.Class, method string, err error, answered bool) 
 		h.Success(c)
 		return
 	}
-	o := health.Classify(err, answered, p.probes.overloadIsFailure)
+	o := health.Classify(err, answered, p.overloadIsFailure)
 	if (o == health.Failure || o == health.Timeout) && p.State() != connectivity.Ready {
 		return
 	}

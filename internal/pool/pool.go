@@ -136,8 +136,9 @@ type Pool struct {
 
 	// Health from call outcomes (outcome.go, probe.go); health is nil when it is disabled.
 	// Set by New, never changed after.
-	health *health.Detector
-	probes prober
+	health            *health.Detector
+	overloadIsFailure bool // HealthOptions.OverloadIsFailure
+	probes            prober
 }
 
 // New returns the pool of endpoint over conn, with its health detector started (when

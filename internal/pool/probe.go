@@ -17,11 +17,10 @@ import (
 // prober runs a pool's probes on goroutines it tracks.
 type prober struct {
 	// Set by startHealth before the pool is shared, never changed after.
-	timeout           time.Duration
-	probe             func(ctx context.Context, conn grpc.ClientConnInterface) error
-	overloadIsFailure bool
-	ctx               context.Context // cancelled by haltHealth
-	cancel            context.CancelFunc
+	timeout time.Duration
+	probe   func(ctx context.Context, conn grpc.ClientConnInterface) error
+	ctx     context.Context // cancelled by haltHealth
+	cancel  context.CancelFunc
 
 	mu      sync.Mutex // guards stopped and the Add of wg
 	stopped bool
@@ -30,7 +29,7 @@ type prober struct {
 
 // startHealth gives p its detector, before p is shared.
 func (p *Pool) startHealth(o HealthOptions) {
-	p.probes.timeout, p.probes.probe, p.probes.overloadIsFailure = o.ProbeTimeout, o.Probe, o.OverloadIsFailure
+	p.probes.timeout, p.probes.probe, p.overloadIsFailure = o.ProbeTimeout, o.Probe, o.OverloadIsFailure
 	p.probes.ctx, p.probes.cancel = context.WithCancel(context.Background())
 	var probe func(uint64)
 	if o.Probe != nil {
