@@ -451,3 +451,51 @@ func (p *Plan) Print(w io.Writer) {
 		fmt.Fprintf(w, "%7.1fs %s\n", s.At.Seconds(), s)
 	}
 }
+
+// soloWindows returns, for each endpoint, the longest stretch of the plan during which some
+// group's traffic belongs on it: it has no fault on either layer and every endpoint listed
+// before it in that group has a hard one. A soak whose plan gives every endpoint a stretch of a
+// few seconds moves traffic to every endpoint whatever the timing of the machine.
+func soloWindows(p *Plan) [NumEndpoints]time.Duration {
+	var best, open [NumEndpoints]time.Duration
+	var since [NumEndpoints]time.Duration
+	serving := func(s *State) [NumEndpoints]bool {
+		var on [NumEndpoints]bool
+		for _, g := range s.Groups {
+			for _, e := range g {
+				if !s.TCP[e].active() && !s.Frontend[e].active() {
+					on[e] = true
+					break
+				}
+				if s.healthy(e) {
+					break
+				}
+			}
+		}
+		return on
+	}
+	prev := serving(&p.Initial)
+	close := func(e int, at time.Duration) {
+		if open[e] = at - since[e]; open[e] > best[e] {
+			best[e] = open[e]
+		}
+	}
+	for _, s := range p.Steps {
+		now := serving(&s.After)
+		for e := range NumEndpoints {
+			switch {
+			case now[e] && !prev[e]:
+				since[e] = s.At
+			case !now[e] && prev[e]:
+				close(e, s.At)
+			}
+		}
+		prev = now
+	}
+	for e := range NumEndpoints {
+		if prev[e] {
+			close(e, p.Duration)
+		}
+	}
+	return best
+}

@@ -156,3 +156,25 @@ func TestPlanHasAllDownPhases(t *testing.T) {
 		t.Errorf("a 2-minute plan has %d all-down phases, want at least 2", phases)
 	}
 }
+
+// TestSoloWindows checks the stretches in which an endpoint alone should serve a group: e2 of
+// [e1 e2] while e1 is down, but not while e2 itself has a fault, and e1 again after its heal.
+func TestSoloWindows(t *testing.T) {
+	g := Groups{{0, 1}, {0}}
+	down := Fault{Kind: KindDown}
+	var s0, s1, s2, s3 State
+	s0.Groups, s1.Groups, s2.Groups, s3.Groups = g, g, g, g
+	s1.TCP[0] = down
+	s2.TCP[0], s2.TCP[1] = down, Fault{Kind: KindSlow}
+	p := &Plan{Duration: 20 * time.Second, Initial: s0, Steps: []Step{
+		{At: 2 * time.Second, After: s1},  // e1 down: e2 serves
+		{At: 5 * time.Second, After: s2},  // e2 slow too: nobody clean
+		{At: 6 * time.Second, After: s1},  // e2 clean again
+		{At: 10 * time.Second, After: s3}, // e1 heals
+	}}
+	got := soloWindows(p)
+	want := [NumEndpoints]time.Duration{10 * time.Second, 4 * time.Second, 0}
+	if got != want {
+		t.Errorf("soloWindows = %v, want %v", got, want)
+	}
+}

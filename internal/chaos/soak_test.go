@@ -11,8 +11,9 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 )
 
-// soakSeed draws, for 20 seconds, every kind of step and all-down phases (TestSoak checks).
-const soakSeed = 653
+// soakSeed draws, for 20 seconds, every kind of step, all-down phases, and for every endpoint a
+// stretch of at least 4s in which a group's traffic belongs on it alone (TestSoak checks).
+const soakSeed = 4637
 
 // runSoak runs the soak and fails t unless every invariant holds.
 func runSoakTB(t *testing.T, cfg Config) *Report {
@@ -40,6 +41,17 @@ func runSoakTB(t *testing.T, cfg Config) *Report {
 // every invariant must hold. It also checks that the run did what a soak must: faults of
 // every kind applied, all-down phases, calls through both groups, traffic on every endpoint.
 func TestSoak(t *testing.T) {
+	p, err := NewPlan(soakSeed, 20*time.Second, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The traffic check below holds whatever the machine's timing only if the plan leaves every
+	// endpoint seconds alone, far longer than a failover (RecoveryTimeout 500ms).
+	for e, w := range soloWindows(p) {
+		if w < 4*time.Second {
+			t.Fatalf("seed %d leaves %s only %v alone; pick a seed that gives every endpoint 4s", soakSeed, endpointName(e), w)
+		}
+	}
 	r := runSoakTB(t, Config{Seed: soakSeed, Duration: 20 * time.Second})
 	for k := KindNone + 1; k < numKinds; k++ {
 		if r.Applied[k] == 0 {
