@@ -30,7 +30,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		return err
 	}
 	defer p.Release()
-	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
+	start := gme.obs.callBegin(ctx, p, me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
 	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)

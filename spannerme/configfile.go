@@ -486,6 +486,11 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 		}
 	}
 	d.settings.EndpointOptions = map[string]EndpointOptions{}
+	type namedBy struct {
+		key        *yaml.Node // the endpoint's key in the file
+		normalized string
+	}
+	named := map[string]namedBy{} // name -> the endpoint that has it
 	fields := fieldDecoders{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := resolve(n.Content[i])
@@ -506,6 +511,20 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 						}
 					}
 					return err
+				},
+				"name": func(n *yaml.Node, p string) (err error) {
+					if eo.Name, err = d.str(n, p); err != nil {
+						return err
+					}
+					if problem := checkEndpointName(eo.Name); problem != "" {
+						return d.errAt(resolve(n), p, "%q: %s", eo.Name, problem)
+					}
+					if other, taken := named[eo.Name]; taken && other.normalized != ne {
+						return d.errAt(resolve(n), p, "%q is also the name of endpoint %s (line %d); names must be unique",
+							eo.Name, other.key.Value, other.key.Line)
+					}
+					named[eo.Name] = namedBy{key, ne}
+					return nil
 				},
 			})
 			d.settings.EndpointOptions[key.Value] = eo

@@ -34,7 +34,10 @@ func TestParseConfigExamples(t *testing.T) {
 	}
 	wantSettings := Settings{ReconnectMaxDelay: 5 * time.Second, MinConnectTimeout: 10 * time.Second, KeepaliveTime: 120 * time.Second,
 		KeepaliveTimeout: 20 * time.Second, DrainTimeout: 5 * time.Minute, SwitchingJitter: 0.2,
-		EndpointOptions: map[string]EndpointOptions{"10.20.0.5:443": {Authority: "spanner.us-east4.rep.googleapis.com"}}}
+		EndpointOptions: map[string]EndpointOptions{
+			"psc-east4.p.googleapis.com:443": {Name: "psc-east4"},
+			"10.20.0.5:443":                  {Name: "psc-east4-ip", Authority: "spanner.us-east4.rep.googleapis.com"},
+		}}
 	if !reflect.DeepEqual(c.Settings, wantSettings) {
 		t.Errorf("settings %+v\nwant %+v", c.Settings, wantSettings)
 	}
@@ -97,7 +100,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "two documents", in: head + "---\ndefault: e\n", line: 5, want: "more than one YAML document"},
 		{name: "authority", in: head + "endpoints:\n  b:2: {authority: 'x y'}\n", line: 6, field: "endpoints.b:2.authority", want: "not a host or host:port"},
 		{name: "endpoint options of an unlisted endpoint", in: head + "endpoints:\n  c:3: {authority: x}\n", line: 6, field: "endpoints.c:3", want: "not listed in any group"},
-		{name: "unknown endpoint option", in: head + "endpoints:\n  a:1: {serverName: x}\n", line: 6, field: "endpoints.a:1.serverName", want: "known fields: authority"},
+		{name: "unknown endpoint option", in: head + "endpoints:\n  a:1: {serverName: x}\n", line: 6, field: "endpoints.a:1.serverName", want: "known fields: authority, name"},
+		{name: "endpoint name misspelt", in: head + "endpoints:\n  a:1: {nmae: east}\n", line: 6, field: "endpoints.a:1.nmae", want: "did you mean name?"},
+		{name: "endpoint name with a space", in: head + "endpoints:\n  a:1:\n    name: psc east4\n", line: 7, field: "endpoints.a:1.name", want: `"psc east4": ' ' (byte 3) is not an ASCII letter, digit, '.', '_' or '-'`},
+		{name: "endpoint name beginning with a dash", in: head + "endpoints:\n  a:1: {name: -east}\n", line: 6, field: "endpoints.a:1.name", want: "must begin with an ASCII letter or digit"},
+		{name: "endpoint name too long", in: head + "endpoints:\n  a:1: {name: " + strings.Repeat("x", 64) + "}\n", line: 6, field: "endpoints.a:1.name", want: "longer than 63 bytes"},
+		{name: "endpoint name not a string", in: head + "endpoints:\n  a:1: {name: 4}\n", line: 6, field: "endpoints.a:1.name", want: "quote it"},
+		{name: "endpoint name twice", in: head + "endpoints:\n  a:1: {name: east}\n  b:2:\n    name: east\n", line: 8, field: "endpoints.b:2.name", want: `"east" is also the name of endpoint a:1 (line 6); names must be unique`},
 		// Mistakes found by NewGCPMultiEndpoint's own validation, placed in the file.
 		{name: "default not a group", in: "default: e\nmultiEndpoints:\n  d:\n    endpoints: [a:1]\n", line: 1, field: "default", want: "Default names a MultiEndpoint that is not configured", validation: true},
 		{name: "bad endpoint", in: "default: d\nmultiEndpoints:\n  d:\n    endpoints:\n      - a:1\n      - no-port\n", line: 6, field: "multiEndpoints.d.endpoints[1]", want: `group "d": endpoint 1 "no-port": not host:port`, validation: true},

@@ -206,6 +206,11 @@ func TestEndpointOptionsErrors(t *testing.T) {
 		{map[string]EndpointOptions{"a:1": {Authority: "x/y"}}, `Authority "x/y": not a host or host:port`},
 		{map[string]EndpointOptions{"a:1": {Authority: "x:99999"}}, `port "99999"`},
 		{map[string]EndpointOptions{"a:443": {Authority: "x"}, "https://a": {Authority: "y"}}, "given twice with different options"},
+		{map[string]EndpointOptions{"a:1": {Name: "psc east4"}}, `endpoint "a:1": EndpointOptions: Name "psc east4": ' ' (byte 3) is not an ASCII letter`},
+		{map[string]EndpointOptions{"a:1": {Name: "_east"}}, `Name "_east": must begin with an ASCII letter or digit`},
+		{map[string]EndpointOptions{"a:1": {Name: "é"}}, `Name "é": must begin with an ASCII letter or digit, not 'é'`},
+		{map[string]EndpointOptions{"a:1": {Name: strings.Repeat("n", MaxEndpointNameLen+1)}}, "longer than 63 bytes"},
+		{map[string]EndpointOptions{"a:1": {Name: "east"}, "b:2": {Name: "east"}}, `endpoint "b:2": EndpointOptions: Name "east" is also the name of endpoint "a:1"; names must be unique`},
 	} {
 		_, err := NewGCPMultiEndpointWithSettings(options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "a:1")}),
 			Settings{EndpointOptions: tc.eo}, insecureDial)
@@ -218,5 +223,14 @@ func TestEndpointOptionsErrors(t *testing.T) {
 		if p := checkAuthority(ok); p != "" {
 			t.Errorf("checkAuthority(%q) = %q", ok, p)
 		}
+	}
+	for _, ok := range []string{"", "psc-east4", "PSC_east4.v2", "4", strings.Repeat("n", MaxEndpointNameLen)} {
+		if p := checkEndpointName(ok); p != "" {
+			t.Errorf("checkEndpointName(%q) = %q", ok, p)
+		}
+	}
+	// One endpoint written two ways may give its name twice.
+	if _, err := parseEndpointOptions(map[string]EndpointOptions{"a:443": {Name: "east"}, "https://a": {Name: "east"}}); err != nil {
+		t.Errorf("the same endpoint twice with one name: %v", err)
 	}
 }

@@ -18,10 +18,12 @@ type eventQueue struct {
 	q *ordered.Async[queuedEvent]
 }
 
-// queuedEvent is a switch event, or a health event when health is not nil.
+// queuedEvent is a switch event, with the names of its endpoints ("" for none), or a
+// health event when health is not nil.
 type queuedEvent struct {
-	sw     SwitchEvent
-	health *HealthEvent
+	sw               SwitchEvent
+	fromName, toName string
+	health           *HealthEvent
 }
 
 func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent), onHealth func(HealthEvent)) *eventQueue {
@@ -34,8 +36,15 @@ func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent), onHealth func(H
 			return
 		}
 		ev := qe.sw
-		log.Info("spannerme: current endpoint changed",
-			"multiendpoint", ev.Name, "from", ev.From, "to", ev.To, "reason", ev.Reason.String())
+		args := []any{"multiendpoint", ev.Name, "from", ev.From}
+		if qe.fromName != "" {
+			args = append(args, "from_name", qe.fromName)
+		}
+		args = append(args, "to", ev.To)
+		if qe.toName != "" {
+			args = append(args, "to_name", qe.toName)
+		}
+		log.Info("spannerme: current endpoint changed", append(args, "reason", ev.Reason.String())...)
 		// The logger may have taken long: an event not yet handed to OnSwitch at close is
 		// dropped, as documented.
 		if onSwitch != nil && !e.q.Stopped() {
@@ -45,8 +54,11 @@ func newEventQueue(log *slog.Logger, onSwitch func(SwitchEvent), onHealth func(H
 	return e
 }
 
-// push queues ev. It never blocks. Events pushed after close are dropped.
-func (e *eventQueue) push(ev SwitchEvent) { e.q.Push(queuedEvent{sw: ev}) }
+// push queues ev, whose endpoints are named fromName and toName ("" for none). It never
+// blocks. Events pushed after close are dropped.
+func (e *eventQueue) push(ev SwitchEvent, fromName, toName string) {
+	e.q.Push(queuedEvent{sw: ev, fromName: fromName, toName: toName})
+}
 
 // pushHealth queues ev like push (the observer has logged it).
 func (e *eventQueue) pushHealth(ev HealthEvent) { e.q.Push(queuedEvent{health: &ev}) }

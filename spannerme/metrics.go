@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // Attribute keys of the metrics and of the trace attributes.
@@ -22,6 +23,11 @@ const (
 	AttrMultiEndpoint = "spannerme.multiendpoint"
 	// AttrEndpoint is the endpoint, on metrics and on the call's span.
 	AttrEndpoint = "spannerme.endpoint"
+	// AttrEndpointName is the endpoint's EndpointOptions.Name, next to AttrEndpoint wherever
+	// that is, but only when the endpoint has a name: an endpoint without one has no such
+	// attribute. It adds no series (a name is 1:1 with its endpoint), except that a reload
+	// that renames an endpoint starts its series under the new name.
+	AttrEndpointName = "spannerme.endpoint.name"
 	// AttrEndpointState is an EndpointState in lower case: available, recovering or
 	// unavailable.
 	AttrEndpointState = "spannerme.endpoint.state"
@@ -63,21 +69,21 @@ const (
 )
 
 var metricDocs = []metricDoc{
-	{metricEndpointState, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointState},
+	{metricEndpointState, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrEndpointState},
 		"1 for the state each endpoint is in within each group, 0 for the other two states"},
-	{metricCurrent, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint},
+	{metricCurrent, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
 		"1 for each group's current endpoint, 0 for its other endpoints"},
-	{metricSwitches, instrumentCounter, "{switch}", []string{AttrMultiEndpoint, AttrSwitchReason, AttrEndpoint},
-		"changes of a group's current endpoint; " + AttrEndpoint + " is the new current endpoint"},
-	{metricEjections, instrumentCounter, "{ejection}", []string{AttrEndpoint, AttrEjectionReason},
+	{metricSwitches, instrumentCounter, "{switch}", []string{AttrMultiEndpoint, AttrSwitchReason, AttrEndpoint, AttrEndpointName},
+		"changes of a group's current endpoint; " + AttrEndpoint + " (and its name) is the new current endpoint"},
+	{metricEjections, instrumentCounter, "{ejection}", []string{AttrEndpoint, AttrEndpointName, AttrEjectionReason},
 		"endpoints taken out of service by outcome-based health"},
-	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrGRPCStatusCode},
+	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
-	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrGRPCStatusCode},
+	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls that ended with a status other than OK"},
-	{metricDuration, instrumentHistogram, "s", []string{AttrMultiEndpoint, AttrEndpoint, AttrGRPCStatusCode},
+	{metricDuration, instrumentHistogram, "s", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"time from a call's start on an endpoint to its end (a stream's: until it ends)"},
-	{metricActiveCalls, instrumentUpDownObsv, "{call}", []string{AttrEndpoint},
+	{metricActiveCalls, instrumentUpDownObsv, "{call}", []string{AttrEndpoint, AttrEndpointName},
 		"calls in flight on each endpoint's pool, retired pools included"},
 	{metricWaitingCalls, instrumentUpDownObsv, "{call}", nil,
 		"calls waiting for their endpoint's pool to finish connecting (or for their group to switch)"},
@@ -163,7 +169,8 @@ func fillNoop(m *metrics) {
 // metricsView is what the observable instruments read at each collection.
 type metricsView struct {
 	waiting int64
-	active  map[string]int64 // in-flight calls by endpoint, retired pools included
+	active  map[string]int64  // in-flight calls by endpoint, retired pools included
+	names   map[string]string // endpoint -> EndpointOptions.Name, named endpoints only
 	groups  []multiendpoint.Status
 }
 
@@ -178,16 +185,17 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 			return nil
 		}
 		for e, n := range v.active {
-			o.ObserveInt64(m.active, n, metric.WithAttributes(attribute.String(AttrEndpoint, e)))
+			o.ObserveInt64(m.active, n, metric.WithAttributes(endpointAttrs(e, v.names[e])...))
 		}
 		for _, st := range v.groups {
 			for _, e := range st.Endpoints {
+				ep := endpointAttrs(e.Endpoint, v.names[e.Endpoint])
 				for _, state := range []multiendpoint.State{multiendpoint.Available, multiendpoint.Recovering, multiendpoint.Unavailable} {
-					o.ObserveInt64(m.state, boolInt(e.State == state), metric.WithAttributes(attribute.String(AttrMultiEndpoint, st.Name),
-						attribute.String(AttrEndpoint, e.Endpoint), attribute.String(AttrEndpointState, stateAttr(state))))
+					o.ObserveInt64(m.state, boolInt(e.State == state), metric.WithAttributes(append([]attribute.KeyValue{
+						attribute.String(AttrMultiEndpoint, st.Name), attribute.String(AttrEndpointState, stateAttr(state))}, ep...)...))
 				}
 				o.ObserveInt64(m.current, boolInt(e.Endpoint == st.Current), metric.WithAttributes(
-					attribute.String(AttrMultiEndpoint, st.Name), attribute.String(AttrEndpoint, e.Endpoint)))
+					append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name)}, ep...)...))
 			}
 		}
 		return nil
@@ -198,6 +206,15 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 	m.mu.Lock()
 	m.reg = reg
 	m.mu.Unlock()
+}
+
+// endpointAttrs returns the attributes naming an endpoint: AttrEndpoint, and AttrEndpointName
+// when name is not empty.
+func endpointAttrs(endpoint, name string) []attribute.KeyValue {
+	if name == "" {
+		return []attribute.KeyValue{attribute.String(AttrEndpoint, endpoint)}
+	}
+	return []attribute.KeyValue{attribute.String(AttrEndpoint, endpoint), attribute.String(AttrEndpointName, name)}
 }
 
 func stateAttr(s multiendpoint.State) string {
@@ -228,14 +245,17 @@ func (m *metrics) close() {
 	}
 }
 
-func (m *metrics) switched(ev SwitchEvent) {
-	m.switches.Add(context.Background(), 1, metric.WithAttributes(attribute.String(AttrMultiEndpoint, ev.Name),
-		attribute.String(AttrSwitchReason, ev.Reason.String()), attribute.String(AttrEndpoint, ev.To)))
+// switched counts ev; toName is the name of its new current endpoint, "" for none.
+func (m *metrics) switched(ev SwitchEvent, toName string) {
+	m.switches.Add(context.Background(), 1, metric.WithAttributes(append([]attribute.KeyValue{
+		attribute.String(AttrMultiEndpoint, ev.Name), attribute.String(AttrSwitchReason, ev.Reason.String())},
+		endpointAttrs(ev.To, toName)...)...))
 }
 
-func (m *metrics) ejected(endpoint, reason string) {
-	m.ejections.Add(context.Background(), 1, metric.WithAttributes(attribute.String(AttrEndpoint, endpoint),
-		attribute.String(AttrEjectionReason, reason)))
+// ejected counts an ejection of endpoint, named name ("" for none).
+func (m *metrics) ejected(endpoint, name, reason string) {
+	m.ejections.Add(context.Background(), 1, metric.WithAttributes(append(endpointAttrs(endpoint, name),
+		attribute.String(AttrEjectionReason, reason))...))
 }
 
 // callAttrs are the measurement options of the calls of one group on one endpoint, one per
@@ -248,26 +268,30 @@ type callAttrs struct {
 // numCodes is the number of gRPC codes (OK to Unauthenticated).
 const numCodes = int(codes.Unauthenticated) + 1
 
-func newCallAttrs(group, endpoint string) *callAttrs {
+// newCallAttrs builds the callAttrs of group's calls on endpoint, named name ("" for none).
+func newCallAttrs(group, endpoint, name string) *callAttrs {
 	a := &callAttrs{}
 	for c := range numCodes {
-		o := metric.WithAttributeSet(attribute.NewSet(attribute.String(AttrMultiEndpoint, group),
-			attribute.String(AttrEndpoint, endpoint), attribute.Int(AttrGRPCStatusCode, c)))
+		kv := append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, group), attribute.Int(AttrGRPCStatusCode, c)},
+			endpointAttrs(endpoint, name)...)
+		o := metric.WithAttributeSet(attribute.NewSet(kv...))
 		a.add[c] = []metric.AddOption{o}
 		a.record[c] = []metric.RecordOption{o}
 	}
 	return a
 }
 
-// attrCache holds one pool's callAttrs per group, built on first use. The zero value is
-// empty, ready to use; safe for concurrent use, and a hit takes no lock.
+// attrCache holds one pool's callAttrs per group, under one name of its endpoint, built on
+// first use. The zero value is empty, ready to use; safe for concurrent use, and a hit takes
+// no lock.
 type attrCache struct {
 	m  atomic.Pointer[map[string]*callAttrs]
 	mu sync.Mutex // serializes the building
 }
 
-// of returns the callAttrs of group's calls on endpoint, building them on first use.
-func (c *attrCache) of(group, endpoint string) *callAttrs {
+// of returns the callAttrs of group's calls on endpoint, named name, building them on first
+// use. Every call of one attrCache passes the same endpoint and name.
+func (c *attrCache) of(group, endpoint, name string) *callAttrs {
 	if m := c.m.Load(); m != nil {
 		if a := (*m)[group]; a != nil {
 			return a
@@ -287,18 +311,19 @@ func (c *attrCache) of(group, endpoint string) *callAttrs {
 			next[g] = a
 		}
 	}
-	a := newCallAttrs(group, endpoint)
+	a := newCallAttrs(group, endpoint, name)
 	next[group] = a
 	c.m.Store(&next)
 	return a
 }
 
-// callBegin marks a call of group sent to endpoint: the call's span, if it is recording,
-// gets the group and the endpoint as attributes, and the start time is returned if the
-// metrics record anything (zero otherwise: the call is not measured).
-func (o *observer) callBegin(ctx context.Context, endpoint, group string) time.Time {
+// callBegin marks a call of group sent to pool p: the call's span, if it is recording,
+// gets the group and the endpoint (and its name, if it has one) as attributes, and the start
+// time is returned if the metrics record anything (zero otherwise: the call is not measured).
+func (o *observer) callBegin(ctx context.Context, p *pool.Pool, group string) time.Time {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String(AttrMultiEndpoint, group), attribute.String(AttrEndpoint, endpoint))
+		span.SetAttributes(attribute.String(AttrMultiEndpoint, group))
+		span.SetAttributes(endpointAttrs(p.Endpoint(), poolName(p))...)
 	}
 	m := o.metrics
 	if m.calls.Enabled(ctx) || m.duration.Enabled(ctx) {

@@ -59,7 +59,7 @@ func (o *observer) close() {
 // unreachable logs a connection error of endpoint while it is not available (the pool
 // reports each kind once until the endpoint is available again). A channel of an available
 // pool that fails is no transition of the endpoint: its error shows in Status only.
-func (o *observer) unreachable(endpoint string, e pool.ConnError, how pool.Unreachability) {
+func (o *observer) unreachable(endpoint, name string, e pool.ConnError, how pool.Unreachability) {
 	msg := "spannerme: endpoint unreachable: connection attempt failed"
 	switch how {
 	case pool.NeverConnected:
@@ -67,12 +67,23 @@ func (o *observer) unreachable(endpoint string, e pool.ConnError, how pool.Unrea
 	case pool.FirstAttemptFailed:
 		msg = "spannerme: endpoint unreachable: its first connection attempt failed"
 	}
-	o.log(slog.LevelWarn, e.At, msg, "endpoint", endpoint, "kind", string(e.Kind), "error", e.Message)
+	o.log(slog.LevelWarn, e.At, msg, endpointArgs(endpoint, name, "kind", string(e.Kind), "error", e.Message)...)
+}
+
+// endpointArgs returns the log attributes naming an endpoint, "endpoint" and, when it has a
+// name (EndpointOptions.Name), "endpoint_name", followed by more.
+func endpointArgs(endpoint, name string, more ...any) []any {
+	args := make([]any, 0, 4+len(more))
+	args = append(args, "endpoint", endpoint)
+	if name != "" {
+		args = append(args, "endpoint_name", name)
+	}
+	return append(args, more...)
 }
 
 // up logs that endpoint became available, after downFor (negative: it had never been up).
-func (o *observer) up(endpoint string, at time.Time, downFor time.Duration) {
-	args := []any{"endpoint", endpoint}
+func (o *observer) up(endpoint, name string, at time.Time, downFor time.Duration) {
+	args := endpointArgs(endpoint, name)
 	if downFor >= 0 {
 		args = append(args, "down_for", downFor.Round(time.Millisecond))
 	}
@@ -80,34 +91,35 @@ func (o *observer) up(endpoint string, at time.Time, downFor time.Duration) {
 }
 
 // down logs that endpoint lost its last ready connection, with the error that explains it.
-func (o *observer) down(endpoint string, at time.Time, reason pool.ConnError) {
-	o.log(slog.LevelWarn, at, "spannerme: endpoint down: no ready connection", "endpoint", endpoint,
-		"kind", string(reason.Kind), "error", reason.Message)
+func (o *observer) down(endpoint, name string, at time.Time, reason pool.ConnError) {
+	o.log(slog.LevelWarn, at, "spannerme: endpoint down: no ready connection",
+		endpointArgs(endpoint, name, "kind", string(reason.Kind), "error", reason.Message)...)
 }
 
-// switched records a change of a group's current endpoint (the event queue logs it).
-func (o *observer) switched(ev SwitchEvent) {
+// switched records a change of a group's current endpoint, whose new current endpoint is
+// named toName ("" for none); the event queue logs it.
+func (o *observer) switched(ev SwitchEvent, toName string) {
 	o.history.add(ev)
-	o.metrics.switched(ev)
+	o.metrics.switched(ev, toName)
 }
 
 // ejected records that outcome-based health took endpoint out of service until the given
 // time (zero: unknown), for reason (an EjectionReason's String: "consecutive failures",
 // "failure percentage", "timeouts" or "probe failed"; it is a metric attribute, so the set
 // stays small) of the calls of class: a log line and the ejections metric.
-func (o *observer) ejected(endpoint, reason, class, detail string, until time.Time, ejections int) {
+func (o *observer) ejected(endpoint, name, reason, class, detail string, until time.Time, ejections int) {
 	now := o.now()
-	args := []any{"endpoint", endpoint, "reason", reason, "class", class, "detail", detail, "ejections", ejections}
+	args := endpointArgs(endpoint, name, "reason", reason, "class", class, "detail", detail, "ejections", ejections)
 	if !until.IsZero() {
 		args = append(args, "for", until.Sub(now).Round(time.Millisecond))
 	}
 	o.log(slog.LevelWarn, now, "spannerme: endpoint ejected: its calls fail or stall; groups count it as not available", args...)
-	o.metrics.ejected(endpoint, reason)
+	o.metrics.ejected(endpoint, name, reason)
 }
 
 // readmitted records that outcome-based health put endpoint back in service.
-func (o *observer) readmitted(endpoint, ejectedFor string) {
-	o.log(slog.LevelInfo, o.now(), "spannerme: endpoint readmitted: its probe passed", "endpoint", endpoint, "ejected_for", ejectedFor)
+func (o *observer) readmitted(endpoint, name, ejectedFor string) {
+	o.log(slog.LevelInfo, o.now(), "spannerme: endpoint readmitted: its probe passed", endpointArgs(endpoint, name, "ejected_for", ejectedFor)...)
 }
 
 // maxSwitchHistory is how many recent switches are kept per group.

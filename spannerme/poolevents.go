@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
@@ -11,11 +12,53 @@ import (
 // poolEvents receives one pool's reports (pool.Observer) and hands them on: availability to
 // the groups (publish) and to the calls waiting for a change, transitions and ejections to
 // the observer's logs and metrics and to Settings.OnHealth, and the end of calls to the
-// metrics with the pool's own attribute sets. One per pool, made before its dial.
+// metrics with the pool's own attribute sets. One per pool, made before its dial
+// (newPoolEvents). It also holds the endpoint's name, which a reload may change.
 type poolEvents struct {
 	gme      *GCPMultiEndpoint
 	endpoint string
-	attrs    attrCache // the metric attributes of the pool's calls, per group
+	// label is the endpoint's name and the metric attributes of the pool's calls under it;
+	// replaced whole by rename, never modified.
+	label atomic.Pointer[endpointLabel]
+}
+
+// endpointLabel is how one pool's endpoint is shown: its EndpointOptions.Name ("" for none)
+// and the metric attribute sets of its calls under that name, per group.
+type endpointLabel struct {
+	name  string
+	attrs attrCache
+}
+
+func newPoolEvents(gme *GCPMultiEndpoint, endpoint, name string) *poolEvents {
+	e := &poolEvents{gme: gme, endpoint: endpoint}
+	e.label.Store(&endpointLabel{name: name})
+	return e
+}
+
+// name returns the endpoint's name, "" for none.
+func (e *poolEvents) name() string { return e.label.Load().name }
+
+// rename gives the endpoint a new name (EndpointOptions.Name); calls that end from then on
+// are measured under it. gme.updateMu must be held (it serializes renames).
+func (e *poolEvents) rename(name string) {
+	if e.name() != name {
+		e.label.Store(&endpointLabel{name: name})
+	}
+}
+
+// eventsOf returns the poolEvents of a pool that a GCPMultiEndpoint dialed, nil for any
+// other pool.
+func eventsOf(p *pool.Pool) *poolEvents {
+	e, _ := p.Observer().(*poolEvents)
+	return e
+}
+
+// poolName returns the name of p's endpoint, "" for none.
+func poolName(p *pool.Pool) string {
+	if e := eventsOf(p); e != nil {
+		return e.name()
+	}
+	return ""
 }
 
 var _ pool.Observer = (*poolEvents)(nil)
@@ -31,13 +74,15 @@ func (e *poolEvents) Availability(p *pool.Pool) {
 func (e *poolEvents) StateChanged(*pool.Pool) { e.gme.changed.signal() }
 
 func (e *poolEvents) Unreachable(ce pool.ConnError, how pool.Unreachability) {
-	e.gme.obs.unreachable(e.endpoint, ce, how)
+	e.gme.obs.unreachable(e.endpoint, e.name(), ce, how)
 }
 
-func (e *poolEvents) Up(at time.Time, downFor time.Duration) { e.gme.obs.up(e.endpoint, at, downFor) }
+func (e *poolEvents) Up(at time.Time, downFor time.Duration) {
+	e.gme.obs.up(e.endpoint, e.name(), at, downFor)
+}
 
 func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
-	e.gme.obs.down(e.endpoint, at, reason)
+	e.gme.obs.down(e.endpoint, e.name(), at, reason)
 }
 
 // Health receives the pool's ejections and readmissions (no lock held): the event goes to
@@ -45,11 +90,11 @@ func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
 // calls pick again. In that order, so that a switch the event causes at once
 // (RecoveryTimeout or SwitchingDelay 0) is queued after it.
 func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
-	gme := e.gme
+	gme, name := e.gme, e.name()
 	if ev.Kind == health.Ejected {
-		gme.obs.ejected(e.endpoint, ev.Reason.String(), ev.Class.String(), ev.Detail, ev.Until, ev.Ejections)
+		gme.obs.ejected(e.endpoint, name, ev.Reason.String(), ev.Class.String(), ev.Detail, ev.Until, ev.Ejections)
 	} else {
-		gme.obs.readmitted(e.endpoint, ev.Reason.String())
+		gme.obs.readmitted(e.endpoint, name, ev.Reason.String())
 	}
 	gme.events.pushHealth(HealthEvent{Endpoint: e.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason),
 		Detail: ev.Detail, Class: ev.Class.String(), At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
@@ -58,5 +103,6 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 }
 
 func (e *poolEvents) CallEnd(ctx context.Context, group string, start time.Time, err error) {
-	e.gme.obs.callEnd(ctx, e.attrs.of(group, e.endpoint), start, err)
+	l := e.label.Load()
+	e.gme.obs.callEnd(ctx, l.attrs.of(group, e.endpoint, l.name), start, err)
 }

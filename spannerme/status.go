@@ -143,6 +143,9 @@ func parseDurationOrZero(s string) (time.Duration, error) {
 type EndpointStatus struct {
 	// Endpoint is the endpoint as configured ("https://" forms normalized to host:port).
 	Endpoint string `json:"endpoint"`
+	// Name is the endpoint's EndpointOptions.Name in force; "" (omitted in JSON) when it has
+	// none.
+	Name string `json:"name,omitempty"`
 	// Priority is the endpoint's position in the group's list: 0 is the top priority.
 	Priority int `json:"priority"`
 	// State is the endpoint's availability in this group. The reason an endpoint is not
@@ -158,6 +161,10 @@ type EndpointStatus struct {
 type PoolStatus struct {
 	// Endpoint is the pool's endpoint.
 	Endpoint string `json:"endpoint"`
+	// Name is the endpoint's EndpointOptions.Name in force (for a retired pool: the one it
+	// had when it was retired, which a configured endpoint may have taken since); ""
+	// (omitted in JSON) when it has none.
+	Name string `json:"name,omitempty"`
 	// Connectivity is the pool's gRPC connectivity state: "READY" when at least one of its
 	// channels is; "CONNECTING", "TRANSIENT_FAILURE" (its connection attempts fail), "IDLE",
 	// or "SHUTDOWN" once closed.
@@ -309,6 +316,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		groups = append(groups, me)
 	}
 	pools := gme.allPoolsLocked()
+	names := gme.namesLocked()
 	gme.mu.Unlock()
 	if gme.zero() {
 		st.At = time.Now()
@@ -317,6 +325,9 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	}
 	for _, me := range groups {
 		g := groupStatusOf(me.Status())
+		for i := range g.Endpoints {
+			g.Endpoints[i].Name = names[g.Endpoints[i].Endpoint]
+		}
 		if !gme.zero() {
 			g.Switches = gme.obs.history.of(g.Name)
 		}
@@ -335,6 +346,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	sort.Slice(st.Groups, func(i, j int) bool { return st.Groups[i].Name < st.Groups[j].Name })
 	for _, p := range pools {
 		ps := poolStatusOf(p.Status())
+		ps.Name = poolName(p)
 		if st.Closed {
 			ps.Connectivity = connectivity.Shutdown.String()
 			ps.Since = closedAt
@@ -374,6 +386,12 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	}
 	gme.mu.Lock()
 	pools := gme.allPoolsLocked()
+	v.names = gme.namesLocked()
+	for p := range gme.retired {
+		if n := poolName(p); n != "" && gme.pools[p.Endpoint()] == nil {
+			v.names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
+		}
+	}
 	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
 	for _, me := range gme.groups {
 		groups = append(groups, me)
@@ -387,6 +405,18 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 		v.groups = append(v.groups, me.Status())
 	}
 	return v, true
+}
+
+// namesLocked returns the names of the configured endpoints that have one, by endpoint.
+// gme.mu must be held.
+func (gme *GCPMultiEndpoint) namesLocked() map[string]string {
+	names := make(map[string]string)
+	for e, p := range gme.pools {
+		if n := poolName(p); n != "" {
+			names[e] = n
+		}
+	}
+	return names
 }
 
 // allPoolsLocked returns the pools of the configured endpoints and the retired ones still

@@ -29,6 +29,6 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, withRequestID(err, id)
 	}
-	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
+	start := gme.obs.callBegin(ctx, p, me.Name())
 	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
 }

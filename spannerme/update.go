@@ -65,7 +65,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
-			obs := &poolEvents{gme: gme, endpoint: e}
+			obs := newPoolEvents(gme, e, gme.endpointOpts[e].Name)
 			w := pool.NewWatch(e, gme.pl.clock, obs)
 			opts := pool.DialOptions(w, gme.gcpJSON, gme.dialOptionsFor(e), gme.pl.ownDialer, gme.pl.dns)
 			conn, err := gme.dial(gme.dialCtx, e, opts...)
@@ -113,6 +113,13 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			return err
 		}
 		created[g.name] = me
+	}
+	// A name is a label: kept pools take their endpoint's new one at once (fresh ones have
+	// it), before the switches this update causes are logged. Nothing fails after this.
+	for e, p := range oldPools {
+		if ev := eventsOf(p); ev != nil && want[e] {
+			ev.rename(gme.endpointOpts[e].Name)
+		}
 	}
 	// 3. Publish the new groups over the union of old and new pools, then update kept groups:
 	// a call that read the old snapshot and sees a new current endpoint retries on this one.
@@ -204,12 +211,24 @@ func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
 
 // onSwitch receives every group's switch events, synchronously: waiting calls pick again,
 // the observer counts and remembers the event, and it is queued for the logger and
-// Settings.OnSwitch.
+// Settings.OnSwitch, with the names of its endpoints as they are now.
 func (gme *GCPMultiEndpoint) onSwitch(me multiendpoint.Event) {
 	ev := switchEventOf(me)
+	fromName, toName := gme.endpointName(ev.From), gme.endpointName(ev.To)
 	gme.changed.signal()
-	gme.obs.switched(ev)
-	gme.events.push(ev)
+	gme.obs.switched(ev, toName)
+	gme.events.push(ev, fromName, toName)
+}
+
+// endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in
+// the routing snapshot, "" when it has none or no pool serves e. It takes no lock.
+func (gme *GCPMultiEndpoint) endpointName(e string) string {
+	if s := gme.snap.Load(); s != nil {
+		if p := s.pools[e]; p != nil {
+			return poolName(p)
+		}
+	}
+	return ""
 }
 
 // retire stops new calls on p and closes it once drained. gme.updateMu must be held (it
@@ -246,7 +265,7 @@ func (gme *GCPMultiEndpoint) noteDialed(fresh map[string]*pool.Pool, want map[st
 		gme.dialedOpts = make(map[string]EndpointOptions)
 	}
 	for e := range fresh {
-		gme.dialedOpts[e] = gme.endpointOpts[e]
+		gme.dialedOpts[e] = gme.endpointOpts[e].dialOnly()
 	}
 	for e := range gme.dialedOpts {
 		if !want[e] {
@@ -256,9 +275,10 @@ func (gme *GCPMultiEndpoint) noteDialed(fresh map[string]*pool.Pool, want map[st
 }
 
 // updateWithEndpointOptions is UpdateMultiEndpoints that also replaces the endpoint options
-// (Settings.EndpointOptions) new pools are dialed with. Pools already dialed keep theirs:
-// it returns, sorted, the configured endpoints whose pool was dialed with options other than
-// those of eo (they apply once the endpoint is removed and added again, or at a restart).
+// (Settings.EndpointOptions) new pools are dialed with. Pools already dialed keep theirs,
+// except the Name, which every pool takes at once: it returns, sorted, the configured
+// endpoints whose pool was dialed with options other than those of eo, Name aside (they
+// apply once the endpoint is removed and added again, or at a restart).
 // On error nothing changes. Errors as for UpdateMultiEndpoints, and a *ConfigError for eo.
 func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions) (stale []string, err error) {
 	cfg, err := parseConfig(meOpts)
@@ -279,7 +299,7 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 		return nil, err
 	}
 	for e, dialed := range gme.dialedOpts {
-		if dialed != opts[e] {
+		if dialed != opts[e].dialOnly() {
 			stale = append(stale, e)
 		}
 	}

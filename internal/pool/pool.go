@@ -160,6 +160,9 @@ func New(endpoint string, conn *grpc.ClientConn, o Options) *Pool {
 // Endpoint returns the pool's endpoint.
 func (p *Pool) Endpoint() string { return p.endpoint }
 
+// Observer returns the Observer the pool was created with.
+func (p *Pool) Observer() Observer { return p.obs }
+
 // Conn returns the pool's connection.
 func (p *Pool) Conn() *grpc.ClientConn { return p.conn }
 
