@@ -228,8 +228,10 @@ func (s *spySpan) SetAttributes(kv ...attribute.KeyValue) { s.set = append(s.set
 // is not.
 func TestSpanAttributes(t *testing.T) {
 	a, b := startEndpoint(t, "A"), startEndpoint(t, "B")
+	s := fastSettings(nil)
+	s.EndpointOptions = map[string]EndpointOptions{b.Addr(): {Name: "psc-west2"}}
 	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
-		"default": group(0, 0, a.Addr()), "west": group(0, 0, b.Addr())}), fastSettings(nil))
+		"default": group(0, 0, a.Addr()), "west": group(0, 0, b.Addr())}), s)
 	ctx := context.Background()
 	waitServedBy(t, ctx, gme, "A", 10*time.Second)
 
@@ -245,8 +247,19 @@ func TestSpanAttributes(t *testing.T) {
 	for _, kv := range rec.Ended()[0].Attributes() {
 		attrs[kv.Key] = kv.Value.String()
 	}
-	if attrs[AttrMultiEndpoint] != "west" || attrs[AttrEndpoint] != b.Addr() {
-		t.Errorf("span attributes %v, want %s=west, %s=%s", attrs, AttrMultiEndpoint, AttrEndpoint, b.Addr())
+	if attrs[AttrMultiEndpoint] != "west" || attrs[AttrEndpoint] != b.Addr() || attrs[AttrEndpointName] != "psc-west2" {
+		t.Errorf("span attributes %v, want %s=west, %s=%s, %s=psc-west2", attrs, AttrMultiEndpoint, AttrEndpoint, b.Addr(), AttrEndpointName)
+	}
+	// An endpoint without a name: no name attribute.
+	_, span = tp.Tracer("test").Start(ctx, "query")
+	if got, err := call(trace.ContextWithSpan(ctx, span), gme); err != nil || got != "A" {
+		t.Fatalf("served by %q, %v", got, err)
+	}
+	span.End()
+	for _, kv := range rec.Ended()[1].Attributes() {
+		if kv.Key == AttrEndpointName {
+			t.Errorf("span of a call to unnamed %s has %s=%s", a.Addr(), kv.Key, kv.Value.String())
+		}
 	}
 
 	for _, recording := range []bool{false, true} {
@@ -261,16 +274,17 @@ func TestSpanAttributes(t *testing.T) {
 }
 
 // The measurement of a call allocates nothing with a no-op meter provider (nor with the SDK,
-// once the call's attribute set exists).
+// once the call's attribute set exists), whether its endpoint has a name or not.
 func TestCallMeasurementDoesNotAllocate(t *testing.T) {
 	_, sdk := newMetricReader()
 	for _, tc := range []struct {
-		name string
-		mp   metric.MeterProvider
-	}{{"noop", noop.NewMeterProvider()}, {"sdk", sdk}} {
+		name, endpointName string
+		mp                 metric.MeterProvider
+	}{{"noop", "", noop.NewMeterProvider()}, {"sdk", "", sdk}, {"sdk named endpoint", "psc-east4", sdk}} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := fastSettings(nil)
 			s.MeterProvider = tc.mp
+			s.EndpointOptions = map[string]EndpointOptions{"127.0.0.1:1": {Name: tc.endpointName}}
 			gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}), s)
 			snap := gme.snap.Load()
 			p, me := snap.pools["127.0.0.1:1"], snap.def
