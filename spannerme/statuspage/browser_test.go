@@ -14,6 +14,8 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"github.com/chromedp/chromedp"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
 // envChromium names the browser binary for the browser test; unset, it is looked up on PATH
@@ -48,15 +50,18 @@ func findChromium(tb testing.TB) string {
 }
 
 // The status page, in a real browser (headless Chromium), follows a failover on its own
-// (it refreshes itself): the current endpoint it shows changes, the timeline draws the
-// fallback. The screenshot is saved in the test's temporary directory.
+// (it refreshes itself): the current endpoint it shows changes, with its name (E2 has one,
+// E1 none) next to its address, the timeline draws the fallback. The screenshot is saved in
+// the test's temporary directory.
 func TestStatusPageInBrowser(t *testing.T) {
 	chromium := findChromium(t)
 	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	s := fastSettings()
+	s.EndpointOptions = map[string]spannerme.EndpointOptions{e2.Addr(): {Name: "psc-west2"}}
 	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(300*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
 		"west":    group(300*time.Millisecond, 0, e2.Addr(), e1.Addr()),
-	}), fastSettings())
+	}), s)
 	ctx := context.Background()
 	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
 	srv := httptest.NewServer(Handler(gme))
@@ -90,6 +95,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if shown != e1.Addr() {
 		t.Fatalf("page shows current endpoint %q, want E1 %s", shown, e1.Addr())
 	}
+	currentName := `document.querySelector('span.current-name[data-group="default"]')?.textContent ?? ""`
+	if name, err := chromedp.Run(browser, chromedp.Evaluate[string](currentName)); err != nil || name != "" {
+		t.Errorf("page shows the unnamed E1 with name %q (%v)", name, err)
+	}
 
 	e1.Down()
 	// The page refreshes itself every 2s; read what it shows until it changes.
@@ -102,6 +111,13 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if shown, err = chromedp.Run(browser, chromedp.Text(current)); err != nil {
 			t.Fatalf("reading the page: %v", err)
 		}
+	}
+	name, err := chromedp.Run(browser, chromedp.Evaluate[string](currentName))
+	if err != nil {
+		t.Fatalf("reading the current endpoint's name: %v", err)
+	}
+	if name != "psc-west2" {
+		t.Errorf("page shows current endpoint %s with name %q, want psc-west2", e2.Addr(), name)
 	}
 	fallbacks, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll('section[data-group="default"] line.fallback').length`))
 	if err != nil {

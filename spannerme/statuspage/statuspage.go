@@ -37,7 +37,9 @@ type Source interface {
 // Handler returns an http.Handler that serves src's Status: as one HTML page a person
 // reads at a glance (each group with its current endpoint, each endpoint's state and the
 // reason it is down, each pool, and a timeline of the recent switches of each group; the
-// page refreshes itself every 2 seconds), and as JSON (the encoding/json form of
+// page refreshes itself every 2 seconds; an endpoint with a name, EndpointOptions.Name, is
+// shown by its name next to its address, and by its name alone on the timeline's lanes),
+// and as JSON (the encoding/json form of
 // spannerme.Status, indented) when the request asks for it with ?format=json, a path ending
 // in ".json", or an Accept header that prefers application/json (it names application/json
 // and not text/html); ?format= with any other value asks for the page. Both are sent with
@@ -144,10 +146,11 @@ type pageView struct {
 
 type groupView struct {
 	spannerme.GroupStatus
-	Default   bool
-	Endpoints []endpointView
-	Pending   string // "switching to X in 1.2s", or ""
-	Timeline  timeline
+	Default     bool
+	CurrentName string // the current endpoint's name, or ""
+	Endpoints   []endpointView
+	Pending     string // "switching to X in 1.2s", or ""
+	Timeline    timeline
 }
 
 type endpointView struct {
@@ -177,6 +180,7 @@ type timeline struct {
 type lane struct {
 	Y, TextY int
 	Endpoint string
+	Label    string // the endpoint's name, else its address
 }
 
 type bar struct {
@@ -193,8 +197,37 @@ type mark struct {
 // timelineSpan is the longest stretch of time a timeline shows.
 const timelineSpan = 15 * time.Minute
 
+// endpointNames returns the names of st's named endpoints, by endpoint: those of the
+// configured ones (a retired pool's name is history).
+func endpointNames(st spannerme.Status) map[string]string {
+	names := map[string]string{}
+	for _, p := range st.Pools {
+		if !p.Retired && p.Name != "" {
+			names[p.Endpoint] = p.Name
+		}
+	}
+	for _, g := range st.Groups {
+		for _, e := range g.Endpoints {
+			if e.Name != "" {
+				names[e.Endpoint] = e.Name
+			}
+		}
+	}
+	return names
+}
+
+// labelOf writes endpoint e for people: "name (address)" when it has a name, else the
+// address.
+func labelOf(names map[string]string, e string) string {
+	if n := names[e]; n != "" {
+		return n + " (" + e + ")"
+	}
+	return e
+}
+
 func newPageView(st spannerme.Status) pageView {
 	v := pageView{Status: st}
+	names := endpointNames(st)
 	pools := make(map[string]spannerme.PoolStatus, len(st.Pools))
 	for _, p := range st.Pools {
 		if !p.Retired {
@@ -208,9 +241,9 @@ func newPageView(st spannerme.Status) pageView {
 		v.Pools = append(v.Pools, pv)
 	}
 	for _, g := range st.Groups {
-		gv := groupView{GroupStatus: g, Default: g.Name == st.Default, Timeline: newTimeline(st, g)}
+		gv := groupView{GroupStatus: g, Default: g.Name == st.Default, CurrentName: names[g.Current], Timeline: newTimeline(st, g)}
 		if g.PendingSwitch != "" {
-			gv.Pending = fmt.Sprintf("switching to %s in %s", g.PendingSwitch, g.PendingSwitchAt.Sub(st.At).Round(time.Millisecond))
+			gv.Pending = fmt.Sprintf("switching to %s in %s", labelOf(names, g.PendingSwitch), g.PendingSwitchAt.Sub(st.At).Round(time.Millisecond))
 		}
 		for _, e := range g.Endpoints {
 			p := pools[e.Endpoint]
@@ -278,6 +311,7 @@ func newTimeline(st spannerme.Status, g spannerme.GroupStatus) timeline {
 		start = end.Add(-time.Second)
 	}
 	t := timeline{Width: width, Left: left, Right: width - right, From: start.Format("15:04:05"), To: end.Format("15:04:05")}
+	names := endpointNames(st)
 	laneOf := map[string]int{}
 	addLane := func(e string) int {
 		if i, ok := laneOf[e]; ok {
@@ -286,7 +320,11 @@ func newTimeline(st spannerme.Status, g spannerme.GroupStatus) timeline {
 		i := len(t.Lanes)
 		laneOf[e] = i
 		y := top + i*laneH
-		t.Lanes = append(t.Lanes, lane{Y: y, TextY: y + laneH/2 + 4, Endpoint: e})
+		label := e
+		if n := names[e]; n != "" {
+			label = n
+		}
+		t.Lanes = append(t.Lanes, lane{Y: y, TextY: y + laneH/2 + 4, Endpoint: e, Label: label})
 		return i
 	}
 	for _, e := range g.Endpoints {
@@ -313,7 +351,7 @@ func newTimeline(st spannerme.Status, g spannerme.GroupStatus) timeline {
 		y := top + addLane(e)*laneH
 		x0, x1 := x(from), x(until)
 		t.Bars = append(t.Bars, bar{X: x0, Y: y + 3, W: max(x1-x0, 1), H: laneH - 6,
-			Title: fmt.Sprintf("%s current from %s to %s", e, from.Format("15:04:05.000"), until.Format("15:04:05.000"))})
+			Title: fmt.Sprintf("%s current from %s to %s", labelOf(names, e), from.Format("15:04:05.000"), until.Format("15:04:05.000"))})
 	}
 	var marks []spannerme.SwitchEvent
 	for _, ev := range g.Switches {
@@ -328,7 +366,7 @@ func newTimeline(st spannerme.Status, g spannerme.GroupStatus) timeline {
 	t.Height = top*2 + max(len(t.Lanes), 1)*laneH + 16
 	for _, ev := range marks {
 		t.Marks = append(t.Marks, mark{X: x(ev.At), Y1: top, Y2: top + len(t.Lanes)*laneH, Reason: ev.Reason.String(),
-			Title: fmt.Sprintf("%s at %s: %s → %s", ev.Reason, ev.At.Format("15:04:05.000"), ev.From, ev.To)})
+			Title: fmt.Sprintf("%s at %s: %s → %s", ev.Reason, ev.At.Format("15:04:05.000"), labelOf(names, ev.From), labelOf(names, ev.To))})
 	}
 	return t
 }

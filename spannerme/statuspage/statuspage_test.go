@@ -240,3 +240,64 @@ func TestHandlerRequests(t *testing.T) {
 		}
 	}
 }
+
+// A named endpoint is shown by its name next to its address (the current endpoint, the
+// endpoint and pool tables, a pending switch, the timeline's titles) and by its name alone on
+// its timeline lane, with the address as the lane's tooltip; an endpoint without a name is
+// shown by its address alone.
+func TestStatusPageShowsEndpointNames(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	st := spannerme.Status{At: t0.Add(time.Minute), Started: t0, Default: "g",
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "b:1", PendingSwitch: "a:1", PendingSwitchAt: t0.Add(61 * time.Second),
+			Endpoints: []spannerme.EndpointStatus{
+				{Endpoint: "a:1", Name: "psc-east4", State: spannerme.Available},
+				{Endpoint: "b:1", Priority: 1, State: spannerme.Available}},
+			Switches: []spannerme.SwitchEvent{{Name: "g", From: "a:1", To: "b:1", Reason: spannerme.Fallback, At: t0.Add(30 * time.Second)}}}},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Name: "psc-east4", Connectivity: "READY"}, {Endpoint: "b:1", Connectivity: "READY"}}}
+	h := Handler(cannedSource(st))
+	_, page := get(t, h, http.MethodGet, "/", "")
+	for _, want := range []string{
+		`<span class="current" data-group="g">b:1</span>`,
+		`switching to psc-east4 (a:1) in 1s`,
+		`<td class="ep"><span class="name">psc-east4</span> <span class="addr">a:1</span></td>`,
+		`<td class="ep">b:1</td>`,
+		`>psc-east4<title>a:1</title></text>`,
+		`fallback at 12:00:30.000: psc-east4 (a:1) → b:1`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, `<span class="name">psc-east4</span> <span class="addr">a:1</span>`); n != 2 {
+		t.Errorf("the named endpoint is shown with its address %d times, want 2 (its group's table, the pools)", n)
+	}
+	if strings.Contains(page, `class="current-name"`) {
+		t.Errorf("the current endpoint b:1 has no name, but the page shows one")
+	}
+
+	// The named endpoint current: its name next to the address in the group's head.
+	st.Groups[0].Current, st.Groups[0].PendingSwitch, st.Groups[0].PendingSwitchAt = "a:1", "", time.Time{}
+	_, page = get(t, Handler(cannedSource(st)), http.MethodGet, "/", "")
+	if want := `<span class="current-name" data-group="g">psc-east4</span>`; !strings.Contains(page, want) {
+		t.Errorf("page lacks %q", want)
+	}
+	if !strings.Contains(page, `<span class="current" data-group="g">a:1</span>`) {
+		t.Errorf("page lacks the current endpoint's address")
+	}
+	_, doc := get(t, h, http.MethodGet, "/?format=json", "")
+	if !strings.Contains(doc, `"name": "psc-east4"`) || strings.Count(doc, `"name": "psc-east4"`) != 2 {
+		t.Errorf("JSON does not carry the name once per endpoint status and pool:\n%s", doc)
+	}
+
+	// No names at all: the page has none of their markup.
+	for i := range st.Groups[0].Endpoints {
+		st.Groups[0].Endpoints[i].Name = ""
+	}
+	st.Pools[0].Name = ""
+	_, page = get(t, Handler(cannedSource(st)), http.MethodGet, "/", "")
+	for _, unwanted := range []string{`class="name"`, `class="current-name"`, `<title>a:1</title>`, "psc-east4"} {
+		if strings.Contains(page, unwanted) {
+			t.Errorf("page without names has %q", unwanted)
+		}
+	}
+}
