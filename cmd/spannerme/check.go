@@ -57,7 +57,10 @@ type stepResult struct {
 
 // endpointResult is one endpoint's check.
 type endpointResult struct {
-	Endpoint  string `json:"endpoint"`
+	Endpoint string `json:"endpoint"`
+	// Name is the endpoint's name (endpoints.<endpoint>.name in the file); omitted when it
+	// has none.
+	Name      string `json:"name,omitempty"`
 	Authority string `json:"authority,omitempty"`
 	OK        bool   `json:"ok"`
 	// TotalMS is the time of every step together, in milliseconds.
@@ -76,8 +79,10 @@ type groupResult struct {
 	OK      bool   `json:"ok"`
 	Working int    `json:"working"`
 	// First is the working endpoint of the highest priority, where the group's calls would
-	// go; FirstMS its total time. Empty when none works.
+	// go, FirstName its name (omitted when it has none), FirstMS its total time. Empty when
+	// none works.
 	First     string          `json:"first,omitempty"`
+	FirstName string          `json:"firstName,omitempty"`
 	FirstMS   float64         `json:"firstMs,omitempty"`
 	Endpoints []groupEndpoint `json:"endpoints"`
 }
@@ -125,10 +130,10 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // check checks every endpoint of fc once, concurrently, and reports them per group.
 func check(ctx context.Context, c *common, fc *spannerme.FileConfig) *report {
-	authority := map[string]string{}
+	authority, endpointName := map[string]string{}, map[string]string{}
 	for e, o := range fc.Settings.EndpointOptions {
 		if t, err := parseTarget(e); err == nil {
-			authority[t.grpc] = o.Authority
+			authority[t.grpc], endpointName[t.grpc] = o.Authority, o.Name
 		}
 	}
 	results := map[string]*endpointResult{}
@@ -145,7 +150,7 @@ func check(ctx context.Context, c *common, fc *spannerme.FileConfig) *report {
 				defer cancel()
 				t, err := parseTarget(e)
 				if err == nil {
-					r.Authority = authority[t.grpc]
+					r.Authority, r.Name = authority[t.grpc], endpointName[t.grpc]
 				}
 				r.Steps = checkEndpoint(ctx, c, t, err, r.Authority)
 				r.OK = r.Steps[len(r.Steps)-1].Status == statusOK
@@ -176,7 +181,7 @@ func check(ctx context.Context, c *common, fc *spannerme.FileConfig) *report {
 			if r.OK {
 				g.Working++
 				if g.First == "" {
-					g.First, g.FirstMS = e, r.TotalMS
+					g.First, g.FirstName, g.FirstMS = e, r.Name, r.TotalMS
 				}
 			}
 		}
@@ -369,7 +374,7 @@ func printTable(w io.Writer, rep *report) {
 	fmt.Fprintln(tw, "GROUP\t#\tENDPOINT\tRESOLVE\tTCP\tTLS\tGRPC\tSPANNER\tRESULT")
 	for _, g := range rep.Groups {
 		for _, e := range g.Endpoints {
-			cells := []string{g.Name, fmt.Sprint(e.Priority), e.Endpoint}
+			cells := []string{g.Name, fmt.Sprint(e.Priority), labeled(e.Endpoint, e.Name)}
 			for _, s := range e.Steps {
 				cells = append(cells, cell(s))
 			}
@@ -389,7 +394,7 @@ func printTable(w io.Writer, rep *report) {
 			for _, s := range e.Steps {
 				if s.Status == statusFailed && !seen[e.Endpoint] {
 					seen[e.Endpoint] = true
-					errs = append(errs, fmt.Sprintf("  %s: %s: %s", e.Endpoint, s.Step, s.Error))
+					errs = append(errs, fmt.Sprintf("  %s: %s: %s", labeled(e.Endpoint, e.Name), s.Step, s.Error))
 				}
 			}
 		}
@@ -407,7 +412,7 @@ func printTable(w io.Writer, rep *report) {
 		}
 		fmt.Fprintf(w, "  %-20s %d of %d endpoints working", name, g.Working, len(g.Endpoints))
 		if g.First != "" {
-			fmt.Fprintf(w, "; calls would go to %s (checked in %s)", g.First, formatLatency(time.Duration(g.FirstMS*float64(time.Millisecond))))
+			fmt.Fprintf(w, "; calls would go to %s (checked in %s)", labeled(g.First, g.FirstName), formatLatency(time.Duration(g.FirstMS*float64(time.Millisecond))))
 		}
 		fmt.Fprintln(w)
 		if !g.OK {
@@ -419,6 +424,15 @@ func printTable(w io.Writer, rep *report) {
 	} else {
 		fmt.Fprintf(w, "\nFAILED: no working endpoint in group %s.\n", strings.Join(bad, ", "))
 	}
+}
+
+// labeled writes an endpoint for people: "address (name)" when it has a name, else the
+// address alone.
+func labeled(endpoint, name string) string {
+	if name == "" {
+		return endpoint
+	}
+	return endpoint + " (" + name + ")"
 }
 
 // cell is a step in the table: its latency when it passed, FAILED, or "-" when skipped.

@@ -70,13 +70,21 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "spannerme query: %v\n", err)
 		return exitFailed
 	}
-	current := ""
-	for _, g := range gme.Status().Groups {
+	st := gme.Status()
+	current, names := "", map[string]string{}
+	for _, p := range st.Pools {
+		if !p.Retired {
+			names[p.Endpoint] = p.Name
+		}
+	}
+	for _, g := range st.Groups {
 		if g.Name == *group {
 			current = g.Current
 		}
 	}
-	fmt.Fprintf(stdout, "(%d rows; served by endpoint %s of group %s, whose current endpoint is %s)\n", n, served.last(), *group, current)
+	last := served.last()
+	fmt.Fprintf(stdout, "(%d rows; served by endpoint %s of group %s, whose current endpoint is %s)\n", n,
+		labeled(last, names[last]), *group, labeled(current, names[current]))
 	return exitOK
 }
 
