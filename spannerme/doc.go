@@ -90,7 +90,9 @@
 // mistakes are a *ConfigFileError naming the line and field), and WatchConfig applies every
 // later edit of it through UpdateMultiEndpoints, keeping the last good configuration when an
 // edit is invalid. Settings.EndpointOptions sets the authority (TLS server name) of an
-// endpoint dialed by IP address. The command cmd/spannerme checks a file's endpoints.
+// endpoint dialed by IP address, and a name (such as "psc-east4") shown next to the
+// endpoint's address in Status, the status page, log lines, metrics and the CLI. The command
+// cmd/spannerme checks a file's endpoints.
 //
 // # Observability
 //

@@ -47,11 +47,13 @@ type Settings struct {
 	// its in-flight calls before it is closed anyway. Zero or negative means 5 minutes.
 	DrainTimeout time.Duration
 	// EndpointOptions holds options of single endpoints' pools (such as the authority of a PSC
-	// endpoint dialed by IP address), by endpoint as written in the configuration
-	// ("https://host" forms match their host:port). An endpoint's options apply when its pool is
-	// dialed: at creation, or when UpdateMultiEndpoints adds the endpoint; a pool keeps them
-	// while its endpoint stays configured. Entries of endpoints not configured (yet) are
-	// allowed. Nil means none. A bad entry is a *ConfigError naming the endpoint.
+	// endpoint dialed by IP address, or the endpoint's name), by endpoint as written in the
+	// configuration ("https://host" forms match their host:port). An endpoint's options apply
+	// when its pool is dialed: at creation, or when UpdateMultiEndpoints adds the endpoint; a
+	// pool keeps them while its endpoint stays configured, except the Name, which a
+	// ConfigWatcher's reload changes at once (EndpointOptions.Name). Entries of endpoints not
+	// configured (yet) are allowed. Nil means none. A bad entry (or a Name that two entries
+	// give) is a *ConfigError naming the endpoint.
 	EndpointOptions map[string]EndpointOptions
 	// Logger receives one line per transition, never one per call: an endpoint down (Warn,
 	// with the classified connection error), up (Info), a failed connection attempt while it
