@@ -202,8 +202,9 @@ func TestEmptyGroupNameIsTheDefault(t *testing.T) {
 	}
 }
 
-// An ejection and a readmission reported by a pool's health detector are logged once each,
-// counted in the metrics and handed to OnHealth.
+// An ejection and a readmission reported by a pool's health detector are logged once each
+// (with the endpoint's name), counted in the metrics (under the name too) and handed to
+// OnHealth.
 func TestEjectionHook(t *testing.T) {
 	logs := &syncBuffer{}
 	s := fastSettings(logs)
@@ -213,23 +214,27 @@ func TestEjectionHook(t *testing.T) {
 	var events []HealthEvent
 	var eventsMu sync.Mutex
 	s.OnHealth = func(ev HealthEvent) { eventsMu.Lock(); events = append(events, ev); eventsMu.Unlock() }
+	s.EndpointOptions = map[string]EndpointOptions{e1.Addr(): {Name: "psc-east4"}}
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), s)
 	now := gme.obs.now()
 	p := gme.snap.Load().pools[e1.Addr()]
-	pe := &poolEvents{gme: gme, endpoint: e1.Addr()}
+	pe := eventsOf(p)
 	pe.Health(p, health.Event{Kind: health.Ejected, Reason: health.ConsecutiveFailures, Detail: "10 failures in a row",
 		At: now, Until: now.Add(30 * time.Second), Ejections: 1})
 	pe.Health(p, health.Event{Kind: health.Readmitted, Reason: health.ConsecutiveFailures, At: now})
 	eventually(t, 10*time.Second, "two health events delivered", func() bool { eventsMu.Lock(); defer eventsMu.Unlock(); return len(events) == 2 })
 	gme.Close() // delivers the queued log lines
-	if got := logLines(logs, "level=WARN", "endpoint ejected", "endpoint="+e1.Addr(), `reason="consecutive failures"`, "for=30s"); len(got) != 1 {
+	if got := logLines(logs, "level=WARN", "endpoint ejected", "endpoint="+e1.Addr()+" endpoint_name=psc-east4", `reason="consecutive failures"`, "for=30s"); len(got) != 1 {
 		t.Errorf("ejection log lines: %q\n%s", got, logs)
 	}
-	if got := logLines(logs, "level=INFO", "endpoint readmitted", "endpoint="+e1.Addr()); len(got) != 1 {
+	if got := logLines(logs, "level=INFO", "endpoint readmitted", "endpoint="+e1.Addr()+" endpoint_name=psc-east4"); len(got) != 1 {
 		t.Errorf("readmission log lines: %q\n%s", got, logs)
 	}
 	rm := collect(t, reader)
 	if got := sumBy(rm, metricEjections, AttrEjectionReason); got["consecutive failures"] != 1 {
 		t.Errorf("%s by reason = %v, want consecutive failures:1", metricEjections, got)
+	}
+	if got := sumBy(rm, metricEjections, AttrEndpointName); got["psc-east4"] != 1 {
+		t.Errorf("%s by %s = %v, want psc-east4:1", metricEjections, AttrEndpointName, got)
 	}
 }

@@ -36,7 +36,12 @@ func newPoolEvents(gme *GCPMultiEndpoint, endpoint, name string) *poolEvents {
 }
 
 // name returns the endpoint's name, "" for none.
-func (e *poolEvents) name() string { return e.label.Load().name }
+func (e *poolEvents) name() string {
+	if l := e.label.Load(); l != nil {
+		return l.name
+	}
+	return "" // not made by newPoolEvents
+}
 
 // rename gives the endpoint a new name (EndpointOptions.Name); calls that end from then on
 // are measured under it. gme.updateMu must be held (it serializes renames).
