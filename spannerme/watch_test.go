@@ -359,7 +359,8 @@ func TestWatchConfigEditDuringFirstReading(t *testing.T) {
 
 // A bad file that stays bad is logged once, not at every re-read (Resync, or events that do
 // not change it); the status keeps the error and when it was last seen. A different error
-// is logged again.
+// is logged again. The edits are saved by rename: with a 1ms debounce a re-read could
+// otherwise catch an in-place write half done (an empty file, a third error).
 func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
 	one := startEndpoint(t, "one")
 	path := filepath.Join(t.TempDir(), "spannerme.yaml")
@@ -373,7 +374,7 @@ func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
 	}
 	defer w.Close()
 	rejected := func() int { return strings.Count(logs.String(), "configuration edit rejected") }
-	writeFile(t, path, watchConfigYAML("    recoveryTime: 2s\n", one.Addr()))
+	writeByRename(t, path, watchConfigYAML("    recoveryTime: 2s\n", one.Addr()))
 	eventually(t, 20*time.Second, "the bad edit reported", func() bool { return w.Status().LastError != nil })
 	for range 3 { // three more re-reads of the same bad file
 		seen := w.Status().LastErrorAt
@@ -382,7 +383,7 @@ func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
 	if n := rejected(); n != 1 {
 		t.Errorf("the same bad file was logged %d times, want once:\n%s", n, logs.String())
 	}
-	writeFile(t, path, watchConfigYAML("    switchingDelay: soon\n", one.Addr()))
+	writeByRename(t, path, watchConfigYAML("    switchingDelay: soon\n", one.Addr()))
 	eventually(t, 20*time.Second, "the other error logged", func() bool { return rejected() == 2 })
 	if s := w.Status(); !strings.Contains(fmt.Sprint(s.LastError), "soon") {
 		t.Errorf("LastError = %v, want the new error", s.LastError)
