@@ -35,6 +35,10 @@ type Status struct {
 	// WaitingCalls counts the calls waiting for their endpoint's pool to finish connecting
 	// (or for their group to switch) before they are sent.
 	WaitingCalls int64 `json:"waitingCalls"`
+	// Clients counts the Spanner clients that use the GCPMultiEndpoint now: those of
+	// NewMultiEndpointClient*, NewClient and Configurator, from their creation to their
+	// Close; 0 after Close.
+	Clients int `json:"clients"`
 	// Closed reports whether Close has been called (or the GCPMultiEndpoint is a zero value,
 	// which serves nothing). After Close every group has no current endpoint and every
 	// endpoint is Unavailable, every pool is SHUTDOWN: nothing is alive.
@@ -297,7 +301,7 @@ func groupStatusOf(s multiendpoint.Status) GroupStatus {
 func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
 	st := Status{Closed: gme.closed || gme.zero(), UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
-		Groups: []GroupStatus{}, Pools: []PoolStatus{}, Config: gme.configStatus.Load().clone()}
+		Groups: []GroupStatus{}, Pools: []PoolStatus{}, Config: gme.configStatus.Load().clone(), Clients: len(gme.fronts)}
 	closedAt := gme.closedAt
 	if s := gme.snap.Load(); s != nil {
 		st.Default = s.defaultName
