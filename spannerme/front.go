@@ -144,12 +144,14 @@ var _ gtransport.ConnPool = refusedPool{}
 func newRefusedPool(err error) (refusedPool, error) {
 	conn, cerr := newFrontConn(
 		func(context.Context, string, any, any, []grpc.CallOption) error { return err },
-		func(context.Context, *grpc.StreamDesc, string, []grpc.CallOption) (grpc.ClientStream, error) { return nil, err })
+		func(context.Context, *grpc.StreamDesc, string, []grpc.CallOption) (grpc.ClientStream, error) {
+			return nil, err
+		})
 	return refusedPool{conn: conn}, cerr
 }
 
 func (p refusedPool) Conn() *grpc.ClientConn { return p.conn }
-func (p refusedPool) Num() int                { return 1 }
+func (p refusedPool) Num() int               { return 1 }
 func (p refusedPool) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	return p.conn.Invoke(ctx, method, args, reply, opts...)
 }

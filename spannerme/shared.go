@@ -95,8 +95,9 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 // (only gme.Close closes it).
 //
 // The function cannot return an error. When NewClient would fail (a refused setting,
-// ErrClosed), it logs the error on gme's logger and leaves *config as it is, and the client
-// created with *opts fails every call at once: with a gRPC status FAILED_PRECONDITION
+// ErrClosed), it logs the error on gme's logger and leaves *config as it is but for
+// NumChannels (0: the client sees one connection), and the client created with *opts fails
+// every call at once: with a gRPC status FAILED_PRECONDITION
 // carrying the *ConfigError's text for a refused setting, or CANCELED carrying ErrClosed's
 // text when gme is closed (as NewClient's calls after gme.Close); neither is retried by the
 // Spanner client. The client must then be closed as usual; a client never created leaves a
@@ -119,6 +120,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 			code = codes.Canceled
 		}
 		gme.logger().Error("spannerme: Configurator: the Spanner client will fail every call", "err", err)
+		config.NumChannels = 0 //lint:ignore SA1019 the client sees one connection, the refusing one
 		pool, perr := newRefusedPool(status.Error(code, err.Error()))
 		if perr != nil { // grpc.NewClient of a passthrough target does not fail
 			gme.logger().Error("spannerme: Configurator", "err", perr)
