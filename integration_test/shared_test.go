@@ -1,0 +1,287 @@
+package integration_test
+
+// Three databases of one emulator instance through one GCPMultiEndpoint
+// (spannerme.NewGCPMultiEndpointForSpanner, NewClient, Configurator), behind three fake PSC
+// endpoints in front of the emulator. The same stories on spannertest, whose one store
+// serves every database name, are in spannerme/shared_test.go.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"go.uber.org/goleak"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+// offlineOptions connect in plaintext without credentials, SPANNER_EMULATOR_HOST unset.
+func offlineOptions() []option.ClientOption {
+	return []option.ClientOption{option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials()))}
+}
+
+// orderCount is the number of rows in db's Orders table.
+func orderCount(ctx context.Context, client *spanner.Client) (int64, error) {
+	var n int64
+	err := client.Single().Query(ctx, spanner.Statement{SQL: "SELECT COUNT(*) FROM Orders"}).Do(func(r *spanner.Row) error {
+		return r.Column(0, &n)
+	})
+	return n, err
+}
+
+// probeStreams counts the probes in flight per channel pool and the most at once.
+type probeStreams struct {
+	mu       sync.Mutex // guards the maps
+	inFlight map[grpc.ClientConnInterface]int
+	most     map[grpc.ClientConnInterface]int
+	sent     atomic.Int64
+}
+
+func (p *probeStreams) wrap(probe spannerme.ProbeFunc) spannerme.ProbeFunc {
+	return func(ctx context.Context, conn grpc.ClientConnInterface) error {
+		p.mu.Lock()
+		p.inFlight[conn]++
+		p.most[conn] = max(p.most[conn], p.inFlight[conn])
+		p.mu.Unlock()
+		p.sent.Add(1)
+		defer func() {
+			p.mu.Lock()
+			p.inFlight[conn]--
+			p.mu.Unlock()
+		}()
+		return probe(ctx, conn)
+	}
+}
+
+func (p *probeStreams) pools() (probed, most int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.most {
+		most = max(most, m)
+	}
+	return len(p.most), most
+}
+
+// Three databases of one emulator instance over one GCPMultiEndpoint: each client reads and
+// writes its own database; the endpoints carry one pool each (endpoints x MinSize
+// connections) and one probe at a time; closing one client leaves the others serving; a
+// failover moves all of them together; Configurator's clients come and go through 20
+// database/sql driver lifetimes under another client's queries without a failure or a
+// leaked goroutine; after gme.Close every client fails at once with CANCELED.
+func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
+	emu := emulator.Shared(t) // skips (or fails under CI=true) without the binary
+	ddl, err := fixture.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbs []string
+	for range 3 {
+		b := backend{name: "emulator", addr: emu.Addr(), database: emu.NewDatabase(t, ddl), writers: 1}
+		seed(t, b)
+		dbs = append(dbs, b.database)
+	}
+	var eps []*spannermetest.Endpoint
+	var addrs []string
+	for range 3 {
+		e := spannermetest.NewEndpointTB(t, emu.Addr())
+		eps, addrs = append(eps, e), append(addrs, e.Addr())
+	}
+	logs := &syncBuffer{}
+	probes := &probeStreams{inFlight: map[grpc.ClientConnInterface]int{}, most: map[grpc.ClientConnInterface]int{}}
+	settings := spannerme.Settings{
+		ReconnectMaxDelay: 200 * time.Millisecond,
+		MinConnectTimeout: minConnectTimeout,
+		Logger:            slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	settings.Health.ProbeInterval = 100 * time.Millisecond
+	settings.Health.Probe = probes.wrap(spannerme.SpannerProbe(dbs[0]))
+	gme, err := spannerme.NewGCPMultiEndpointForSpanner(dbs[0], fixture.ClientConfig(),
+		options(map[string]*multiendpointOptions{"default": group(recoveryTimeout, switchingDelay, addrs...)}), settings, offlineOptions()...)
+	if err != nil {
+		t.Fatalf("NewGCPMultiEndpointForSpanner: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", logs.String())
+		}
+		gme.Close()
+	})
+	status := func() spannerme.Status { return gme.Status() }
+	waitFor := func(within time.Duration, what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v", what, within)
+			}
+			time.Sleep(poll)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	var clients []*spanner.Client
+	for i, db := range dbs {
+		c, err := spannerme.NewClient(ctx, db, gme, fixture.ClientConfig(), offlineOptions()...)
+		if err != nil {
+			t.Fatalf("NewClient(%s): %v", db, err)
+		}
+		t.Cleanup(c.Close)
+		clients = append(clients, c)
+		// Database i gets i+1 orders, so each count proves which database answered.
+		for j := range i + 1 {
+			if _, err := c.Apply(ctx, []*spanner.Mutation{spanner.Insert("Orders", []string{"OrderId", "AccountId", "Amount"},
+				[]any{fmt.Sprintf("shared-%d", j), "acct-1", int64(j)})}); err != nil {
+				t.Fatalf("insert into %s: %v", db, err)
+			}
+		}
+	}
+	for i, c := range clients {
+		if n, err := orderCount(ctx, c); err != nil || n != int64(i+1) {
+			t.Fatalf("orders of %s = %d, %v; want %d", dbs[i], n, err, i+1)
+		}
+	}
+	if got := status().Clients; got != 3 {
+		t.Errorf("Status().Clients = %d, want 3", got)
+	}
+
+	minSize := int64(gme.GCPConfig().GetChannelPool().GetMinSize())
+	wantConns := int64(len(eps)) * minSize
+	conns := func() int64 {
+		var n int64
+		for _, e := range eps {
+			n += e.Stats().Active
+		}
+		return n
+	}
+	waitFor(10*time.Second, fmt.Sprintf("%d connections (endpoints x MinSize)", wantConns), func() bool { return conns() == wantConns })
+	waitFor(10*time.Second, "10 probes of the standbys", func() bool { return probes.sent.Load() >= 10 })
+	if probed, most := probes.pools(); probed > len(eps) || most != 1 {
+		t.Errorf("probes on %d pools, up to %d at once on one; want at most %d pools, 1 at a time", probed, most, len(eps))
+	}
+
+	// Closing one client leaves the others serving.
+	clients[2].Close()
+	if st := status(); st.Closed || st.Clients != 2 {
+		t.Fatalf("after closing one client: Closed %v, Clients %d; want open, 2", st.Closed, st.Clients)
+	}
+	for i, c := range clients[:2] {
+		if n, err := orderCount(ctx, c); err != nil || n != int64(i+1) {
+			t.Fatalf("orders of %s after another client closed = %d, %v", dbs[i], n, err)
+		}
+	}
+
+	// A failover moves every client together.
+	eps[0].Down()
+	waitFor(10*time.Second, "failover to e2", func() bool {
+		for _, g := range status().Groups {
+			if g.Name == "default" {
+				return g.Current == addrs[1]
+			}
+		}
+		return false
+	})
+	for i, c := range clients[:2] {
+		before := eps[1].Stats().BytesFromBackend
+		if n, err := orderCount(ctx, c); err != nil || n != int64(i+1) {
+			t.Fatalf("orders of %s after the failover = %d, %v", dbs[i], n, err)
+		}
+		if eps[1].Stats().BytesFromBackend-before <= controlBytes {
+			t.Errorf("%s after the failover not served by e2", dbs[i])
+		}
+	}
+	if err := eps[0].Up(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(10*time.Second, "switch back to e1", func() bool {
+		for _, g := range status().Groups {
+			if g.Name == "default" {
+				return g.Current == addrs[0]
+			}
+		}
+		return false
+	})
+
+	// database/sql's lifecycle through Configurator, under another client's queries.
+	before := goleak.IgnoreCurrent()
+	var queries, failed atomic.Int64
+	var firstErr atomic.Pointer[error]
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			queries.Add(1)
+			if n, err := orderCount(ctx, clients[0]); err != nil || n != 1 {
+				if err == nil {
+					err = fmt.Errorf("%d orders, want 1", n)
+				}
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
+			}
+		}
+	}()
+	configure := spannerme.Configurator(gme)
+	for cycle := range 20 {
+		config, opts := fixture.ClientConfig(), offlineOptions()
+		configure(&config, &opts)
+		driver, err := spanner.NewClientWithConfig(ctx, dbs[1], config, opts...)
+		if err != nil {
+			t.Fatalf("cycle %d: NewClientWithConfig: %v", cycle, err)
+		}
+		queries.Add(1)
+		if n, err := orderCount(ctx, driver); err != nil || n != 2 {
+			failed.Add(1)
+			if err == nil {
+				err = fmt.Errorf("%d orders, want 2", n)
+			}
+			firstErr.CompareAndSwap(nil, &err)
+		}
+		driver.Close()
+		if st := status(); st.Closed || st.Clients != 2 {
+			t.Fatalf("cycle %d: after the driver's client closed: Closed %v, Clients %d; want open, 2", cycle, st.Closed, st.Clients)
+		}
+	}
+	close(stop)
+	<-done
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d of %d queries failed; first: %v", n, queries.Load(), *firstErr.Load())
+	}
+	t.Logf("database/sql lifecycle: 20 cycles, %d queries, none failed", queries.Load())
+	if err := goleak.Find(before, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start")); err != nil {
+		t.Errorf("goroutines left after 20 driver cycles: %v", err)
+	}
+
+	// After gme.Close: CANCELED at once, with ErrClosed's text.
+	if err := gme.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range clients[:2] {
+		start := time.Now()
+		_, err := orderCount(ctx, c)
+		if spanner.ErrCode(err) != codes.Canceled || !strings.Contains(err.Error(), spannerme.ErrClosed.Error()) {
+			t.Errorf("query of %s after gme.Close: %v, want CANCELED with %q", dbs[i], err, spannerme.ErrClosed)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("query of %s after gme.Close took %v", dbs[i], d)
+		}
+	}
+}
