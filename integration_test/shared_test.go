@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	database "cloud.google.com/go/spanner/admin/database/apiv1"
+	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
 	"go.uber.org/goleak"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -79,8 +81,8 @@ func (p *probeStreams) pools() (probed, most int) {
 // Three databases of one emulator instance over one GCPMultiEndpoint: each client reads and
 // writes its own database; the endpoints carry one pool each (endpoints x MinSize
 // connections) and one probe at a time; closing one client leaves the others serving; a
-// failover moves all of them together; Configurator's clients come and go through 20
-// database/sql driver lifetimes under another client's queries without a failure or a
+// failover moves all of them together; Configurator's clients (Spanner and admin) come and go
+// through 20 database/sql driver lifetimes under another client's queries without a failure or a
 // leaked goroutine; after gme.Close every client fails at once with CANCELED.
 func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 	emu := emulator.Shared(t) // skips (or fails under CI=true) without the binary
@@ -216,10 +218,19 @@ func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 		return false
 	})
 
-	// database/sql's lifecycle through Configurator, under another client's queries.
-	before := goleak.IgnoreCurrent()
+	// database/sql's lifecycle through Configurator, under another client's queries, as
+	// go-sql-spanner runs it (driver.go): the Configurator once, when the connector is
+	// created; on each first Connect a Spanner client and a database admin client with the
+	// options it gave; both closed when the last connection closes.
+	config, opts := fixture.ClientConfig(), offlineOptions()
+	spannerme.Configurator(gme)(&config, &opts)
+	before := goleak.IgnoreCurrent() // the Configurator's one connection lives until gme.Close
 	var queries, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
+	fail := func(err error) {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, &err)
+	}
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
@@ -234,30 +245,36 @@ func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 				if err == nil {
 					err = fmt.Errorf("%d orders, want 1", n)
 				}
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, &err)
+				fail(err)
 			}
 		}
 	}()
-	configure := spannerme.Configurator(gme)
 	for cycle := range 20 {
-		config, opts := fixture.ClientConfig(), offlineOptions()
-		configure(&config, &opts)
 		driver, err := spanner.NewClientWithConfig(ctx, dbs[1], config, opts...)
 		if err != nil {
 			t.Fatalf("cycle %d: NewClientWithConfig: %v", cycle, err)
 		}
-		queries.Add(1)
+		admin, err := database.NewDatabaseAdminClient(ctx, opts...)
+		if err != nil {
+			t.Fatalf("cycle %d: NewDatabaseAdminClient: %v", cycle, err)
+		}
+		queries.Add(2)
 		if n, err := orderCount(ctx, driver); err != nil || n != 2 {
-			failed.Add(1)
 			if err == nil {
 				err = fmt.Errorf("%d orders, want 2", n)
 			}
-			firstErr.CompareAndSwap(nil, &err)
+			fail(err)
+		}
+		if _, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: dbs[1]}); err != nil {
+			fail(fmt.Errorf("GetDatabaseDdl: %w", err))
 		}
 		driver.Close()
-		if st := status(); st.Closed || st.Clients != 2 {
-			t.Fatalf("cycle %d: after the driver's client closed: Closed %v, Clients %d; want open, 2", cycle, st.Closed, st.Clients)
+		if err := admin.Close(); err != nil {
+			t.Errorf("cycle %d: admin client Close: %v", cycle, err)
+		}
+		if st := status(); st.Closed || st.Clients != 2 || st.Configurators != 1 {
+			t.Fatalf("cycle %d: after the driver's clients closed: Closed %v, Clients %d, Configurators %d; want open, 2, 1",
+				cycle, st.Closed, st.Clients, st.Configurators)
 		}
 	}
 	close(stop)

@@ -384,9 +384,10 @@ func ExampleNewClient() {
 //	})
 //	db := sql.OpenDB(connector)
 //
-// The driver closes its Spanner client when its last connection closes and creates a new
-// one for the next; gme serves them in turn and is closed by gme.Close alone. Here the
-// driver's steps are written out: configure, spanner.NewClientWithConfig, use, Close.
+// The driver calls the function once, when it creates the connector, and keeps the config
+// and options; it creates a Spanner client with them on the first Connect, closes it when
+// its last connection closes, and creates the next with the same options. gme serves them in
+// turn and is closed by gme.Close alone. Here the driver's steps are written out.
 func ExampleConfigurator() {
 	database, eps, opts, stop := fakeSpanner(1)
 	defer stop()
@@ -401,10 +402,10 @@ func ExampleConfigurator() {
 	}
 	defer gme.Close()
 
-	configure := spannerme.Configurator(gme)
+	// CreateConnector: the Configurator, once.
+	config, clientOpts := offlineConfig, append([]option.ClientOption(nil), opts...)
+	spannerme.Configurator(gme)(&config, &clientOpts)
 	for range 2 { // two driver lifetimes: the last connection closes, a new one opens
-		config, clientOpts := offlineConfig, append([]option.ClientOption(nil), opts...)
-		configure(&config, &clientOpts)
 		client, err := spanner.NewClientWithConfig(ctx, database, config, clientOpts...)
 		if err != nil {
 			log.Fatal(err)

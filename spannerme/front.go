@@ -33,15 +33,28 @@ import (
 // errFrontDial is what the front connection's dialer returns: it never connects.
 var errFrontDial = errors.New("spannerme: the front connection never dials; calls go through the GCPMultiEndpoint")
 
-// frontPool is the gtransport.ConnPool given to one Spanner client: one connection, the
-// front. The client that built the GCPMultiEndpoint (NewMultiEndpointClient*) owns it, and its
-// Close closes the GCPMultiEndpoint; any other client's Close (NewClient, Configurator)
-// releases only its front. Safe for concurrent use.
+// frontPool is the gtransport.ConnPool given to Spanner clients: one connection, the front.
+// What its Close does depends on its kind. Safe for concurrent use.
 type frontPool struct {
-	conn  *grpc.ClientConn
-	gme   *GCPMultiEndpoint
-	owner bool
+	conn *grpc.ClientConn
+	gme  *GCPMultiEndpoint
+	kind frontKind
 }
+
+// frontKind says whose a front pool is, and so what its Close does.
+type frontKind int
+
+const (
+	// ownerFront: the client of NewMultiEndpointClient*, which built the GCPMultiEndpoint;
+	// its Close closes the GCPMultiEndpoint.
+	ownerFront frontKind = iota
+	// clientFront: a client of NewClient; its Close releases the front alone.
+	clientFront
+	// configuratorFront: the front of one Configurator function, shared by every client it
+	// configures (go-sql-spanner reuses the options it configured for each Spanner client
+	// and admin client of a connector); its Close does nothing, and gme.Close closes it.
+	configuratorFront
+)
 
 var _ gtransport.ConnPool = (*frontPool)(nil)
 
@@ -63,23 +76,27 @@ func (p *frontPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 }
 
 // Close is what spanner.Client.Close calls. The owner's closes the GCPMultiEndpoint, its
-// pools and every front; any other's closes its front only and leaves the GCPMultiEndpoint
-// serving its other clients. Idempotent.
+// pools and every front; a NewClient client's closes its front only and leaves the
+// GCPMultiEndpoint serving its other clients; a Configurator's does nothing, since the
+// driver gives the same pool to its next client. Idempotent.
 func (p *frontPool) Close() error {
-	if p.owner {
+	switch p.kind {
+	case ownerFront:
 		return p.gme.Close()
+	case configuratorFront:
+		return nil
 	}
 	p.gme.mu.Lock()
 	delete(p.gme.fronts, p) // a no-op after gme.Close, which closed the front
 	p.gme.mu.Unlock()
-	return p.conn.Close() // idempotent: a second Close returns ErrClientConnClosing, ignored by the Spanner client
+	return p.conn.Close() // a second Close returns ErrClientConnClosing, ignored by the Spanner client
 }
 
 // newFrontPool returns a pool to hand to one Spanner client, whose front connection sends
 // every call into gme and carries the Spanner client's request-ID header (see requestID).
-// The pool counts in Status.Clients until it is closed; gme.Close closes its front as well.
-// Errors: ErrClosed after gme.Close (and on a zero value).
-func newFrontPool(gme *GCPMultiEndpoint, owner bool) (*frontPool, error) {
+// The pool counts in Status (Clients or Configurators) until it is released; gme.Close closes
+// its front as well. Errors: ErrClosed after gme.Close (and on a zero value).
+func newFrontPool(gme *GCPMultiEndpoint, kind frontKind) (*frontPool, error) {
 	front, err := newFrontConn(
 		func(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) error {
 			id, ok := requestID(opts)
@@ -99,7 +116,7 @@ func newFrontPool(gme *GCPMultiEndpoint, owner bool) (*frontPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &frontPool{conn: front, gme: gme, owner: owner}
+	p := &frontPool{conn: front, gme: gme, kind: kind}
 	gme.mu.Lock()
 	closed := gme.closed || gme.zero()
 	if !closed {
@@ -133,9 +150,10 @@ func newFrontConn(invoke func(ctx context.Context, method string, req, reply any
 	return front, nil
 }
 
-// refusedPool is the gtransport.ConnPool Configurator hands to a Spanner client it cannot
+// refusedPool is the gtransport.ConnPool Configurator hands to the Spanner clients it cannot
 // configure (a refused setting, a closed GCPMultiEndpoint): every call fails at once with
-// err, a gRPC status. Safe for concurrent use.
+// err, a gRPC status. Its connection is closed from the start (interceptors run before gRPC
+// looks at the state, see above), so nothing is left to release. Safe for concurrent use.
 type refusedPool struct{ conn *grpc.ClientConn }
 
 var _ gtransport.ConnPool = refusedPool{}
@@ -147,7 +165,11 @@ func newRefusedPool(err error) (refusedPool, error) {
 		func(context.Context, *grpc.StreamDesc, string, []grpc.CallOption) (grpc.ClientStream, error) {
 			return nil, err
 		})
-	return refusedPool{conn: conn}, cerr
+	if cerr != nil {
+		return refusedPool{}, cerr
+	}
+	conn.Close()
+	return refusedPool{conn: conn}, nil
 }
 
 func (p refusedPool) Conn() *grpc.ClientConn { return p.conn }
@@ -158,7 +180,10 @@ func (p refusedPool) Invoke(ctx context.Context, method string, args, reply any,
 func (p refusedPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return p.conn.NewStream(ctx, desc, method, opts...)
 }
-func (p refusedPool) Close() error { return p.conn.Close() }
+
+// Close does nothing: the connection is closed already, and the driver may give the pool to
+// its next client.
+func (p refusedPool) Close() error { return nil }
 
 // requestIDHeader is the Spanner client's request-ID header (cloud.google.com/go/spanner
 // v1.96.1, request_id_header.go).

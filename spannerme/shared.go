@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
@@ -74,7 +75,7 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 	if gme == nil {
 		return nil, ErrClosed
 	}
-	return gme.newClient(ctx, database, config, opts, false)
+	return gme.newClient(ctx, database, config, opts, clientFront)
 }
 
 // Configurator returns a function with the signature of go-sql-spanner's
@@ -88,31 +89,43 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 //	})
 //
 // Each call does to *config what NewClient does and appends to *opts the connection into gme,
-// which replaces any connection, endpoint or pool opts name; the Spanner client created with
-// them is NewClient's in all but name: its Close leaves gme open. go-sql-spanner closes its
-// Spanner client when the last database/sql connection closes and calls the function again
-// for the next one; gme serves each of those clients in turn and is never closed by them
-// (only gme.Close closes it).
+// which replaces any connection, endpoint or pool opts name. go-sql-spanner calls the
+// function once, when it creates the connector, and keeps config and opts: it creates a
+// Spanner client (and a database admin client) with them on the first Connect, closes both
+// when the last database/sql connection closes, and creates new ones with the same options
+// on the next Connect (driver.go, increaseConnCount and decreaseConnCount). So the
+// connection is one pool for the function's whole life, shared by every client created with
+// the options it gave, at once or one after another: their Close never closes gme nor the
+// pool, and only gme.Close ends it. Status.Configurators counts the functions that have
+// configured a client.
 //
-// The function cannot return an error. When NewClient would fail (a refused setting,
-// ErrClosed), it logs the error on gme's logger and leaves *config as it is but for
-// NumChannels (0: the client sees one connection), and the client created with *opts fails
-// every call at once: with a gRPC status FAILED_PRECONDITION
-// carrying the *ConfigError's text for a refused setting, or CANCELED carrying ErrClosed's
-// text when gme is closed (as NewClient's calls after gme.Close); neither is retried by the
-// Spanner client. The client must then be closed as usual; a client never created leaves a
-// connection that only the garbage collector reclaims (for a refused setting), or that
-// gme.Close closes.
+// Once gme is closed, the clients' calls fail at once with a gRPC status CANCELED carrying
+// ErrClosed's text, as NewClient's. The function cannot return an error: when NewClient
+// would refuse config (a refused setting, a pool setting other than gme's, see NewClient)
+// or gme is closed, it logs the error on gme's logger and leaves *config as it is but for
+// NumChannels (0: the client sees one connection), and every client created with *opts
+// fails every call at once: with a gRPC status FAILED_PRECONDITION carrying the
+// *ConfigError's text for a refused setting, or CANCELED carrying ErrClosed's text when gme
+// is closed; the Spanner client retries neither.
 //
 // The function is safe for concurrent use.
 func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts *[]option.ClientOption) {
+	var (
+		once     sync.Once
+		front    *frontPool
+		errFront error
+	)
 	return func(config *spanner.ClientConfig, opts *[]option.ClientOption) {
 		if config == nil || opts == nil {
 			return // go-sql-spanner always passes both; nothing to configure otherwise
 		}
-		cfg, copts, _, err := gme.clientPlan(*config, *opts, false)
+		tr, err := gme.planClient(*config)
 		if err == nil {
-			*config, *opts = cfg, copts
+			once.Do(func() { front, errFront = newFrontPool(gme, configuratorFront) })
+			err = errFront
+		}
+		if err == nil {
+			*config, *opts = tr.client, spannerClientOptions(tr, *opts, front)
 			return
 		}
 		code := codes.FailedPrecondition
@@ -120,12 +133,12 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 			code = codes.Canceled
 		}
 		gme.logger().Error("spannerme: Configurator: the Spanner client will fail every call", "err", err)
-		config.NumChannels = 0 //lint:ignore SA1019 the client sees one connection, the refusing one
 		pool, perr := newRefusedPool(status.Error(code, err.Error()))
 		if perr != nil { // grpc.NewClient of a passthrough target does not fail
 			gme.logger().Error("spannerme: Configurator", "err", perr)
 			return
 		}
+		config.NumChannels = 0 //lint:ignore SA1019 the client sees one connection, the refusing one
 		*opts = append(append((*opts)[:len(*opts):len(*opts)], option.WithGRPCConn(nil)), gtransport.WithConnPool(pool))
 	}
 }
@@ -138,13 +151,18 @@ func (gme *GCPMultiEndpoint) logger() *slog.Logger {
 	return gme.log
 }
 
-// newClient creates a Spanner client over gme; owner says it owns gme (its Close closes gme).
-func (gme *GCPMultiEndpoint) newClient(ctx context.Context, database string, config spanner.ClientConfig, opts []option.ClientOption, owner bool) (*spanner.Client, error) {
-	cfg, copts, front, err := gme.clientPlan(config, opts, owner)
+// newClient creates a Spanner client over gme with a front of kind ownerFront or
+// clientFront.
+func (gme *GCPMultiEndpoint) newClient(ctx context.Context, database string, config spanner.ClientConfig, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
+	tr, err := gme.planClient(config)
 	if err != nil {
 		return nil, err
 	}
-	client, err := spanner.NewClientWithConfig(ctx, database, cfg, copts...)
+	front, err := newFrontPool(gme, kind)
+	if err != nil {
+		return nil, err
+	}
+	client, err := spanner.NewClientWithConfig(ctx, database, tr.client, spannerClientOptions(tr, opts, front)...)
 	if err != nil {
 		front.Close() // the owner's closes gme, as the owner's constructor would anyway
 		return nil, err
@@ -152,26 +170,19 @@ func (gme *GCPMultiEndpoint) newClient(ctx context.Context, database string, con
 	return client, nil
 }
 
-// clientPlan returns the ClientConfig and client options of a Spanner client over gme: config
-// with the changes of planTransport, and opts (not modified) followed by the emulator's
-// options when SPANNER_EMULATOR_HOST is set, planTransport's client options and the front
-// pool, which it also returns, registered with gme (owner: its Close closes gme). It logs
-// planTransport's notices. Errors: ErrClosed; a *ConfigError for a refused setting or a pool
+// planClient checks config for a Spanner client over gme and returns its planTransport,
+// whose notices it logs. Errors: ErrClosed; a *ConfigError for a refused setting or a pool
 // setting other than gme's.
-func (gme *GCPMultiEndpoint) clientPlan(config spanner.ClientConfig, opts []option.ClientOption, owner bool) (spanner.ClientConfig, []option.ClientOption, *frontPool, error) {
+func (gme *GCPMultiEndpoint) planClient(config spanner.ClientConfig) (*clientTransport, error) {
 	if gme == nil || gme.zero() {
-		return config, nil, nil, ErrClosed
+		return nil, ErrClosed
 	}
 	tr, err := planTransport(config, !gme.pl.ownDialer)
 	if err != nil {
-		return config, nil, nil, err
+		return nil, err
 	}
 	if err := gme.checkPoolSettings(config); err != nil {
-		return config, nil, nil, err
-	}
-	front, err := newFrontPool(gme, owner)
-	if err != nil {
-		return config, nil, nil, err
+		return nil, err
 	}
 	for _, n := range tr.infos {
 		gme.log.Info("spannerme: " + n)
@@ -179,11 +190,16 @@ func (gme *GCPMultiEndpoint) clientPlan(config spanner.ClientConfig, opts []opti
 	for _, n := range tr.notices {
 		gme.log.Warn("spannerme: " + n)
 	}
+	return tr, nil
+}
+
+// spannerClientOptions returns the options of a Spanner client over front: opts (not modified),
+// the emulator's when SPANNER_EMULATOR_HOST is set, tr's client options, and front, which
+// replaces any connection or pool in opts (gtransport refuses both at once).
+func spannerClientOptions(tr *clientTransport, opts []option.ClientOption, front *frontPool) []option.ClientOption {
 	_, eopts := emulatorOptions()
-	copts := append(append(append(append([]option.ClientOption(nil), opts...), eopts...), tr.clientOpts...),
-		// The pool replaces any connection or pool in opts; gtransport refuses both at once.
+	return append(append(append(append([]option.ClientOption(nil), opts...), eopts...), tr.clientOpts...),
 		option.WithGRPCConn(nil), gtransport.WithConnPool(front))
-	return tr.client, copts, front, nil
 }
 
 // poolSetting is one ClientConfig setting that shapes the endpoints' pools, as text.

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	database "cloud.google.com/go/spanner/admin/database/apiv1"
+	"cloud.google.com/go/spanner/admin/database/apiv1/databasepb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.uber.org/goleak"
 	"google.golang.org/api/option"
@@ -324,12 +326,41 @@ func TestShared_CloseOneAndFailoverTogether(t *testing.T) {
 	}
 }
 
-// Configurator through go-sql-spanner's lifecycle (github.com/googleapis/go-sql-spanner,
-// connector.go: the Configurator runs before each spanner.NewClientWithConfig, and the
-// client is closed when the last database/sql connection closes): 20 cycles of configure,
-// create, query, close, while another client of the same GCPMultiEndpoint queries without
-// pause. No query fails, the GCPMultiEndpoint stays open with one client between cycles,
-// and no goroutine is left behind.
+// driverConnector does what go-sql-spanner's connector does with a Configurator
+// (github.com/googleapis/go-sql-spanner, driver.go: createConnector calls it once and keeps
+// the config and options; increaseConnCount creates a Spanner client and a database admin
+// client with them on the first Connect; decreaseConnCount closes both when the last
+// connection closes; the next Connect creates new ones with the same options).
+type driverConnector struct {
+	database string
+	config   spanner.ClientConfig
+	opts     []option.ClientOption
+}
+
+func newDriverConnector(database string, configure func(*spanner.ClientConfig, *[]option.ClientOption)) *driverConnector {
+	c := &driverConnector{database: database, config: fixture.ClientConfig(), opts: clientOptions()}
+	configure(&c.config, &c.opts)
+	return c
+}
+
+// connect creates the connector's Spanner client and admin client, as on a first Connect.
+func (c *driverConnector) connect(ctx context.Context) (*spanner.Client, *database.DatabaseAdminClient, error) {
+	client, err := spanner.NewClientWithConfig(ctx, c.database, c.config, c.opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	admin, err := database.NewDatabaseAdminClient(ctx, c.opts...)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return client, admin, nil
+}
+
+// Configurator through go-sql-spanner's lifecycle (driverConnector): configured once, then 20
+// cycles of create, query (and one admin call), close, while another client of the same
+// GCPMultiEndpoint queries without pause. No query fails, the GCPMultiEndpoint stays open
+// with its one client and one Configurator between cycles, and no goroutine is left behind.
 func TestConfigurator_SQLDriverLifecycle(t *testing.T) {
 	b := startSpannerBackend(t, 2)
 	gme := newSharedGME(t, b, fastSettings(nil))
@@ -340,10 +371,16 @@ func TestConfigurator_SQLDriverLifecycle(t *testing.T) {
 	if _, err := countAccounts(ctx, other); err != nil {
 		t.Fatal(err)
 	}
+	// The Configurator's one front connection lives until gme.Close: made before the count.
+	connector := newDriverConnector(dbs[1], Configurator(gme))
 	before := goleak.IgnoreCurrent()
 
 	var queries, failed atomic.Int64
 	var firstErr atomic.Pointer[error]
+	fail := func(err error) {
+		failed.Add(1)
+		firstErr.CompareAndSwap(nil, &err)
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -356,49 +393,87 @@ func TestConfigurator_SQLDriverLifecycle(t *testing.T) {
 			}
 			queries.Add(1)
 			if _, err := countAccounts(ctx, other); err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, &err)
+				fail(err)
 			}
 		}
 	}()
-	configure := Configurator(gme)
 	for cycle := range 20 {
-		config := fixture.ClientConfig()
-		opts := clientOptions()
-		configure(&config, &opts)
-		client, err := spanner.NewClientWithConfig(ctx, dbs[1], config, opts...)
+		client, admin, err := connector.connect(ctx)
 		if err != nil {
-			t.Fatalf("cycle %d: NewClientWithConfig: %v", cycle, err)
+			t.Fatalf("cycle %d: connect: %v", cycle, err)
 		}
 		for range 3 {
 			queries.Add(1)
 			if _, err := countAccounts(ctx, client); err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, &err)
+				fail(err)
 			}
 		}
-		if got := gme.Status().Clients; got != 2 {
-			t.Errorf("cycle %d: Status().Clients = %d with the driver's client open, want 2", cycle, got)
+		queries.Add(1)
+		if _, err := admin.GetDatabaseDdl(ctx, &databasepb.GetDatabaseDdlRequest{Database: dbs[1]}); err != nil {
+			fail(fmt.Errorf("GetDatabaseDdl: %w", err))
 		}
 		client.Close()
-		if st := gme.Status(); st.Closed || st.Clients != 1 {
-			t.Fatalf("cycle %d: after the driver's client closed: Closed %v, Clients %d; want open, 1", cycle, st.Closed, st.Clients)
+		if err := admin.Close(); err != nil {
+			t.Errorf("cycle %d: admin client Close: %v", cycle, err)
+		}
+		if st := gme.Status(); st.Closed || st.Clients != 1 || st.Configurators != 1 {
+			t.Fatalf("cycle %d: after the driver's clients closed: Closed %v, Clients %d, Configurators %d; want open, 1, 1",
+				cycle, st.Closed, st.Clients, st.Configurators)
 		}
 	}
 	close(stop)
 	<-done
 	if n := failed.Load(); n != 0 {
-		t.Errorf("%d of %d queries failed; first: %v", n, queries.Load(), *firstErr.Load())
+		t.Errorf("%d of %d calls failed; first: %v", n, queries.Load(), *firstErr.Load())
 	}
-	t.Logf("%d queries, none failed", queries.Load())
+	t.Logf("%d calls, none failed", queries.Load())
 	if err := goleak.Find(append(goleakOptions, before)...); err != nil {
 		t.Errorf("goroutines left after 20 driver cycles: %v", err)
 	}
 }
 
+// One Configurator function serves several connectors, and their clients at once: they
+// count as one Configurator, and both serve.
+func TestConfigurator_SeveralConnectorsAtOnce(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	gme := newSharedGME(t, b, fastSettings(nil))
+	dbs := databases(b, 2)
+	configure := Configurator(gme)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var clients []*spanner.Client
+	for _, db := range dbs {
+		c := newDriverConnector(db, configure)
+		for range 2 { // two clients of one connector's options at once
+			client, admin, err := c.connect(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			defer client.Close()
+			clients = append(clients, client)
+		}
+	}
+	for i, c := range clients {
+		if _, err := countAccounts(ctx, c); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+	}
+	if st := gme.Status(); st.Configurators != 1 || st.Clients != 0 {
+		t.Errorf("Configurators %d, Clients %d; want 1, 0", st.Configurators, st.Clients)
+	}
+	clients[0].Close()
+	for i, c := range clients[1:] {
+		if _, err := countAccounts(ctx, c); err != nil {
+			t.Fatalf("client %d after another of the same options closed: %v", i+1, err)
+		}
+	}
+}
+
 // After gme.Close every shared client fails at once with CANCELED and ErrClosed's text (the
-// Spanner client does not retry it), whatever its deadline; NewClient returns ErrClosed; a
-// Configurator's client fails the same way; closing the clients then is harmless.
+// Spanner client does not retry it), whatever its deadline; NewClient returns ErrClosed; the
+// clients of a Configurator configured before or after gme.Close fail the same way; closing
+// the clients then is harmless.
 func TestShared_ClientAfterGMEClose(t *testing.T) {
 	b := startSpannerBackend(t, 1)
 	gme := newSharedGME(t, b, fastSettings(nil))
@@ -408,6 +483,7 @@ func TestShared_ClientAfterGMEClose(t *testing.T) {
 	if _, err := countAccounts(ctx, client); err != nil {
 		t.Fatal(err)
 	}
+	early := newDriverConnector(b.database, Configurator(gme))
 	if err := gme.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -432,14 +508,21 @@ func TestShared_ClientAfterGMEClose(t *testing.T) {
 		}
 		t.Errorf("NewClient after gme.Close: %v, want ErrClosed", err)
 	}
-	config, opts := fixture.ClientConfig(), clientOptions()
-	Configurator(gme)(&config, &opts)
-	driver, err := spanner.NewClientWithConfig(ctx, b.database, config, opts...)
+	late := newDriverConnector(b.database, Configurator(gme))
+	driver, admin, err := late.connect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkClosed("a Configurator's query", driver)
+	checkClosed("a query of a Configurator configured after gme.Close", driver)
 	driver.Close()
+	admin.Close()
+	driver, admin, err = early.connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClosed("a query of a Configurator configured before gme.Close", driver)
+	driver.Close()
+	admin.Close()
 	client.Close()
 }
 
@@ -529,8 +612,8 @@ func TestNewClient_PoolSettingsBelongToTheGCPMultiEndpoint(t *testing.T) {
 			}
 		})
 	}
-	if st := gme.Status(); st.Closed || st.Clients != 0 {
-		t.Errorf("after the refusals: Closed %v, Clients %d; want open, 0", st.Closed, st.Clients)
+	if st := gme.Status(); st.Closed || st.Clients != 0 || st.Configurators != 0 {
+		t.Errorf("after the refusals: Closed %v, Clients %d, Configurators %d; want open, 0, 0", st.Closed, st.Clients, st.Configurators)
 	}
 }
 
