@@ -41,7 +41,8 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 //
 // The zero value is a closed GCPMultiEndpoint: Status reports Closed, Close returns nil,
 // calls fail with CANCELED and UpdateMultiEndpoints with ErrClosed. Create one with
-// NewGCPMultiEndpoint* or NewMultiEndpointClient*.
+// NewGCPMultiEndpoint*, NewMultiEndpointClient*, or NewGCPMultiEndpointForSpanner for Spanner
+// clients that share it (NewClient, Configurator).
 type GCPMultiEndpoint struct {
 	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
 

@@ -59,7 +59,9 @@ func NewGCPMultiEndpointForSpanner(database string, config spanner.ClientConfig,
 // clients use (NewGCPMultiEndpointForSpanner).
 //
 // gme may come from NewGCPMultiEndpointForSpanner (the usual way), NewMultiEndpointClient*
-// (its own client closes it), or NewGCPMultiEndpoint* (pools dialed with gRPC dial options).
+// (its own client closes it), or NewGCPMultiEndpoint* (pools dialed with gRPC dial options
+// alone: without the Spanner client's transport defaults, such as credentials and responses
+// larger than gRPC's 4 MiB default, unless those options give them).
 //
 // Once gme is closed, the client's calls fail at once with a gRPC status CANCELED carrying
 // ErrClosed's text ("spannerme: GCPMultiEndpoint is closed"), which the Spanner client does

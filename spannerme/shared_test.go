@@ -597,7 +597,7 @@ func TestNewClient_PoolSettingsBelongToTheGCPMultiEndpoint(t *testing.T) {
 			before := config
 			opts := clientOptions()
 			Configurator(gme)(&config, &opts)
-			if config.EnableDirectAccess != before.EnableDirectAccess || config.Compression != before.Compression { //lint:ignore SA1019 compared, not used
+			if config.EnableDirectAccess != before.EnableDirectAccess || config.Compression != before.Compression {
 				t.Errorf("the Configurator changed a refused config")
 			}
 			driver, err := spanner.NewClientWithConfig(ctx, b.database, config, opts...)
