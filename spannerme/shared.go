@@ -19,7 +19,7 @@ import (
 
 // Several Spanner clients over one GCPMultiEndpoint: a session is valid through every
 // endpoint of its instance, so clients of any databases of the instance can share the
-// endpoints' pools, groups, health detectors, metrics and status (docs/configuration.md,
+// endpoints' pools, groups, health detectors, metrics and status (docs/quickstart.md,
 // "Several databases, and database/sql").
 
 // NewGCPMultiEndpointForSpanner returns a GCPMultiEndpoint for Spanner clients that do not
@@ -57,6 +57,9 @@ func NewGCPMultiEndpointForSpanner(database string, config spanner.ClientConfig,
 // gme; they share its groups, pools, health probes, metrics and Status (Status.Clients
 // counts them). gme's health probe is the one it was built with, whatever databases its
 // clients use (NewGCPMultiEndpointForSpanner).
+//
+// opts are the Spanner client's own (as spanner.NewClientWithConfig's): the pools were
+// dialed with gme's options, credentials and TLS included, and opts do not reach them.
 //
 // gme may come from NewGCPMultiEndpointForSpanner (the usual way), NewMultiEndpointClient*
 // (its own client closes it), or NewGCPMultiEndpoint* (pools dialed with gRPC dial options
@@ -99,7 +102,8 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 // connection is one pool for the function's whole life, shared by every client created with
 // the options it gave, at once or one after another: their Close never closes gme nor the
 // pool, and only gme.Close ends it. Status.Configurators counts the functions that have
-// configured a client.
+// configured a client. The admin client's calls go through gme too, to the Default group
+// (they carry no group), like any call made without NewMEContext.
 //
 // Once gme is closed, the clients' calls fail at once with a gRPC status CANCELED carrying
 // ErrClosed's text, as NewClient's. The function cannot return an error: when NewClient
