@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,5 +301,149 @@ func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("query of %s after gme.Close took %v", dbs[i], d)
 		}
+	}
+}
+
+// settledGoroutines returns the number of goroutines once it has stopped changing (at most
+// one second of 20ms steps).
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for range 50 {
+		time.Sleep(20 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m == n {
+			break
+		}
+		n = m
+	}
+	return n
+}
+
+// liveHeap is the live heap after a collection, in bytes.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// Three emulator databases through one shared GCPMultiEndpoint against three separate
+// multi-endpoint clients, one after the other in one run: connections (asserted: endpoints x
+// MinSize against three times that), goroutines (asserted: fewer shared) and live heap
+// (logged). The emulator is another process, so the goroutines are the clients' and the fake
+// endpoints' (in this process).
+func TestSharedGCPMultiEndpoint_EmulatorResources(t *testing.T) {
+	emu := emulator.Shared(t) // skips (or fails under CI=true) without the binary
+	ddl, err := fixture.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dbs []string
+	for range 3 {
+		b := backend{name: "emulator", addr: emu.Addr(), database: emu.NewDatabase(t, ddl), writers: 1}
+		seed(t, b)
+		dbs = append(dbs, b.database)
+	}
+	var eps []*spannermetest.Endpoint
+	var addrs []string
+	for range 2 {
+		e := spannermetest.NewEndpointTB(t, emu.Addr())
+		eps, addrs = append(eps, e), append(addrs, e.Addr())
+	}
+	o := options(map[string]*multiendpointOptions{"default": group(recoveryTimeout, switchingDelay, addrs...)})
+	settings := spannerme.Settings{ReconnectMaxDelay: 200 * time.Millisecond, MinConnectTimeout: minConnectTimeout,
+		Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))}
+	conns := func() int64 {
+		var n int64
+		for _, e := range eps {
+			n += e.Stats().Active
+		}
+		return n
+	}
+	waitConns := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for conns() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d connections, want %d", conns(), want)
+			}
+			time.Sleep(poll)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	use := func(clients []*spanner.Client) {
+		for range 5 {
+			for i, c := range clients {
+				if _, err := orderCount(ctx, c); err != nil {
+					t.Fatalf("query of %s: %v", dbs[i], err)
+				}
+			}
+		}
+	}
+	type cost struct {
+		conns      int64
+		goroutines int
+		heap       int64
+	}
+	measure := func(build func() (closeAll func())) cost {
+		g0, h0 := settledGoroutines(), liveHeap()
+		closeAll := build()
+		c := cost{conns: conns(), goroutines: settledGoroutines() - g0, heap: liveHeap() - h0}
+		closeAll()
+		waitConns(0)
+		return c
+	}
+	var minSize int64
+	shared := measure(func() func() {
+		gme, err := spannerme.NewGCPMultiEndpointForSpanner(dbs[0], fixture.ClientConfig(), o, settings, offlineOptions()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		minSize = int64(gme.GCPConfig().GetChannelPool().GetMinSize())
+		var clients []*spanner.Client
+		for _, db := range dbs {
+			c, err := spannerme.NewClient(ctx, db, gme, fixture.ClientConfig(), offlineOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, c)
+		}
+		use(clients)
+		waitConns(int64(len(eps)) * minSize)
+		return func() {
+			for _, c := range clients {
+				c.Close()
+			}
+			gme.Close()
+		}
+	})
+	separate := measure(func() func() {
+		var clients []*spanner.Client
+		var gmes []*spannerme.GCPMultiEndpoint
+		for _, db := range dbs {
+			c, gme, err := spannerme.NewMultiEndpointClientWithSettings(ctx, db, fixture.ClientConfig(), o, settings, offlineOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients, gmes = append(clients, c), append(gmes, gme)
+		}
+		use(clients)
+		waitConns(3 * int64(len(eps)) * minSize)
+		return func() {
+			for i, c := range clients {
+				c.Close()
+				gmes[i].Close()
+			}
+		}
+	})
+	t.Logf("emulator, 3 databases, %d endpoints, MinSize %d: shared GCPMultiEndpoint: %d connections, %d goroutines, %d KiB heap; "+
+		"3 separate clients: %d connections, %d goroutines, %d KiB heap",
+		len(eps), minSize, shared.conns, shared.goroutines, shared.heap/1024, separate.conns, separate.goroutines, separate.heap/1024)
+	if want := int64(len(eps)) * minSize; shared.conns != want || separate.conns != 3*want {
+		t.Errorf("connections: shared %d, separate %d; want %d and %d", shared.conns, separate.conns, want, 3*want)
+	}
+	if shared.goroutines >= separate.goroutines {
+		t.Errorf("goroutines: shared %d, separate %d; want fewer shared", shared.goroutines, separate.goroutines)
 	}
 }
