@@ -10,7 +10,6 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/api/option"
-	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -55,9 +54,13 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     SPANNER_EMULATOR_HOST points every group at the emulator (docs/transport.md).
 //   - Endpoint health from call outcomes is on unless settings.Health.Disabled; its probe is
 //     SpannerProbe(database) unless settings.Health.Probe is set (HealthSettings).
-//   - Closing the Spanner client closes the GCPMultiEndpoint and every pool; closing the
-//     GCPMultiEndpoint as well is harmless. Nothing else closes them: the connection the
-//     client is given keeps working if the client closes it for reasons of its own.
+//   - Closing the Spanner client closes the GCPMultiEndpoint and every pool (the client
+//     built it, so it owns it); closing the GCPMultiEndpoint as well is harmless. Nothing
+//     else closes them: the connection the client is given keeps working if the client
+//     closes it for reasons of its own. More clients, for any database of the instance,
+//     can share the GCPMultiEndpoint through NewClient and Configurator; they stop working
+//     when this client closes it (build a GCPMultiEndpoint no client owns with
+//     NewGCPMultiEndpointForSpanner instead).
 //   - The GCPMultiEndpoint's metrics go to settings.MeterProvider, else to
 //     config.OpenTelemetryMeterProvider, else to the global meter provider.
 //
@@ -66,9 +69,28 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 // config setting; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
-	parsed, err := parseConfig(gmeCfg)
+	gme, err := newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	client, err := gme.newClient(ctx, database, config, opts, ownerFront)
+	if err != nil {
+		gme.Close() // closes the front too
+		return nil, nil, err
+	}
+	return client, gme, nil
+}
+
+// newSpannerGCPMultiEndpoint builds the GCPMultiEndpoint of the client constructors: pools
+// dialed with gtransport and opts, shaped by config's transport settings, probed with
+// SpannerProbe(database) unless settings name a probe. Nothing is logged of config's
+// settings here: newClient logs them for each client. Errors: those of
+// NewMultiEndpointClientWithSettings but the client's.
+func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
+	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts []option.ClientOption) (*GCPMultiEndpoint, error) {
+	parsed, err := parseConfig(gmeCfg)
+	if err != nil {
+		return nil, err
 	}
 	if settings.Health.Probe == nil {
 		settings.Health.Probe = SpannerProbe(database)
@@ -78,26 +100,18 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	}
 	s, err := settings.parse()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	tr, err := planTransport(config, gmeCfg.DialFunc != nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	for _, n := range tr.infos {
-		s.Logger.Info("spannerme: " + n)
-	}
-	for _, n := range tr.notices {
-		s.Logger.Warn("spannerme: " + n)
-	}
-	var pl plumbing
+	pl := plumbing{poolSettings: poolSettingsOf(config)}
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
 	opts = append([]option.ClientOption(nil), opts...)
-	if host := os.Getenv(emulatorHostEnv); host != "" {
+	if host, eopts := emulatorOptions(); host != "" {
 		pl.emulator = emulatorScheme.ReplaceAllString(host, "")
-		opts = append(opts,
-			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-			option.WithoutAuthentication())
+		opts = append(opts, eopts...)
 		s.Logger.Warn("spannerme: "+emulatorHostEnv+" is set: every MultiEndpoint points at the emulator, so failover is not exercised",
 			"emulator", host)
 	}
@@ -108,23 +122,19 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 		pl.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady
 		pl.ownDialer = true
 	}
-	gme, err := newGCPMultiEndpoint(parsed, &cfg, s, pl, tr.dialOpts)
-	if err != nil {
-		return nil, nil, err
+	return newGCPMultiEndpoint(parsed, &cfg, s, pl, tr.dialOpts)
+}
+
+// emulatorOptions returns SPANNER_EMULATOR_HOST and, when it is set, the client options the
+// Spanner client uses for the emulator (plaintext, no authentication), as upstream.
+func emulatorOptions() (string, []option.ClientOption) {
+	host := os.Getenv(emulatorHostEnv)
+	if host == "" {
+		return "", nil
 	}
-	front, err := newFrontPool(gme)
-	if err != nil {
-		gme.Close()
-		return nil, nil, err
-	}
-	// The pool replaces any connection or pool in opts; gtransport refuses both at once.
-	copts := append(append(opts, tr.clientOpts...), option.WithGRPCConn(nil), gtransport.WithConnPool(front))
-	client, err := spanner.NewClientWithConfig(ctx, database, tr.client, copts...)
-	if err != nil {
-		gme.Close() // closes the front too
-		return nil, nil, err
-	}
-	return client, gme, nil
+	return host, []option.ClientOption{
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+		option.WithoutAuthentication()}
 }
 
 var emulatorScheme = regexp.MustCompile(`^(http://|https://|passthrough:///)`)

@@ -62,7 +62,11 @@
 //     calls (unary and streams) complete, and it is closed when they are done or after
 //     Settings.DrainTimeout.
 //   - Close: calls in flight end with CANCELED, as on a closed grpc.ClientConn. Closing the
-//     Spanner client closes the GCPMultiEndpoint and its pools.
+//     Spanner client of NewMultiEndpointClient* closes the GCPMultiEndpoint and its pools.
+//   - Several databases: clients of NewClient and Configurator (database/sql through
+//     go-sql-spanner) share one GCPMultiEndpoint of NewGCPMultiEndpointForSpanner, its pools,
+//     probes, metrics and status; their Close leaves it open, and only gme.Close closes it
+//     (docs/quickstart.md, "Several databases, and database/sql").
 //   - Configuration errors never half-apply: the previous configuration stays in force.
 //
 // # Channels and load

@@ -11,8 +11,10 @@ import (
 // text names the offending group and endpoint.
 var ErrInvalidConfig = multiendpoint.ErrInvalidConfig
 
-// ErrClosed is returned by UpdateMultiEndpoints after Close (and on a zero-value
-// GCPMultiEndpoint). Calls made then fail with a gRPC status CANCELED carrying the same text.
+// ErrClosed is returned by UpdateMultiEndpoints and NewClient after Close (and on a
+// zero-value GCPMultiEndpoint). Calls made then, those of every Spanner client over the
+// GCPMultiEndpoint included, fail with a gRPC status CANCELED carrying the same text, which
+// the Spanner client does not retry: a closed GCPMultiEndpoint does not reopen.
 var ErrClosed = errors.New("spannerme: GCPMultiEndpoint is closed")
 
 // ConfigError describes one configuration mistake; use errors.As to get it. Its fields:

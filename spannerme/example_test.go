@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/spanner"
@@ -329,4 +330,93 @@ func ExampleHealthSettings() {
 	// fallback to the fallback: true
 	// primary readmitted true
 	// recovery to the primary: true
+}
+
+// Several databases of one instance over one GCPMultiEndpoint: one set of pools, health
+// probes, metrics and status for all of them. Closing a client leaves the others serving;
+// gme.Close alone closes the GCPMultiEndpoint.
+func ExampleNewClient() {
+	database, eps, opts, stop := fakeSpanner(2)
+	defer stop()
+	ctx := context.Background()
+
+	gme, err := spannerme.NewGCPMultiEndpointForSpanner(database, offlineConfig, &grpcgcp.GCPMultiEndpointOptions{
+		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
+			"default": {Endpoints: []string{eps[0].Addr(), eps[1].Addr()}, RecoveryTimeout: time.Second},
+		},
+		Default: "default",
+	}, spannerme.Settings{}, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer gme.Close() // after the clients: nothing else closes it
+
+	// The in-memory Spanner serves every database name from one store; a real instance has
+	// a database of each name.
+	orders, err := spannerme.NewClient(ctx, database, gme, offlineConfig, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	billing, err := spannerme.NewClient(ctx, database[:strings.LastIndex(database, "/")]+"/billing", gme, offlineConfig, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer billing.Close()
+	fmt.Println("accounts:", countAccounts(ctx, orders), countAccounts(ctx, billing))
+	fmt.Println("clients:", gme.Status().Clients)
+
+	orders.Close() // gme stays open for billing
+	fmt.Println("clients:", gme.Status().Clients, "closed:", gme.Status().Closed)
+	fmt.Println("accounts:", countAccounts(ctx, billing))
+	// Output:
+	// accounts: 8 8
+	// clients: 2
+	// clients: 1 closed: false
+	// accounts: 8
+}
+
+// database/sql through go-sql-spanner: its ConnectorConfig.Configurator takes the function
+// Configurator returns, and every Spanner client the driver creates then goes through gme:
+//
+//	connector, err := spannerdriver.CreateConnector(spannerdriver.ConnectorConfig{
+//		Project: "p", Instance: "i", Database: "d",
+//		Configurator: spannerme.Configurator(gme),
+//	})
+//	db := sql.OpenDB(connector)
+//
+// The driver calls the function once, when it creates the connector, and keeps the config
+// and options; it creates a Spanner client with them on the first Connect, closes it when
+// its last connection closes, and creates the next with the same options. gme serves them in
+// turn and is closed by gme.Close alone. Here the driver's steps are written out.
+func ExampleConfigurator() {
+	database, eps, opts, stop := fakeSpanner(1)
+	defer stop()
+	ctx := context.Background()
+
+	gme, err := spannerme.NewGCPMultiEndpointForSpanner(database, offlineConfig, &grpcgcp.GCPMultiEndpointOptions{
+		MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{"default": {Endpoints: []string{eps[0].Addr()}}},
+		Default:        "default",
+	}, spannerme.Settings{}, opts...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer gme.Close()
+
+	// CreateConnector: the Configurator, once.
+	config, clientOpts := offlineConfig, append([]option.ClientOption(nil), opts...)
+	spannerme.Configurator(gme)(&config, &clientOpts)
+	for range 2 { // two driver lifetimes: the last connection closes, a new one opens
+		client, err := spanner.NewClientWithConfig(ctx, database, config, clientOpts...)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("accounts:", countAccounts(ctx, client))
+		client.Close()
+		fmt.Println("gme closed:", gme.Status().Closed)
+	}
+	// Output:
+	// accounts: 8
+	// gme closed: false
+	// accounts: 8
+	// gme closed: false
 }

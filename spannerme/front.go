@@ -24,20 +24,37 @@ import (
 //   - gRPC runs a ClientConn's interceptors before it looks at the connection's state
 //     (grpc-go v1.85, call.go Invoke and stream.go NewStream), so the front keeps working
 //     after anything closes it; closing it releases nothing of ours;
-//   - the GCPMultiEndpoint closes only when the pool is closed, which the Spanner client does
-//     in Client.Close (sessionClient.close), or when gme.Close is called. The client's other
+//   - the GCPMultiEndpoint closes only when its owner's pool is closed, which the Spanner
+//     client does in Client.Close (sessionClient.close), or when gme.Close is called; the
+//     pools of NewClient and Configurator never close it. The client's other
 //     closers of pools it believes it owns, the dynamic channel pool and the location-aware
 //     endpoint clients, are turned off or refused (transport.go).
 
 // errFrontDial is what the front connection's dialer returns: it never connects.
 var errFrontDial = errors.New("spannerme: the front connection never dials; calls go through the GCPMultiEndpoint")
 
-// frontPool is the gtransport.ConnPool given to the Spanner client: one connection, the
-// front, and Close closes the GCPMultiEndpoint. Safe for concurrent use.
+// frontPool is the gtransport.ConnPool given to Spanner clients: one connection, the front.
+// What its Close does depends on its kind. Safe for concurrent use.
 type frontPool struct {
 	conn *grpc.ClientConn
 	gme  *GCPMultiEndpoint
+	kind frontKind
 }
+
+// frontKind says whose a front pool is, and so what its Close does.
+type frontKind int
+
+const (
+	// ownerFront: the client of NewMultiEndpointClient*, which built the GCPMultiEndpoint;
+	// its Close closes the GCPMultiEndpoint.
+	ownerFront frontKind = iota
+	// clientFront: a client of NewClient; its Close releases the front alone.
+	clientFront
+	// configuratorFront: the front of one Configurator function, shared by every client it
+	// configures (go-sql-spanner reuses the options it configured for each Spanner client
+	// and admin client of a connector); its Close does nothing, and gme.Close closes it.
+	configuratorFront
+)
 
 var _ gtransport.ConnPool = (*frontPool)(nil)
 
@@ -58,41 +75,115 @@ func (p *frontPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 	return p.conn.NewStream(ctx, desc, method, opts...)
 }
 
-// Close closes the GCPMultiEndpoint, its pools and the front. It is what spanner.Client.Close
-// calls.
-func (p *frontPool) Close() error { return p.gme.Close() }
+// Close is what spanner.Client.Close calls. The owner's closes the GCPMultiEndpoint, its
+// pools and every front; a NewClient client's closes its front only and leaves the
+// GCPMultiEndpoint serving its other clients; a Configurator's does nothing, since the
+// driver gives the same pool to its next client. Idempotent.
+func (p *frontPool) Close() error {
+	switch p.kind {
+	case ownerFront:
+		return p.gme.Close()
+	case configuratorFront:
+		return nil
+	}
+	p.gme.mu.Lock()
+	delete(p.gme.fronts, p) // a no-op after gme.Close, which closed the front
+	p.gme.mu.Unlock()
+	return p.conn.Close() // a second Close returns ErrClientConnClosing, ignored by the Spanner client
+}
 
-// newFrontPool returns the pool handed to the Spanner client, whose front connection sends
+// newFrontPool returns a pool to hand to one Spanner client, whose front connection sends
 // every call into gme and carries the Spanner client's request-ID header (see requestID).
-// gme.Close closes the front as well.
-func newFrontPool(gme *GCPMultiEndpoint) (*frontPool, error) {
-	front, err := grpc.NewClient("passthrough:///spannerme-multiendpoint",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, errFrontDial }),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+// The pool counts in Status (Clients or Configurators) until it is released; gme.Close closes
+// its front as well. Errors: ErrClosed after gme.Close (and on a zero value).
+func newFrontPool(gme *GCPMultiEndpoint, kind frontKind) (*frontPool, error) {
+	front, err := newFrontConn(
+		func(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) error {
 			id, ok := requestID(opts)
 			if !ok {
 				return gme.Invoke(ctx, method, req, reply, opts...)
 			}
 			err := gme.Invoke(withRequestIDHeader(ctx, id), method, req, reply, opts...)
 			return withRequestID(err, id)
-		}),
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		},
+		func(ctx context.Context, desc *grpc.StreamDesc, method string, opts []grpc.CallOption) (grpc.ClientStream, error) {
 			id, ok := requestID(opts)
 			if ok {
 				ctx = withRequestIDHeader(ctx, id)
 			}
 			return gme.newStream(ctx, desc, method, id, opts)
+		})
+	if err != nil {
+		return nil, err
+	}
+	p := &frontPool{conn: front, gme: gme, kind: kind}
+	gme.mu.Lock()
+	closed := gme.closed || gme.zero()
+	if !closed {
+		gme.fronts[p] = struct{}{}
+	}
+	gme.mu.Unlock()
+	if closed {
+		front.Close()
+		return nil, ErrClosed
+	}
+	return p, nil
+}
+
+// newFrontConn returns a connection that never connects and sends every unary call to
+// invoke and every stream to stream.
+func newFrontConn(invoke func(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) error,
+	stream func(ctx context.Context, desc *grpc.StreamDesc, method string, opts []grpc.CallOption) (grpc.ClientStream, error)) (*grpc.ClientConn, error) {
+	front, err := grpc.NewClient("passthrough:///spannerme-multiendpoint",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, errFrontDial }),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoke(ctx, method, req, reply, opts)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return stream(ctx, desc, method, opts)
 		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("spannerme: front connection: %w", err)
 	}
-	gme.mu.Lock()
-	gme.front = front
-	gme.mu.Unlock()
-	return &frontPool{conn: front, gme: gme}, nil
+	return front, nil
 }
+
+// refusedPool is the gtransport.ConnPool Configurator hands to the Spanner clients it cannot
+// configure (a refused setting, a closed GCPMultiEndpoint): every call fails at once with
+// err, a gRPC status. Its connection is closed from the start (interceptors run before gRPC
+// looks at the state, see above), so nothing is left to release. Safe for concurrent use.
+type refusedPool struct{ conn *grpc.ClientConn }
+
+var _ gtransport.ConnPool = refusedPool{}
+
+// newRefusedPool returns a refusedPool failing every call with err (a gRPC status error).
+func newRefusedPool(err error) (refusedPool, error) {
+	conn, cerr := newFrontConn(
+		func(context.Context, string, any, any, []grpc.CallOption) error { return err },
+		func(context.Context, *grpc.StreamDesc, string, []grpc.CallOption) (grpc.ClientStream, error) {
+			return nil, err
+		})
+	if cerr != nil {
+		return refusedPool{}, cerr
+	}
+	conn.Close()
+	return refusedPool{conn: conn}, nil
+}
+
+func (p refusedPool) Conn() *grpc.ClientConn { return p.conn }
+func (p refusedPool) Num() int               { return 1 }
+func (p refusedPool) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return p.conn.Invoke(ctx, method, args, reply, opts...)
+}
+func (p refusedPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return p.conn.NewStream(ctx, desc, method, opts...)
+}
+
+// Close does nothing: the connection is closed already, and the driver may give the pool to
+// its next client.
+func (p refusedPool) Close() error { return nil }
 
 // requestIDHeader is the Spanner client's request-ID header (cloud.google.com/go/spanner
 // v1.96.1, request_id_header.go).

@@ -41,7 +41,8 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 //
 // The zero value is a closed GCPMultiEndpoint: Status reports Closed, Close returns nil,
 // calls fail with CANCELED and UpdateMultiEndpoints with ErrClosed. Create one with
-// NewGCPMultiEndpoint* or NewMultiEndpointClient*.
+// NewGCPMultiEndpoint*, NewMultiEndpointClient*, or NewGCPMultiEndpointForSpanner for Spanner
+// clients that share it (NewClient, Configurator).
 type GCPMultiEndpoint struct {
 	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
 
@@ -92,9 +93,9 @@ type GCPMultiEndpoint struct {
 	groups  map[string]*multiendpoint.MultiEndpoint
 	pools   map[string]*pool.Pool // the pools of the configured endpoints
 	retired map[*pool.Pool]bool   // draining pools, until closed
-	// front is the connection given to the Spanner client (NewMultiEndpointClient*), closed
-	// with gme.
-	front     *grpc.ClientConn
+	// fronts are the connections given to Spanner clients (NewMultiEndpointClient*, NewClient,
+	// Configurator) not yet closed, closed with gme; len(fronts) is Status.Clients.
+	fronts    map[*frontPool]struct{}
 	closeDone chan struct{} // closed when the first Close has finished
 	// closedAt and lastDefault are when Close was called and the default group's name
 	// then, for Status after Close.
@@ -166,6 +167,11 @@ type plumbing struct {
 	// rule); NewMultiEndpointClient* take them from the ClientConfig. Kept so that a
 	// watched file's pool settings compare with what creation made of the same request.
 	poolMin, poolMax uint32
+	// poolSettings are the ClientConfig settings the pools were built with
+	// (NewMultiEndpointClient*, NewGCPMultiEndpointForSpanner); nil for NewGCPMultiEndpoint*,
+	// whose pools take their transport from dial options, as if from a zero ClientConfig.
+	// Every client over the GCPMultiEndpoint must ask for the same (clientPlan).
+	poolSettings []poolSetting
 }
 
 var _ grpc.ClientConnInterface = (*GCPMultiEndpoint)(nil)
@@ -263,6 +269,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		groups:       make(map[string]*multiendpoint.MultiEndpoint),
 		pools:        make(map[string]*pool.Pool),
 		retired:      make(map[*pool.Pool]bool),
+		fronts:       make(map[*frontPool]struct{}),
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
@@ -306,10 +313,13 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 // flight end with codes.Canceled, as on a closed grpc.ClientConn), and waits for its
 // goroutines, except that an OnSwitch or OnHealth call already running may still be
 // finishing (and an ejection or readmission being reported: it is then neither logged nor
-// delivered). Later calls fail with codes.Canceled. For a GCPMultiEndpoint made by
-// NewMultiEndpointClient*, Close also closes the connection the Spanner client uses. Close is
-// idempotent; it returns the first errors from closing the pools. On a zero-value
-// GCPMultiEndpoint it does nothing and returns nil.
+// delivered). Later calls fail with codes.Canceled carrying ErrClosed's text, those of every
+// Spanner client over gme included (NewMultiEndpointClient*, NewClient, Configurator), whose
+// connections Close closes too. Close is idempotent; it returns the first errors from
+// closing the pools. On a zero-value GCPMultiEndpoint it does nothing and returns nil.
+//
+// Ownership: only Close closes gme, and the Spanner client of NewMultiEndpointClient*, which
+// built it, calls it from its own Close; clients of NewClient and Configurator never do.
 func (gme *GCPMultiEndpoint) Close() error {
 	gme.mu.Lock()
 	if gme.closed {
@@ -336,7 +346,8 @@ func (gme *GCPMultiEndpoint) Close() error {
 	gme.changed.signal() // waiting calls see the closed snapshot
 	close(gme.stop)
 	gme.mu.Lock()
-	groups, pools, front := gme.groups, gme.pools, gme.front
+	groups, pools, fronts := gme.groups, gme.pools, gme.fronts
+	gme.fronts = nil
 	gme.mu.Unlock()
 	for _, me := range groups {
 		me.Close()
@@ -350,8 +361,8 @@ func (gme *GCPMultiEndpoint) Close() error {
 	}
 	gme.wg.Wait() // drains see stop and close their pools
 	gme.obs.close()
-	if front != nil {
-		front.Close() // the Spanner client may have closed it already
+	for f := range fronts {
+		f.conn.Close() // the Spanner client may have closed it already
 	}
 	return errors.Join(errs...)
 }

@@ -90,7 +90,9 @@ type HealthSettings struct {
 	// must return once ctx is done (Close waits for it). It is called concurrently for
 	// different endpoints, at most once at a time per endpoint. Probes go to the pool
 	// directly, not through routing, and are not counted as calls. Nil means SpannerProbe for
-	// NewMultiEndpointClient*, and UnimplementedMethodProbe for NewGCPMultiEndpoint*.
+	// NewMultiEndpointClient* and NewGCPMultiEndpointForSpanner (of the database they are
+	// given: one probe serves every client and database over the GCPMultiEndpoint), and
+	// UnimplementedMethodProbe for NewGCPMultiEndpoint*.
 	Probe ProbeFunc
 }
 

@@ -35,6 +35,14 @@ type Status struct {
 	// WaitingCalls counts the calls waiting for their endpoint's pool to finish connecting
 	// (or for their group to switch) before they are sent.
 	WaitingCalls int64 `json:"waitingCalls"`
+	// Clients counts the Spanner clients of NewMultiEndpointClient* and NewClient that use
+	// the GCPMultiEndpoint now, from their creation to their Close; 0 after Close.
+	Clients int `json:"clients"`
+	// Configurators counts the functions of Configurator that have configured a client
+	// (a database/sql connector each, usually): each serves every Spanner client its
+	// connector creates, one after another, and counts from its first call until Close;
+	// 0 after Close.
+	Configurators int `json:"configurators"`
 	// Closed reports whether Close has been called (or the GCPMultiEndpoint is a zero value,
 	// which serves nothing). After Close every group has no current endpoint and every
 	// endpoint is Unavailable, every pool is SHUTDOWN: nothing is alive.
@@ -305,6 +313,13 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	gme.mu.Lock()
 	st := Status{Closed: gme.closed || gme.zero(), UnknownGroups: map[string]int64{}, WaitingCalls: gme.waiting.Load(),
 		Groups: []GroupStatus{}, Pools: []PoolStatus{}, Config: gme.configStatus.Load().clone()}
+	for f := range gme.fronts {
+		if f.kind == configuratorFront {
+			st.Configurators++
+		} else {
+			st.Clients++
+		}
+	}
 	closedAt := gme.closedAt
 	if s := gme.snap.Load(); s != nil {
 		st.Default = s.defaultName

@@ -249,7 +249,10 @@ func TestFront_ClosedByTheClientKeepsServing(t *testing.T) {
 		t.Fatal(err)
 	}
 	gme.mu.Lock()
-	front := gme.front
+	var front *grpc.ClientConn
+	for f := range gme.fronts {
+		front = f.conn
+	}
 	gme.mu.Unlock()
 	if err := front.Close(); err != nil {
 		t.Fatal(err)
