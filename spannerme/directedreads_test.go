@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -394,5 +395,92 @@ func TestDirectedReadsDoNotTouchTheCallersMessage(t *testing.T) {
 		if g != "SELECT 1: west" {
 			t.Fatalf("a request reached the frontend as %q, want with the policy", g)
 		}
+	}
+}
+
+// A group's directedReads in the configuration file becomes its Settings.DirectedReads entry;
+// each mistake is an error naming the line and the field, under the group.
+func TestParseConfigDirectedReads(t *testing.T) {
+	const head = "default: d\nmultiEndpoints:\n  d:\n    endpoints: [a:1]\n  west:\n    endpoints: [b:2]\n    directedReads:\n"
+	c, err := ParseConfig([]byte(head + "      includeReplicas: [{location: us-west2, type: READ_ONLY}, {location: us-east4}]\n      autoFailoverDisabled: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := includeReplicas(0, "us-west2", "us-east4")
+	want.GetIncludeReplicas().ReplicaSelections[0].Type = spannerpb.DirectedReadOptions_ReplicaSelection_READ_ONLY
+	want.GetIncludeReplicas().AutoFailoverDisabled = true
+	if len(c.Settings.DirectedReads) != 1 || !proto.Equal(c.Settings.DirectedReads["west"], want) {
+		t.Errorf("DirectedReads %v, want west: %v", c.Settings.DirectedReads, want)
+	}
+	c, err = ParseConfig([]byte(head + "      excludeReplicas:\n        - type: READ_WRITE\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEx := &spannerpb.DirectedReadOptions{Replicas: &spannerpb.DirectedReadOptions_ExcludeReplicas_{ExcludeReplicas: &spannerpb.DirectedReadOptions_ExcludeReplicas{
+		ReplicaSelections: []*spannerpb.DirectedReadOptions_ReplicaSelection{{Type: spannerpb.DirectedReadOptions_ReplicaSelection_READ_WRITE}}}}}
+	if !proto.Equal(c.Settings.DirectedReads["west"], wantEx) {
+		t.Errorf("DirectedReads %v, want west: %v", c.Settings.DirectedReads, wantEx)
+	}
+	var eleven []string
+	for i := range MaxReplicaSelections + 1 {
+		eleven = append(eleven, fmt.Sprintf("{location: r%d}", i))
+	}
+	const dr = "multiEndpoints.west.directedReads"
+	for _, tc := range []struct {
+		name, in    string
+		line        int
+		field, want string
+	}{
+		{"both", "      includeReplicas: [{location: x}]\n      excludeReplicas: [{location: y}]\n", 8, dr, `give includeReplicas or excludeReplicas, not both`},
+		{"neither", "      autoFailoverDisabled: true\n", 8, dr, `group "west": neither includeReplicas nor excludeReplicas is set`},
+		{"failover with exclude", "      excludeReplicas: [{location: y}]\n      autoFailoverDisabled: false\n", 9, dr + ".autoFailoverDisabled", "applies only to includeReplicas"},
+		{"bad type", "      includeReplicas: [{location: x, type: read_only}]\n", 8, dr + ".includeReplicas[0].type", `want READ_ONLY or READ_WRITE, got "read_only"`},
+		{"unknown selection field", "      includeReplicas: [{region: x}]\n", 8, dr + ".includeReplicas[0].region", "unknown field"},
+		{"empty list", "      includeReplicas: []\n", 8, dr, `group "west": includeReplicas lists no replica selection`},
+		{"empty selection", "      excludeReplicas: [{}]\n", 8, dr, `group "west": excludeReplicas[0] names neither a location nor a type`},
+		{"too many", "      includeReplicas: [" + strings.Join(eleven, ", ") + "]\n", 8, dr, "lists 11 replica selections; Spanner allows at most 10"},
+		{"not a list", "      includeReplicas: us-west2\n", 8, dr + ".includeReplicas", "want a list of replica selections"},
+		{"unknown field", "      include: [{location: x}]\n", 8, dr + ".include", "did you mean includeReplicas?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(head + tc.in))
+			var fe *ConfigFileError
+			if !errors.As(err, &fe) || c != nil || !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("ParseConfig = %v, %v; want a *ConfigFileError", c, err)
+			}
+			if fe.Line != tc.line || fe.Field != tc.field || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q (line %d, field %q); want line %d, field %q, text %q", err, fe.Line, fe.Field, tc.line, tc.field, tc.want)
+			}
+		})
+	}
+}
+
+// A watched file's edit of a group's directedReads takes effect at once (no restart
+// needed); an invalid one keeps the policy in force; removing it leaves the group without one.
+func TestWatchAppliesDirectedReads(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	policy := func() string { return groupOf(f.gme, "g").DirectedReads.String() }
+	if p := policy(); p != "" {
+		t.Fatalf("policy %q before any directedReads", p)
+	}
+	with := watchConfigYAML("    directedReads: {includeReplicas: [{location: us-west2, type: READ_ONLY}]}\n", f.eps[0].Addr())
+	writeFile(t, f.path, with)
+	if s := f.waitApplied(t, with); len(s.RestartNeeded) != 0 {
+		t.Errorf("RestartNeeded %v, want none", s.RestartNeeded)
+	}
+	if p := policy(); p != "include us-west2/READ_ONLY" {
+		t.Errorf("policy %q after the edit", p)
+	}
+	bad := watchConfigYAML("    directedReads: {includeReplicas: []}\n", f.eps[0].Addr())
+	writeFile(t, f.path, bad)
+	f.waitStatus(t, "the invalid edit rejected", func(s ConfigStatus) bool { return s.LastError != nil })
+	if p := policy(); p != "include us-west2/READ_ONLY" {
+		t.Errorf("policy %q after an invalid edit, want the previous one", p)
+	}
+	without := watchConfigYAML("", f.eps[0].Addr())
+	writeFile(t, f.path, without)
+	f.waitApplied(t, without)
+	if p := policy(); p != "" {
+		t.Errorf("policy %q after directedReads was removed, want none", p)
 	}
 }
