@@ -102,6 +102,7 @@ var scenarios = []scenario{
 	{"all_endpoints_down_then_recover", testAllDownThenRecover},
 	{"reconfiguration_under_load", testReconfigurationUnderLoad},
 	{"close_with_every_endpoint_blackholed", testCloseAllBlackholed},
+	{"directed_reads_by_group", testDirectedReadsByGroup},
 }
 
 func TestIntegration(t *testing.T) {

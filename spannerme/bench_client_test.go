@@ -132,6 +132,33 @@ var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClien
 		return c, func() { c.Close(); _ = front.Close(); ours.Close() }
 	}})
 
+// benchClientsDirected adds, for the per-call benchmarks, this package's client with a
+// directed read policy (Settings.DirectedReads): "spannerme-policy-elsewhere" has it on a
+// group its calls do not use, and must cost what "spannerme" costs; "spannerme-directed" has
+// it on the group its reads use, each of which is sent as a copy carrying the policy.
+var benchClientsDirected = []benchClient{
+	{"spannerme-policy-elsewhere", benchDirectedClient("west")},
+	{"spannerme-directed", benchDirectedClient("default")},
+}
+
+// benchDirectedClient builds this package's client over groups "default" and "west" (both the
+// endpoint), with a read-only-replicas policy on the group named policyOn.
+func benchDirectedClient(policyOn string) func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
+	return func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
+		s := benchSettings
+		s.DirectedReads = map[string]*sppb.DirectedReadOptions{policyOn: {Replicas: &sppb.DirectedReadOptions_IncludeReplicas_{
+			IncludeReplicas: &sppb.DirectedReadOptions_IncludeReplicas{ReplicaSelections: []*sppb.DirectedReadOptions_ReplicaSelection{
+				{Type: sppb.DirectedReadOptions_ReplicaSelection_READ_ONLY}}}}}}
+		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
+			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint), "west": group(0, 0, endpoint)}),
+			s, benchClientOptions()...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c, func() { c.Close(); _ = gme.Close() }
+	}
+}
+
 // benchSpannertest starts a seeded spannertest server with events rows of payload bytes.
 func benchSpannertest(b *testing.B, events, payload int) (addr, database string, accounts []fixture.Account) {
 	b.Helper()
@@ -160,7 +187,7 @@ func benchSpannertest(b *testing.B, events, payload int) (addr, database string,
 // BenchmarkClient_PointRead reads one row by key (a StreamingRead).
 func BenchmarkClient_PointRead(b *testing.B) {
 	addr, db, accounts := benchSpannertest(b, 0, 0)
-	for _, bc := range benchClientsCallPath {
+	for _, bc := range append(benchClientsCallPath[:len(benchClientsCallPath):len(benchClientsCallPath)], benchClientsDirected...) {
 		b.Run(bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()

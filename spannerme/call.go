@@ -22,7 +22,9 @@ import (
 // GCPMultiEndpoint); UNAVAILABLE when reconfigurations kept retiring the picked pool (rare;
 // retryable); the context's error, as a gRPC status, if it ends while the call waits. A call
 // sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
-// gets the group and the endpoint as attributes.
+// gets the group and the endpoint as attributes. A read-only query or read routed through a
+// group with a policy (Settings.DirectedReads) is sent with the group's DirectedReadOptions
+// when it has none of its own; args itself is never modified.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	class := methodClass(method, args)
 	p, me, err := gme.pickConnected(ctx, class, opts)
@@ -30,8 +32,15 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		return err
 	}
 	defer p.Release()
+	dr := gme.directedReads()
+	if dro := dr[me.Name()]; dro != nil {
+		args = gme.withDirectedReads(args, dro)
+	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
+	if err == nil && dr != nil {
+		gme.noteReadOnlyBegin(method, args, reply)
+	}
 	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
 	return err

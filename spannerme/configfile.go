@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
@@ -28,8 +29,8 @@ type FileConfig struct {
 	// sets poolSize or sessionAffinity, GRPCgcpConfig (else nil: the defaults). DialFunc is
 	// nil. Options was validated as NewGCPMultiEndpoint validates it.
 	Options *grpcgcp.GCPMultiEndpointOptions
-	// Settings holds the file's settings section, and EndpointOptions from its endpoints
-	// section. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
+	// Settings holds the file's settings section, EndpointOptions from its endpoints
+	// section, and DirectedReads from its groups' directedReads. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
 	// Health.Probe): set it before use.
 	Settings Settings
 	// Hash is the hex SHA-256 of the file's bytes.
@@ -465,11 +466,91 @@ func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
 			g.SwitchingDelay, err = d.duration(n, p, "")
 			return err
 		},
+		"directedReads": func(n *yaml.Node, p string) error { return d.directedReads(name, n, p) },
 	})
 	if err == nil && d.nodes[join(path, "endpoints")] == nil {
 		return d.errAt(resolve(n), join(path, "endpoints"), "required field missing")
 	}
 	return err
+}
+
+// directedReads reads a group's directedReads into Settings.DirectedReads (directedreads.go):
+// includeReplicas (with autoFailoverDisabled) or excludeReplicas, each a list of
+// {location, type} selections.
+func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) error {
+	var include, exclude []*spannerpb.DirectedReadOptions_ReplicaSelection
+	var noFailover bool
+	selections := func(dst *[]*spannerpb.DirectedReadOptions_ReplicaSelection) func(*yaml.Node, string) error {
+		return func(n *yaml.Node, p string) error {
+			n = resolve(n)
+			if n.Kind != yaml.SequenceNode {
+				return d.errAt(n, p, "want a list of replica selections ({location: us-west2, type: READ_ONLY}), got %s", kindName(n))
+			}
+			*dst = []*spannerpb.DirectedReadOptions_ReplicaSelection{} // present, even if empty
+			for i, e := range n.Content {
+				sel := &spannerpb.DirectedReadOptions_ReplicaSelection{}
+				err := d.mapping(e, fmt.Sprintf("%s[%d]", p, i), fieldDecoders{
+					"location": func(n *yaml.Node, p string) (err error) {
+						sel.Location, err = d.str(n, p)
+						return err
+					},
+					"type": func(n *yaml.Node, p string) error {
+						v, err := d.str(n, p)
+						if err != nil {
+							return err
+						}
+						switch v {
+						case "READ_ONLY":
+							sel.Type = spannerpb.DirectedReadOptions_ReplicaSelection_READ_ONLY
+						case "READ_WRITE":
+							sel.Type = spannerpb.DirectedReadOptions_ReplicaSelection_READ_WRITE
+						default:
+							return d.errAt(resolve(n), p, "want READ_ONLY or READ_WRITE, got %q", v)
+						}
+						return nil
+					},
+				})
+				if err != nil {
+					return err
+				}
+				*dst = append(*dst, sel)
+			}
+			return nil
+		}
+	}
+	err := d.mapping(n, path, fieldDecoders{
+		"includeReplicas": selections(&include),
+		"excludeReplicas": selections(&exclude),
+		"autoFailoverDisabled": func(n *yaml.Node, p string) (err error) {
+			noFailover, err = d.boolean(n, p)
+			return err
+		},
+	})
+	if err != nil {
+		return err
+	}
+	o := &spannerpb.DirectedReadOptions{}
+	switch {
+	case include != nil && exclude != nil:
+		return d.errAt(resolve(n), path, "give includeReplicas or excludeReplicas, not both")
+	case exclude != nil && d.nodes[join(path, "autoFailoverDisabled")] != nil:
+		return d.errAt(d.nodes[join(path, "autoFailoverDisabled")], join(path, "autoFailoverDisabled"),
+			"applies only to includeReplicas")
+	case include != nil:
+		o.Replicas = &spannerpb.DirectedReadOptions_IncludeReplicas_{IncludeReplicas: &spannerpb.DirectedReadOptions_IncludeReplicas{
+			ReplicaSelections: include, AutoFailoverDisabled: noFailover}}
+	case exclude != nil:
+		o.Replicas = &spannerpb.DirectedReadOptions_ExcludeReplicas_{ExcludeReplicas: &spannerpb.DirectedReadOptions_ExcludeReplicas{
+			ReplicaSelections: exclude}}
+	}
+	if problem := checkDirectedReadOptions(o); problem != "" {
+		return d.errAt(resolve(n), path, "group %q: %s", group, problem)
+	}
+	if d.settings.DirectedReads == nil {
+		d.settings.DirectedReads = map[string]*spannerpb.DirectedReadOptions{}
+	}
+	d.settings.DirectedReads[group] = o
+	return nil
 }
 
 func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {

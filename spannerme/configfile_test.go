@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestParseConfigExamples(t *testing.T) {
@@ -20,6 +22,15 @@ func TestParseConfigExamples(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		parsed = append(parsed, c)
+	}
+	// Protocol buffers compare with proto.Equal, not reflect.DeepEqual.
+	wantDirected := &spannerpb.DirectedReadOptions{Replicas: &spannerpb.DirectedReadOptions_IncludeReplicas_{IncludeReplicas: &spannerpb.DirectedReadOptions_IncludeReplicas{
+		ReplicaSelections: []*spannerpb.DirectedReadOptions_ReplicaSelection{{Location: "us-west2", Type: spannerpb.DirectedReadOptions_ReplicaSelection_READ_ONLY}}}}}
+	for i, p := range parsed {
+		if dr := p.Settings.DirectedReads; len(dr) != 1 || !proto.Equal(dr["west"], wantDirected) {
+			t.Errorf("example %d: DirectedReads %v, want west: %v", i, dr, wantDirected)
+		}
+		p.Settings.DirectedReads = nil
 	}
 	c := parsed[0]
 	wantGroups := map[string]*multiendpoint.MultiEndpointOptions{

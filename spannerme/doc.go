@@ -51,6 +51,17 @@
 // down creates its session through another group, and calls routed to a group that is up
 // are served.
 //
+// Routing picks the network path, not the replica: which replica serves a read-only request
+// is Spanner's choice unless the request carries DirectedReadOptions
+// (https://cloud.google.com/spanner/docs/directed-reads). A group with a policy
+// (Settings.DirectedReads, the configuration file's directedReads) adds it to the read-only
+// queries and reads routed through it that carry none of their own: single-use ones, those
+// of read-only transactions (begun by the request, or seen beginning read-only through this
+// GCPMultiEndpoint), and partitioned queries. Read-write transactions, DML and partitioned
+// DML go without it, as Spanner refuses directed reads there; a request's own options always
+// win; groups without a policy send every request unchanged. GroupStatus.DirectedReads and
+// the status page show each group's policy.
+//
 // # Failure semantics
 //
 //   - Failover: while the current endpoint is down and before RecoveryTimeout has passed,

@@ -57,6 +57,12 @@ type GCPMultiEndpoint struct {
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
+	// directed is the validated Settings.DirectedReads that apply publishes in every
+	// snapshot; read and written only under updateMu.
+	directed directedReads
+	// roTxns are the read-only transactions seen beginning, for the directed reads of the
+	// requests that name them by ID.
+	roTxns readOnlyTxns
 	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
 	configStatus atomic.Pointer[ConfigStatus]
 
@@ -110,10 +116,11 @@ type snapshot struct {
 	groups      map[string]*multiendpoint.MultiEndpoint
 	byName      []*multiendpoint.MultiEndpoint // groups sorted by name, for sessionGroup
 	pools       map[string]*pool.Pool
+	directed    directedReads // Settings.DirectedReads; nil when no group has a policy
 }
 
-func newSnapshot(defaultName string, groups map[string]*multiendpoint.MultiEndpoint, pools map[string]*pool.Pool) *snapshot {
-	s := &snapshot{defaultName: defaultName, def: groups[defaultName], groups: groups, pools: pools}
+func newSnapshot(defaultName string, groups map[string]*multiendpoint.MultiEndpoint, pools map[string]*pool.Pool, directed directedReads) *snapshot {
+	s := &snapshot{defaultName: defaultName, def: groups[defaultName], groups: groups, pools: pools, directed: directed}
 	for _, name := range slices.Sorted(maps.Keys(groups)) {
 		s.byName = append(s.byName, groups[name])
 	}
@@ -266,6 +273,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		pl:           pl,
 		log:          settings.Logger,
 		endpointOpts: s.endpointOpts,
+		directed:     s.directed,
 		groups:       make(map[string]*multiendpoint.MultiEndpoint),
 		pools:        make(map[string]*pool.Pool),
 		retired:      make(map[*pool.Pool]bool),

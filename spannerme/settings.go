@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -55,6 +56,25 @@ type Settings struct {
 	// configured (yet) are allowed. Nil means none. A bad entry (or a Name that two entries
 	// give) is a *ConfigError naming the endpoint.
 	EndpointOptions map[string]EndpointOptions
+	// DirectedReads holds the directed read policy of groups, by group name: the
+	// DirectedReadOptions (https://cloud.google.com/spanner/docs/directed-reads) added to each
+	// read-only query and read routed through the group (unary and streaming ExecuteSql and
+	// Read, partitioned queries included) that has none of its own, so that, say, the "west"
+	// group's readers read west replicas, or an analytics group reads only READ_ONLY ones.
+	// Read-only means: a single-use read-only transaction (or none: Spanner's default), a
+	// read-only transaction the request begins, or one named by the ID of a read-only
+	// transaction this GCPMultiEndpoint saw begin (by BeginTransaction, or inline through a
+	// group with a policy; the latest 8192 are remembered). Read-write transactions, DML,
+	// partitioned DML and every other request are sent unchanged (Spanner refuses directed
+	// reads in read-write transactions), and a request's own DirectedReadOptions always win.
+	// The caller's request messages are never modified. A group without an entry, and every
+	// group when DirectedReads is nil, sends its requests unchanged at no cost. Entries of
+	// groups not configured (yet) are allowed; they apply once such a group exists. The
+	// options are copied when the GCPMultiEndpoint is created (and at each reload of a watched
+	// file, which replaces them with the file's). Each entry must set includeReplicas or
+	// excludeReplicas with 1 to MaxReplicaSelections selections, each naming a location, a
+	// type (READ_ONLY or READ_WRITE) or both; else a *ConfigError naming the group.
+	DirectedReads map[string]*spannerpb.DirectedReadOptions
 	// Logger receives one line per transition, never one per call: an endpoint down (Warn,
 	// with the classified connection error), up (Info), a failed connection attempt while it
 	// is down (Warn, once per kind of error), each ejection (Warn) and readmission (Info) of an
@@ -129,10 +149,12 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// parsedSettings is a validated Settings with its defaults, and its EndpointOptions parsed.
+// parsedSettings is a validated Settings with its defaults, and its EndpointOptions and
+// DirectedReads parsed.
 type parsedSettings struct {
 	Settings
 	endpointOpts endpointOptions
+	directed     directedReads
 }
 
 // parse validates s and returns it with its defaults. Errors: a *ConfigError naming the
@@ -145,5 +167,9 @@ func (s Settings) parse() (parsedSettings, error) {
 	if err != nil {
 		return parsedSettings{}, err
 	}
-	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo}, nil
+	dr, err := parseDirectedReads(s.DirectedReads)
+	if err != nil {
+		return parsedSettings{}, err
+	}
+	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo, directed: dr}, nil
 }

@@ -109,6 +109,9 @@ type GroupStatus struct {
 	// Closed reports whether the group has stopped (Close, or the group was removed by
 	// UpdateMultiEndpoints while this view was taken).
 	Closed bool `json:"closed"`
+	// DirectedReads is the group's directed read policy in force (Settings.DirectedReads);
+	// nil when it has none (its requests are sent unchanged), and after Close.
+	DirectedReads *DirectedReadsStatus `json:"directedReads,omitempty"`
 }
 
 // groupStatusJSON is GroupStatus with its durations as strings.
@@ -321,8 +324,9 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		}
 	}
 	closedAt := gme.closedAt
+	var directed directedReads
 	if s := gme.snap.Load(); s != nil {
-		st.Default = s.defaultName
+		st.Default, directed = s.defaultName, s.directed
 	} else {
 		st.Default = gme.lastDefault
 	}
@@ -349,6 +353,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		if g.Switches == nil {
 			g.Switches = []SwitchEvent{}
 		}
+		g.DirectedReads = directedReadsStatusOf(directed[g.Name])
 		if st.Closed {
 			// Nothing serves after Close: say so, whatever the stopped groups last knew.
 			g.Current, g.PendingSwitch, g.PendingSwitchAt, g.Closed = "", "", time.Time{}, true

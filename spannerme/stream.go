@@ -16,7 +16,10 @@ import (
 // cancel ctx. gRPC reports that cancellation through a grpc.OnFinish call option: a stream
 // interceptor among the caller's dial options that does not pass the call options on to gRPC
 // hides it, and a stream abandoned that way then counts as in flight until its endpoint's
-// pool is closed (Settings.DrainTimeout after the endpoint is removed).
+// pool is closed (Settings.DrainTimeout after the endpoint is removed). The request of a
+// read-only streaming query or read routed through a group with a policy
+// (Settings.DirectedReads) is sent with the group's DirectedReadOptions when it has none of
+// its own, as for Invoke.
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return gme.newStream(ctx, desc, method, "", opts)
 }
@@ -30,5 +33,11 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		return nil, withRequestID(err, id)
 	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
-	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	if err == nil && directedStreamMethod(method) {
+		if dro := gme.directedReads()[me.Name()]; dro != nil {
+			cs = &directedStream{ClientStream: cs, gme: gme, dro: dro}
+		}
+	}
+	return cs, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"google.golang.org/grpc"
 
@@ -138,7 +139,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 			groups[g.name] = created[g.name]
 		}
 	}
-	gme.snap.Store(newSnapshot(cfg.defaultName, groups, union))
+	gme.snap.Store(newSnapshot(cfg.defaultName, groups, union, gme.directed))
 	for _, g := range cfg.groups {
 		if me := oldGroups[g.name]; me != nil {
 			// Validated by parseConfig; it fails only after the group's Close, which only
@@ -151,7 +152,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 	for e := range want {
 		pools[e] = union[e]
 	}
-	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools))
+	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools, gme.directed))
 	gme.changed.signal()
 	// 5. Start monitoring the new pools; sync every group with every pool's availability
 	// (an endpoint already READY that a group starts listing is Available at once).
@@ -281,6 +282,23 @@ func (gme *GCPMultiEndpoint) noteDialed(fresh map[string]*pool.Pool, want map[st
 // apply once the endpoint is removed and added again, or at a restart).
 // On error nothing changes. Errors as for UpdateMultiEndpoints, and a *ConfigError for eo.
 func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions) (stale []string, err error) {
+	return gme.updateWithSettings(meOpts, eo, nil, true)
+}
+
+// updateFromFile is updateWithEndpointOptions that also replaces the directed read policies
+// (Settings.DirectedReads) with dr, from the next call on: a watched file's reload. Errors as
+// for updateWithEndpointOptions, and a *ConfigError naming the group for dr.
+func (gme *GCPMultiEndpoint) updateFromFile(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions, dr map[string]*spannerpb.DirectedReadOptions) (stale []string, err error) {
+	return gme.updateWithSettings(meOpts, eo, dr, false)
+}
+
+// updateWithSettings applies meOpts with the endpoint options eo and, unless keepDirected,
+// the directed read policies dr; on error nothing changes.
+func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions,
+	dr map[string]*spannerpb.DirectedReadOptions, keepDirected bool) (stale []string, err error) {
+	if gme.zero() {
+		return nil, ErrClosed
+	}
 	cfg, err := parseConfig(meOpts)
 	if err != nil {
 		return nil, err
@@ -289,13 +307,20 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 	if err != nil {
 		return nil, err
 	}
+	directed, err := parseDirectedReads(dr)
+	if err != nil {
+		return nil, err
+	}
 	cfg.collapseTo(gme.pl.emulator)
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
-	old := gme.endpointOpts
+	old, oldDirected := gme.endpointOpts, gme.directed
 	gme.endpointOpts = opts
+	if !keepDirected {
+		gme.directed = directed
+	}
 	if err := gme.apply(cfg); err != nil {
-		gme.endpointOpts = old
+		gme.endpointOpts, gme.directed = old, oldDirected
 		return nil, err
 	}
 	for e, dialed := range gme.dialedOpts {

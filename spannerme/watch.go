@@ -93,7 +93,9 @@ type ConfigWatcher struct {
 // nothing.
 //
 // Each reload applies the groups, endpoints, durations and Default through
-// UpdateMultiEndpoints, with the file's EndpointOptions for pools it dials. What a running
+// UpdateMultiEndpoints, with the file's EndpointOptions for pools it dials, and replaces the
+// directed read policies (Settings.DirectedReads) with the file's, for the calls that start
+// after it. What a running
 // GCPMultiEndpoint cannot change (settings, pool size, session affinity, the options of an
 // endpoint already dialed) is logged and listed in ConfigStatus.RestartNeeded. An edit that
 // cannot be read, parsed, validated or applied changes nothing: the last good configuration
@@ -229,7 +231,7 @@ func (w *ConfigWatcher) reload() error {
 	if err != nil {
 		return w.fail(err)
 	}
-	stale, err := w.gme.updateWithEndpointOptions(fc.Options, fc.Settings.EndpointOptions)
+	stale, err := w.gme.updateFromFile(fc.Options, fc.Settings.EndpointOptions, fc.Settings.DirectedReads)
 	if err != nil {
 		return w.fail(fmt.Errorf("spannerme configuration: %s: applying: %w", w.path, err))
 	}

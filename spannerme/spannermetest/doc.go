@@ -47,7 +47,9 @@
 //	SetLatency    added delay before each call is forwarded, failed or
 //	              held; composes with the modes.
 //
-// It counts calls per method ([Frontend.Stats]) and takes the limits of a
+// It counts calls per method ([Frontend.Stats]), can keep the request
+// messages it forwards ([WithRequestRecording], [Frontend.Requests]), so a
+// test can assert what each call carried, and takes the limits of a
 // Google frontend as options: concurrent streams per connection
 // ([WithMaxConcurrentStreams]) and connection age, ended by GOAWAY
 // ([WithMaxConnectionAge]).

@@ -122,6 +122,7 @@ type FrontendStats struct {
 type FrontendOption func(*frontendOptions)
 
 type frontendOptions struct {
+	record        int // WithRequestRecording's limit; 0: off
 	maxStreams    uint32
 	maxAge, grace time.Duration
 	seed          uint64
@@ -165,6 +166,33 @@ func WithMaxConnectionAge(age, grace time.Duration) FrontendOption {
 // default is a random seed.
 func WithSeed(seed int64) FrontendOption {
 	return func(o *frontendOptions) { o.seed, o.seeded = uint64(seed), true }
+}
+
+// WithRequestRecording makes the frontend keep a copy of each request message it forwards
+// to the backend, up to limit messages (later ones are not kept), for [Frontend.Requests]:
+// a test can then assert what each call carried, for example which Spanner requests had
+// DirectedReadOptions. Calls failed or held by the frontend send it no message to keep.
+// Without it nothing is kept. A limit below 1 makes [NewFrontend] fail.
+func WithRequestRecording(limit int) FrontendOption {
+	return func(o *frontendOptions) {
+		if limit < 1 {
+			o.errs = append(o.errs, fmt.Errorf("WithRequestRecording(%d): limit below 1", limit))
+			return
+		}
+		o.record = limit
+	}
+}
+
+// RecordedRequest is one request message a [Frontend] forwarded
+// ([WithRequestRecording]).
+type RecordedRequest struct {
+	// Method is the call's full method name, e.g.
+	// "/google.spanner.v1.Spanner/ExecuteStreamingSql".
+	Method string
+	// Message is the request message as it crossed the wire: for the Spanner API, a
+	// serialized protocol buffer to proto.Unmarshal into the method's request type
+	// (spannerpb.ExecuteSqlRequest and so on). It is the caller's copy.
+	Message []byte
 }
 
 // WithServerOptions adds options to the frontend's grpc.Server, after its
@@ -222,10 +250,12 @@ type Frontend struct {
 	mu       sync.Mutex
 	behavior atomic.Pointer[behavior] // never nil
 
-	// statsMu guards total and methods.
-	statsMu sync.Mutex
-	total   CallStats
-	methods map[string]*CallStats
+	// statsMu guards total, methods and recorded.
+	statsMu  sync.Mutex
+	total    CallStats
+	methods  map[string]*CallStats
+	recorded []RecordedRequest
+	record   int // WithRequestRecording's limit; 0: off
 
 	// pumps counts the goroutines that copy request messages to the
 	// backend; one may outlive its call briefly (until gRPC ends the
@@ -301,6 +331,7 @@ func NewFrontend(backend string, opts ...FrontendOption) (*Frontend, error) {
 		done:      make(chan struct{}),
 		seed:      o.seed,
 		methods:   make(map[string]*CallStats),
+		record:    o.record,
 	}
 	f.behavior.Store(&behavior{mode: FrontendPass})
 	sopts := []grpc.ServerOption{
@@ -491,14 +522,49 @@ func (f *Frontend) Stats() FrontendStats {
 	return st
 }
 
-// ResetStats sets the call counters (totals and per method) to zero. Calls
-// in progress are counted afresh only for what happens to them after the
-// reset. Connection counters are kept.
+// ResetStats sets the call counters (totals and per method) to zero and
+// forgets the recorded requests ([Frontend.Requests]). Calls in progress are
+// counted afresh only for what happens to them after the reset. Connection
+// counters are kept.
 func (f *Frontend) ResetStats() {
 	f.statsMu.Lock()
 	defer f.statsMu.Unlock()
 	f.total = CallStats{}
 	clear(f.methods)
+	f.recorded = nil
+}
+
+// Requests returns the request messages recorded since [NewFrontend] or the
+// last [Frontend.ResetStats], in the order the frontend forwarded them (the
+// messages of one call in their order), up to the limit of
+// [WithRequestRecording]; nil without it. A message is recorded before it
+// is sent to the backend, so a call that has had its response has every
+// message it sent before recorded. The slice and its messages are fresh
+// copies the caller may keep and modify.
+func (f *Frontend) Requests() []RecordedRequest {
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	if f.recorded == nil {
+		return nil
+	}
+	out := make([]RecordedRequest, len(f.recorded))
+	for i, r := range f.recorded {
+		out[i] = RecordedRequest{Method: r.Method, Message: append([]byte(nil), r.Message...)}
+	}
+	return out
+}
+
+// recordRequest keeps a copy of a request message of method, within the
+// limit of WithRequestRecording.
+func (f *Frontend) recordRequest(method string, m *rawFrame) {
+	if f.record == 0 {
+		return
+	}
+	f.statsMu.Lock()
+	defer f.statsMu.Unlock()
+	if len(f.recorded) < f.record {
+		f.recorded = append(f.recorded, RecordedRequest{Method: method, Message: m.data.Materialize()})
+	}
 }
 
 // count adds one to the counter that field selects, for method and in
@@ -636,6 +702,7 @@ func (f *Frontend) forward(ctx context.Context, method string, ss grpc.ServerStr
 				}
 				return
 			}
+			f.recordRequest(method, m)
 			err := cs.SendMsg(m)
 			m.free()
 			if err != nil {

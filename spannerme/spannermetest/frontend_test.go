@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 )
@@ -233,6 +236,7 @@ func TestNewFrontendRejectsBadInput(t *testing.T) {
 		{"no port", "127.0.0.1", nil},
 		{"negative age", "127.0.0.1:1", []FrontendOption{WithMaxConnectionAge(-time.Second, 0)}},
 		{"negative grace", "127.0.0.1:1", []FrontendOption{WithMaxConnectionAge(time.Second, -1)}},
+		{"recording limit 0", "127.0.0.1:1", []FrontendOption{WithRequestRecording(0)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := NewFrontend(tc.backend, tc.opts...)
@@ -1113,5 +1117,87 @@ func TestFrontendFailMethods(t *testing.T) {
 	}
 	if st.Accepted != 1 {
 		t.Errorf("Accepted = %d, want 1: the connection stays up", st.Accepted)
+	}
+}
+
+// With WithRequestRecording the frontend keeps every request message it forwards, in order,
+// up to the limit: unary requests and each message of a client stream; calls it fails send
+// none; ResetStats forgets them. Without it, Requests is nil.
+func TestFrontendRecordsRequests(t *testing.T) {
+	b := startTestBackend(t)
+	f := NewFrontendTB(t, b.addr, WithRequestRecording(4))
+	plain := NewFrontendTB(t, b.addr)
+	tc := testClient(t, f.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+
+	if _, err := tc.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("one")}}); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := tc.StreamingInputCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"two", "three"} {
+		if err := cs.Send(&testpb.StreamingInputCallRequest{Payload: &testpb.Payload{Body: []byte(body)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cs.CloseAndRecv(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("failed")}}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("call during FailAll: %v", err)
+	}
+	f.Pass()
+	for _, body := range []string{"four", "five"} { // the limit keeps "four" only
+		if _, err := tc.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte(body)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var got []string
+	for _, r := range f.Requests() {
+		var body []byte
+		switch r.Method {
+		case "/grpc.testing.TestService/UnaryCall":
+			var m testpb.SimpleRequest
+			if err := proto.Unmarshal(r.Message, &m); err != nil {
+				t.Fatal(err)
+			}
+			body = m.GetPayload().GetBody()
+		case "/grpc.testing.TestService/StreamingInputCall":
+			var m testpb.StreamingInputCallRequest
+			if err := proto.Unmarshal(r.Message, &m); err != nil {
+				t.Fatal(err)
+			}
+			body = m.GetPayload().GetBody()
+		default:
+			t.Fatalf("recorded method %q", r.Method)
+		}
+		got = append(got, r.Method[strings.LastIndex(r.Method, "/")+1:]+":"+string(body))
+	}
+	want := []string{"UnaryCall:one", "StreamingInputCall:two", "StreamingInputCall:three", "UnaryCall:four"}
+	if !slices.Equal(got, want) {
+		t.Errorf("recorded %q, want %q", got, want)
+	}
+	mine := f.Requests()
+	first := bytes.Clone(mine[0].Message)
+	mine[0].Message[0] ^= 0xff // the caller's copy
+	if again := f.Requests(); !bytes.Equal(again[0].Message, first) {
+		t.Errorf("modifying a returned message changed the frontend's record")
+	}
+	f.ResetStats()
+	if r := f.Requests(); r != nil {
+		t.Errorf("after ResetStats: %d requests", len(r))
+	}
+	if _, err := testClient(t, plain.Addr()).UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := plain.Requests(); r != nil {
+		t.Errorf("a frontend without WithRequestRecording recorded %d requests", len(r))
 	}
 }

@@ -301,3 +301,39 @@ func TestStatusPageShowsEndpointNames(t *testing.T) {
 		}
 	}
 }
+
+// The page and the JSON show each group's directed read policy, and "none" for a group
+// without one.
+func TestStatusHandlerShowsDirectedReads(t *testing.T) {
+	policy := &spannerme.DirectedReadsStatus{
+		IncludeReplicas:      []spannerme.ReplicaSelection{{Location: "us-west2", Type: "READ_ONLY"}, {Location: "us-east4"}},
+		AutoFailoverDisabled: true,
+	}
+	ep := []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Available}}
+	h := Handler(cannedSource{At: time.Now(), Default: "default",
+		Groups: []spannerme.GroupStatus{
+			{Name: "default", Current: "a:1", Endpoints: ep},
+			{Name: "west", Current: "a:1", Endpoints: ep, DirectedReads: policy},
+		},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}}})
+	_, page := get(t, h, http.MethodGet, "/", "")
+	for _, want := range []string{
+		`data-group="west">directed reads: include us-west2/READ_ONLY, us-east4 (auto failover disabled)</span>`,
+		`data-group="default">directed reads: none</span>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	_, doc := get(t, h, http.MethodGet, "/?format=json", "")
+	var st spannerme.Status
+	if err := json.Unmarshal([]byte(doc), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Groups[1].DirectedReads; got == nil || got.String() != policy.String() || st.Groups[0].DirectedReads != nil {
+		t.Errorf("JSON policies: default %+v, west %+v\n%s", st.Groups[0].DirectedReads, got, doc)
+	}
+	if !strings.Contains(doc, `"includeReplicas": [`) || !strings.Contains(doc, `"type": "READ_ONLY"`) {
+		t.Errorf("JSON form:\n%s", doc)
+	}
+}

@@ -1,0 +1,357 @@
+package spannerme
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Per-group directed reads (Settings.DirectedReads). Routing picks the network path (a
+// group's PSC endpoint); which replica serves a read-only request is Spanner's choice unless
+// the request carries DirectedReadOptions (https://cloud.google.com/spanner/docs/directed-reads).
+// A group's policy is added to the read-only requests routed through the group that carry
+// none of their own; Spanner refuses directed reads in read-write transactions and
+// partitioned DML (same page), so those never get it.
+
+// MaxReplicaSelections is the most replica selections one DirectedReadOptions may list
+// (includeReplicas or excludeReplicas): 10, Spanner's limit
+// (https://cloud.google.com/spanner/docs/directed-reads, Limitations).
+const MaxReplicaSelections = 10
+
+// Full method names of the requests that may carry DirectedReadOptions, and of
+// BeginTransaction, whose read-only transactions' IDs are remembered.
+const (
+	methodExecuteSQL          = spannerService + "ExecuteSql"
+	methodExecuteStreamingSQL = spannerService + "ExecuteStreamingSql"
+	methodRead                = spannerService + "Read"
+	methodStreamingRead       = spannerService + "StreamingRead"
+	methodBeginTransaction    = spannerService + "BeginTransaction"
+)
+
+// directedReads is the validated Settings.DirectedReads: a deep copy, by group name, shared
+// read-only by every request it is added to. Nil means no group has a policy.
+type directedReads map[string]*spannerpb.DirectedReadOptions
+
+// parseDirectedReads validates dr and returns a deep copy of it (nil when dr is empty).
+// Entries of groups not configured (yet) are allowed. Errors: a *ConfigError naming the
+// group, for the first invalid entry by group name.
+func parseDirectedReads(dr map[string]*spannerpb.DirectedReadOptions) (directedReads, error) {
+	if len(dr) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(dr))
+	for name := range dr {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make(directedReads, len(dr))
+	for _, name := range names {
+		if problem := checkDirectedReadOptions(dr[name]); problem != "" {
+			return nil, configErr(name, "", -1, "Settings.DirectedReads: %s", problem)
+		}
+		out[name] = proto.Clone(dr[name]).(*spannerpb.DirectedReadOptions)
+	}
+	return out, nil
+}
+
+// checkDirectedReadOptions returns what is wrong with o as a group's policy, or "".
+func checkDirectedReadOptions(o *spannerpb.DirectedReadOptions) string {
+	var sels []*spannerpb.DirectedReadOptions_ReplicaSelection
+	kind := "includeReplicas"
+	switch r := o.GetReplicas().(type) {
+	case nil:
+		if o == nil {
+			return "nil DirectedReadOptions (leave the group out for no policy)"
+		}
+		return "neither includeReplicas nor excludeReplicas is set"
+	case *spannerpb.DirectedReadOptions_IncludeReplicas_:
+		sels = r.IncludeReplicas.GetReplicaSelections()
+	case *spannerpb.DirectedReadOptions_ExcludeReplicas_:
+		sels, kind = r.ExcludeReplicas.GetReplicaSelections(), "excludeReplicas"
+	}
+	if len(sels) == 0 {
+		return kind + " lists no replica selection"
+	}
+	if len(sels) > MaxReplicaSelections {
+		return fmt.Sprintf("%s lists %d replica selections; Spanner allows at most %d", kind, len(sels), MaxReplicaSelections)
+	}
+	for i, s := range sels {
+		if s == nil {
+			return fmt.Sprintf("%s[%d] is nil", kind, i)
+		}
+		switch s.GetType() {
+		case spannerpb.DirectedReadOptions_ReplicaSelection_TYPE_UNSPECIFIED,
+			spannerpb.DirectedReadOptions_ReplicaSelection_READ_WRITE,
+			spannerpb.DirectedReadOptions_ReplicaSelection_READ_ONLY:
+		default:
+			return fmt.Sprintf("%s[%d]: unknown replica type %d (want READ_ONLY or READ_WRITE)", kind, i, s.GetType())
+		}
+		if s.GetLocation() == "" && s.GetType() == spannerpb.DirectedReadOptions_ReplicaSelection_TYPE_UNSPECIFIED {
+			return fmt.Sprintf("%s[%d] names neither a location nor a type", kind, i)
+		}
+	}
+	return ""
+}
+
+// readOnlyTxns remembers the IDs of the read-only transactions begun through this
+// GCPMultiEndpoint (BeginTransaction with read-only options, or a read-only begin inlined in
+// a query or read of a group with a policy), so that the queries and reads that name one by
+// ID get directed reads: a request naming a transaction by ID says nothing of its mode, and a
+// read-write one must never get them. Read-only transactions have no end Spanner is told of,
+// so the oldest IDs are forgotten past maxReadOnlyTxns: a request naming a forgotten (or never
+// seen) transaction gets no policy, which Spanner always accepts. Safe for concurrent use.
+type readOnlyTxns struct {
+	mu   sync.Mutex // guards ids, ring and next
+	ids  map[string]struct{}
+	ring []string // the IDs in ids, oldest at next once full
+	next int
+}
+
+// maxReadOnlyTxns bounds the remembered read-only transaction IDs (about 100 bytes each).
+const maxReadOnlyTxns = 8192
+
+// add remembers id; an empty id is ignored.
+func (t *readOnlyTxns) add(id []byte) {
+	if len(id) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.ids[string(id)]; ok {
+		return
+	}
+	if t.ids == nil {
+		t.ids = make(map[string]struct{})
+	}
+	s := string(id)
+	if len(t.ring) < maxReadOnlyTxns {
+		t.ring = append(t.ring, s)
+	} else {
+		delete(t.ids, t.ring[t.next])
+		t.ring[t.next] = s
+		t.next = (t.next + 1) % maxReadOnlyTxns
+	}
+	t.ids[s] = struct{}{}
+}
+
+// has reports whether id is a remembered read-only transaction's.
+func (t *readOnlyTxns) has(id []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.ids[string(id)]
+	return ok
+}
+
+// directedReads returns the policies of the routing snapshot in force (nil when no group
+// has one, and after Close). It allocates nothing; indexing the nil map costs no hashing.
+func (gme *GCPMultiEndpoint) directedReads() directedReads {
+	if s := gme.snap.Load(); s != nil {
+		return s.directed
+	}
+	return nil
+}
+
+// readOnlySelector reports whether a request with transaction selector sel runs in a
+// read-only transaction: single-use read-only (or none: Spanner's default for queries and
+// reads is a temporary read-only transaction, spanner.proto ExecuteSqlRequest.transaction),
+// one it begins read-only, or one named by the ID of a remembered read-only transaction.
+func (gme *GCPMultiEndpoint) readOnlySelector(sel *spannerpb.TransactionSelector) bool {
+	if id := sel.GetId(); id != nil {
+		return gme.roTxns.has(id)
+	}
+	return readOnly(sel)
+}
+
+// withDirectedReads returns req with dro added when req is a query or read (ExecuteSql,
+// ExecuteStreamingSql, Read, StreamingRead) without DirectedReadOptions of its own that runs
+// read-only (readOnlySelector); otherwise req itself. The caller's message is never
+// modified (the Spanner client reuses it, on retries among others): the result is a shallow
+// copy sharing every other field with it, which gRPC only reads.
+func (gme *GCPMultiEndpoint) withDirectedReads(req any, dro *spannerpb.DirectedReadOptions) any {
+	switch r := req.(type) {
+	case *spannerpb.ExecuteSqlRequest:
+		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Transaction) {
+			return req
+		}
+		c := shallowCopy(r)
+		c.DirectedReadOptions = dro
+		return c
+	case *spannerpb.ReadRequest:
+		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Transaction) {
+			return req
+		}
+		c := shallowCopy(r)
+		c.DirectedReadOptions = dro
+		return c
+	}
+	return req
+}
+
+// shallowCopy returns a new message of m's type whose fields (unknown ones included) are
+// m's: message, list and map fields share m's memory.
+func shallowCopy[M proto.Message](m M) M {
+	src := m.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	if u := src.GetUnknown(); len(u) > 0 {
+		dst.SetUnknown(u)
+	}
+	return dst.Interface().(M)
+}
+
+// beginsReadOnly reports whether req (a query or read) begins a read-only transaction inline,
+// whose ID its first response carries.
+func beginsReadOnly(req any) bool {
+	switch r := req.(type) {
+	case *spannerpb.ExecuteSqlRequest:
+		return r.GetTransaction().GetBegin().GetReadOnly() != nil
+	case *spannerpb.ReadRequest:
+		return r.GetTransaction().GetBegin().GetReadOnly() != nil
+	}
+	return false
+}
+
+// noteReadOnlyBegin remembers the ID of the read-only transaction a successful unary call
+// began: a BeginTransaction with read-only options, or a query or read that begins one
+// inline. It is called only while some group has a policy.
+func (gme *GCPMultiEndpoint) noteReadOnlyBegin(method string, req, reply any) {
+	switch method {
+	case methodBeginTransaction:
+		if r, ok := req.(*spannerpb.BeginTransactionRequest); ok && r.GetOptions().GetReadOnly() != nil {
+			if tx, ok := reply.(*spannerpb.Transaction); ok {
+				gme.roTxns.add(tx.GetId())
+			}
+		}
+	case methodExecuteSQL, methodRead:
+		if beginsReadOnly(req) {
+			if rs, ok := reply.(*spannerpb.ResultSet); ok {
+				gme.roTxns.add(rs.GetMetadata().GetTransaction().GetId())
+			}
+		}
+	}
+}
+
+// directedStream is the stream of a streaming query or read (ExecuteStreamingSql,
+// StreamingRead) of a group with a policy: its request gets the policy (withDirectedReads),
+// and the ID of a read-only transaction it begins inline is remembered from its first
+// response. gRPC allows SendMsg and RecvMsg to run on two goroutines at once.
+type directedStream struct {
+	grpc.ClientStream
+	gme   *GCPMultiEndpoint
+	dro   *spannerpb.DirectedReadOptions
+	learn atomic.Bool // the request begins a read-only transaction: RecvMsg reads its ID
+}
+
+// SendMsg sends m with the group's policy added when it applies.
+func (s *directedStream) SendMsg(m any) error {
+	if beginsReadOnly(m) {
+		s.learn.Store(true)
+	}
+	return s.ClientStream.SendMsg(s.gme.withDirectedReads(m, s.dro))
+}
+
+// RecvMsg receives m and, for the first response of a stream that begins a read-only
+// transaction, remembers the transaction's ID.
+func (s *directedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil && s.learn.Load() {
+		s.learn.Store(false)
+		if prs, ok := m.(*spannerpb.PartialResultSet); ok {
+			s.gme.roTxns.add(prs.GetMetadata().GetTransaction().GetId())
+		}
+	}
+	return err
+}
+
+// directedStreamMethod reports whether method is a streaming query or read.
+func directedStreamMethod(method string) bool {
+	return method == methodExecuteStreamingSQL || method == methodStreamingRead
+}
+
+// DirectedReadsStatus is a group's directed read policy (Settings.DirectedReads) as the
+// configuration file writes it: IncludeReplicas (with AutoFailoverDisabled) or
+// ExcludeReplicas.
+type DirectedReadsStatus struct {
+	// IncludeReplicas are the replicas that serve the group's read-only requests, in order of
+	// preference; nil when the policy excludes replicas.
+	IncludeReplicas []ReplicaSelection `json:"includeReplicas,omitempty"`
+	// ExcludeReplicas are the replicas that never serve them; nil when the policy includes
+	// replicas.
+	ExcludeReplicas []ReplicaSelection `json:"excludeReplicas,omitempty"`
+	// AutoFailoverDisabled: with IncludeReplicas, Spanner waits for a listed replica rather
+	// than serving from another one when none of them is healthy.
+	AutoFailoverDisabled bool `json:"autoFailoverDisabled,omitempty"`
+}
+
+// ReplicaSelection is one replica selection of a directed read policy.
+type ReplicaSelection struct {
+	// Location is the region, e.g. "us-west2"; "" for any.
+	Location string `json:"location,omitempty"`
+	// Type is "READ_ONLY" or "READ_WRITE"; "" for any type.
+	Type string `json:"type,omitempty"`
+}
+
+// String returns the policy on one line, e.g. "include us-west2/READ_ONLY, us-east4
+// (auto failover disabled)" or "exclude us-east1"; "" for nil.
+func (d *DirectedReadsStatus) String() string {
+	if d == nil {
+		return ""
+	}
+	word, sels := "include ", d.IncludeReplicas
+	if d.IncludeReplicas == nil {
+		word, sels = "exclude ", d.ExcludeReplicas
+	}
+	var b strings.Builder
+	b.WriteString(word)
+	for i, s := range sels {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		switch {
+		case s.Location != "" && s.Type != "":
+			b.WriteString(s.Location + "/" + s.Type)
+		case s.Location != "":
+			b.WriteString(s.Location)
+		default:
+			b.WriteString(s.Type)
+		}
+	}
+	if d.AutoFailoverDisabled {
+		b.WriteString(" (auto failover disabled)")
+	}
+	return b.String()
+}
+
+// directedReadsStatusOf converts a validated policy; nil for none.
+func directedReadsStatusOf(o *spannerpb.DirectedReadOptions) *DirectedReadsStatus {
+	if o == nil {
+		return nil
+	}
+	sels := func(in []*spannerpb.DirectedReadOptions_ReplicaSelection) []ReplicaSelection {
+		out := make([]ReplicaSelection, len(in))
+		for i, s := range in {
+			out[i].Location = s.GetLocation()
+			if t := s.GetType(); t != spannerpb.DirectedReadOptions_ReplicaSelection_TYPE_UNSPECIFIED {
+				out[i].Type = t.String()
+			}
+		}
+		return out
+	}
+	d := &DirectedReadsStatus{}
+	if inc := o.GetIncludeReplicas(); inc != nil {
+		d.IncludeReplicas, d.AutoFailoverDisabled = sels(inc.GetReplicaSelections()), inc.GetAutoFailoverDisabled()
+	} else {
+		d.ExcludeReplicas = sels(o.GetExcludeReplicas().GetReplicaSelections())
+	}
+	return d
+}
