@@ -9,7 +9,8 @@ import (
 )
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
-// for Invoke, with the same errors. The call counts as in flight on that endpoint until the
+// for Invoke, with the same errors (an error gRPC gives only at the stream's first SendMsg or
+// RecvMsg, where grpcgcp creates the stream then, is gRPC's own). The call counts as in flight on that endpoint until the
 // stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than io.EOF,
 // a call without server streaming has its response, or ctx is done), so removing the
 // endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
@@ -30,5 +31,9 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		return nil, withRequestID(err, id)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), me.Name())
-	return p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	if err != nil {
+		return nil, notConnectedError(err, me, p)
+	}
+	return cs, nil
 }
