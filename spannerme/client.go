@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -62,10 +63,14 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     config.OpenTelemetryMeterProvider, else to the global meter provider.
 //
 // gmeCfg and config are not modified. On any error everything dialed is closed. Errors: a
-// *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg or settings, or a refused
-// config setting; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
+// *ConfigError wrapping ErrInvalidConfig for a database that is not
+// projects/P/instances/I/databases/D, an invalid gmeCfg or settings, or a refused config
+// setting, each before any endpoint is dialed; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
+	if !databasePattern.MatchString(database) {
+		return nil, nil, &ConfigError{Index: -1, Problem: fmt.Sprintf("database %q is not projects/P/instances/I/databases/D", database)}
+	}
 	parsed, err := parseConfig(gmeCfg)
 	if err != nil {
 		return nil, nil, err
@@ -126,6 +131,10 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	}
 	return client, gme, nil
 }
+
+// databasePattern is the Spanner client's rule for a database name (validDBPattern in
+// cloud.google.com/go/spanner v1.96.1, client.go), checked before any endpoint is dialed.
+var databasePattern = regexp.MustCompile(`^projects/[^/]+/instances/[^/]+/databases/[^/]+$`)
 
 var emulatorScheme = regexp.MustCompile(`^(http://|https://|passthrough:///)`)
 
