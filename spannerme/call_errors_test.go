@@ -3,7 +3,6 @@ package spannerme
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -37,11 +36,8 @@ func wantNamedTLSFailure(t *testing.T, what string, err error, took time.Duratio
 		t.Fatalf("%s: no error", what)
 	}
 	t.Logf("%s failed after %v: %v", what, took, err)
-	code, msg := status.Code(err), status.Convert(err).Message()
-	var se *spanner.Error
-	if errors.As(err, &se) {
-		code, msg = se.Code, se.Desc
-	}
+	// A gRPC status or the Spanner client's error (whose description is unquoted).
+	code, msg := spanner.ErrCode(err), spanner.ErrDesc(err)
 	if code != codes.FailedPrecondition || !strings.Contains(msg, "endpoint "+endpoint+": tls: ") || !strings.Contains(msg, `group "`+group+`"`) {
 		t.Errorf("%s: %v (code %v); want FAILED_PRECONDITION naming endpoint %s, group %q and tls", what, err, code, endpoint, group)
 	}

@@ -28,10 +28,10 @@ import (
 
 // The steps of one endpoint's check, in order.
 const (
-	stepResolve = "resolve"
-	stepTCP     = "tcp"
-	stepTLS     = "tls"
-	stepGRPC    = "grpc"
+	stepResolve  = "resolve"
+	stepTCP      = "tcp"
+	stepTLS      = "tls"
+	stepGRPC     = "grpc"
 	stepSpanner  = "spanner"
 	stepDatabase = "database"
 )
