@@ -95,8 +95,8 @@ func waitEndedError(ctx context.Context, me *multiendpoint.MultiEndpoint, p *poo
 // the endpoint, the group and the pool's connection error added to its message when it is
 // UNAVAILABLE and p is not ready: gRPC fails such a call fast with a message that names
 // neither ("all SubConns are in TransientFailure", from grpcgcp's picker). The code and
-// the details are kept, so the Spanner client retries it as before. Any other err, a
-// *spanner.Error included (its request ID is added after this), is returned unchanged.
+// the details are kept, so the Spanner client retries it as before. Any other err is
+// returned unchanged.
 func notConnectedError(err error, me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
 	if p.State() == connectivity.Ready {
 		return err
