@@ -22,9 +22,14 @@ import (
 // GCPMultiEndpoint); UNAVAILABLE when reconfigurations kept retiring the picked pool (rare;
 // retryable); the context's error, as a gRPC status, if it ends while the call waits. A call
 // sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
-// gets the group and the endpoint as attributes. A read-only query or read routed through a
-// group with a policy (Settings.DirectedReads) is sent with the group's DirectedReadOptions
-// when it has none of its own; args itself is never modified.
+// gets the group and the endpoint as attributes. A call that fails while its endpoint's pool
+// is not connected names the endpoint and its connection error (see cannotConnect,
+// waitEndedError and notConnectedError), with the code unchanged: FAILED_PRECONDITION at
+// once when no endpoint of the group can connect and retrying will not fix it (TLS), else
+// UNAVAILABLE (retryable) or the context's code.
+// A read-only query or read routed through a group with a policy (Settings.DirectedReads) is
+// sent with the group's DirectedReadOptions when it has none of its own; args itself is never
+// modified.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	class := methodClass(method, args)
 	p, me, err := gme.pickConnected(ctx, class, opts)
@@ -43,7 +48,10 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	}
 	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
-	return err
+	if err != nil {
+		return notConnectedError(err, me, p)
+	}
+	return nil
 }
 
 // errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a
@@ -58,9 +66,11 @@ var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
 // endpoint changes, and picks again. READY pools take it at once; so do pools in
 // TRANSIENT_FAILURE, where gRPC fails it fast with UNAVAILABLE for the Spanner client to
 // retry; unless the call waits for ready (grpc.WaitForReady(true), given by the call or as a
-// default call option of the dial options), which gRPC would hold in that pool. It also
-// returns the group that picked the pool. Errors: those of pick, and the context's (as a
-// gRPC status) while waiting.
+// default call option of the dial options), which gRPC would hold in that pool. A call that
+// does not wait for ready fails at once when its group cannot connect for a reason that
+// retrying does not fix (cannotConnect). It also returns the group that picked the pool.
+// Errors: those of pick and cannotConnect, and, when ctx ends while the call waits, the
+// context's code with the endpoint and its last connection error (waitEndedError).
 func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Class, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	if gme.zero() {
 		return nil, nil, errClosedCall
@@ -72,10 +82,21 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 		if err != nil {
 			return nil, nil, err
 		}
-		switch p.State() {
+		state := p.State()
+		if state == connectivity.Ready {
+			return p, me, nil
+		}
+		waitForReady := pool.WaitForReady(gme.waitForReadyDefault, opts)
+		if !waitForReady {
+			if err := gme.cannotConnect(me, p); err != nil {
+				p.Release()
+				return nil, nil, err
+			}
+		}
+		switch state {
 		case connectivity.Connecting, connectivity.Idle:
 		case connectivity.TransientFailure:
-			if !pool.WaitForReady(gme.waitForReadyDefault, opts) {
+			if !waitForReady {
 				return p, me, nil // gRPC fails it fast, for the Spanner client to retry
 			}
 			// gRPC would hold it in this pool even after the group fails over.
@@ -90,7 +111,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 			gme.waiting.Add(-1)
 		case <-ctx.Done():
 			gme.waiting.Add(-1)
-			return nil, nil, status.FromContextError(ctx.Err()).Err()
+			return nil, nil, waitEndedError(ctx, me, p)
 		}
 	}
 }

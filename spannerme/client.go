@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -65,8 +66,9 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     config.OpenTelemetryMeterProvider, else to the global meter provider.
 //
 // gmeCfg and config are not modified. On any error everything dialed is closed. Errors: a
-// *ConfigError wrapping ErrInvalidConfig for an invalid gmeCfg or settings, or a refused
-// config setting; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
+// *ConfigError wrapping ErrInvalidConfig for a database that is not
+// projects/P/instances/I/databases/D, an invalid gmeCfg or settings, or a refused config
+// setting, each before any endpoint is dialed; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
 	gme, err := newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
@@ -88,6 +90,9 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 // NewMultiEndpointClientWithSettings but the client's.
 func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts []option.ClientOption) (*GCPMultiEndpoint, error) {
+	if err := checkDatabase(database); err != nil {
+		return nil, err
+	}
 	parsed, err := parseConfig(gmeCfg)
 	if err != nil {
 		return nil, err
@@ -135,6 +140,19 @@ func emulatorOptions() (string, []option.ClientOption) {
 	return host, []option.ClientOption{
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 		option.WithoutAuthentication()}
+}
+
+// databasePattern is the Spanner client's rule for a database name (validDBPattern in
+// cloud.google.com/go/spanner v1.96.1, client.go), checked before any endpoint is dialed.
+var databasePattern = regexp.MustCompile(`^projects/[^/]+/instances/[^/]+/databases/[^/]+$`)
+
+// checkDatabase refuses, as a *ConfigError wrapping ErrInvalidConfig, a database name that is
+// not projects/P/instances/I/databases/D, so that it is refused before anything is dialed.
+func checkDatabase(database string) error {
+	if !databasePattern.MatchString(database) {
+		return &ConfigError{Index: -1, Problem: fmt.Sprintf("database %q is not projects/P/instances/I/databases/D", database)}
+	}
+	return nil
 }
 
 var emulatorScheme = regexp.MustCompile(`^(http://|https://|passthrough:///)`)

@@ -133,7 +133,8 @@ func TestEndpointAuthority(t *testing.T) {
 	}
 
 	// Without the authority, TLS checks the certificate against 127.0.0.1 and fails: the
-	// pool never connects (grpcgcp reports only "all SubConns are in TransientFailure").
+	// pool never connects, and, the group having no other endpoint, calls fail at once
+	// with FAILED_PRECONDITION naming the endpoint and tls (retrying does not fix it).
 	plain, err := newTLSGME(t, addr, fastSettings(nil), roots)
 	if err != nil {
 		t.Fatal(err)
@@ -144,8 +145,8 @@ func TestEndpointAuthority(t *testing.T) {
 		return p.Connectivity == "TRANSIENT_FAILURE"
 	})
 	for range 3 {
-		if got, err := call(ctx, plain); status.Code(err) != codes.Unavailable {
-			t.Fatalf("call without authority = %q, %v; want UNAVAILABLE", got, err)
+		if got, err := call(ctx, plain); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "endpoint "+addr+": tls: ") {
+			t.Fatalf("call without authority = %q, %v; want FAILED_PRECONDITION naming %s and tls", got, err, addr)
 		}
 	}
 	if n := auth.count(); n != before {

@@ -160,6 +160,9 @@ func (gme *GCPMultiEndpoint) logger() *slog.Logger {
 // newClient creates a Spanner client over gme with a front of kind ownerFront or
 // clientFront.
 func (gme *GCPMultiEndpoint) newClient(ctx context.Context, database string, config spanner.ClientConfig, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
+	if err := checkDatabase(database); err != nil {
+		return nil, err
+	}
 	tr, err := gme.planClient(config)
 	if err != nil {
 		return nil, err

@@ -9,8 +9,9 @@ import (
 )
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
-// for Invoke, with the same errors. The call counts as in flight on that endpoint until the
-// stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than io.EOF,
+// for Invoke, with the same errors (an error that gRPC gives only at the stream's first
+// SendMsg or RecvMsg, where grpcgcp creates the stream there, is gRPC's own). The call
+// counts as in flight on that endpoint until the stream ends (RecvMsg returns an error or io.EOF, SendMsg returns an error other than io.EOF,
 // a call without server streaming has its response, or ctx is done), so removing the
 // endpoint does not cut it. As with any gRPC stream, a caller that stops reading early must
 // cancel ctx. gRPC reports that cancellation through a grpc.OnFinish call option: a stream
@@ -34,10 +35,13 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
-	if err == nil && directedStreamMethod(method) {
+	if err != nil {
+		return nil, notConnectedError(err, me, p)
+	}
+	if directedStreamMethod(method) {
 		if dro := gme.directedReads()[me.Name()]; dro != nil {
 			cs = &directedStream{ClientStream: cs, gme: gme, dro: dro}
 		}
 	}
-	return cs, err
+	return cs, nil
 }

@@ -28,14 +28,15 @@ import (
 
 // The steps of one endpoint's check, in order.
 const (
-	stepResolve = "resolve"
-	stepTCP     = "tcp"
-	stepTLS     = "tls"
-	stepGRPC    = "grpc"
-	stepSpanner = "spanner"
+	stepResolve  = "resolve"
+	stepTCP      = "tcp"
+	stepTLS      = "tls"
+	stepGRPC     = "grpc"
+	stepSpanner  = "spanner"
+	stepDatabase = "database"
 )
 
-var steps = []string{stepResolve, stepTCP, stepTLS, stepGRPC, stepSpanner}
+var steps = []string{stepResolve, stepTCP, stepTLS, stepGRPC, stepSpanner, stepDatabase}
 
 // Step outcomes.
 const (
@@ -101,10 +102,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spannerme check --config FILE --database projects/P/instances/I/databases/D [flags]\n\n"+
-			"Checks every endpoint of every group: name resolution, TCP connect, TLS handshake, gRPC ready and\n"+
-			"one Spanner call (GetSession of a session that does not exist; NOT_FOUND is an answer). --timeout\n"+
-			"bounds each endpoint's check. Exit status: 0 when every group has a working endpoint, 1 when a\n"+
-			"group has none, 2 on a bad configuration file or bad flags.\n\nFlags:\n")
+			"Checks every endpoint of every group: name resolution, TCP connect, TLS handshake, gRPC ready,\n"+
+			"one Spanner call (GetSession of a session that does not exist; NOT_FOUND is an answer) and the\n"+
+			"database (a session created, SELECT 1 in it, the session deleted; nothing is written).\n"+
+			"--timeout bounds each endpoint's check. Exit status: 0 when every group has a working endpoint\n"+
+			"(every step passed), 1 when a group has none, 2 on a bad configuration file or bad flags.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fc, err := c.parse(fs, args, stderr)
@@ -293,6 +295,10 @@ func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, aut
 	do(stepSpanner, func() (string, bool, error) {
 		return spannerCall(ctx, cc, c.database)
 	})
+
+	do(stepDatabase, func() (string, bool, error) {
+		return databaseCall(ctx, cc, c.database)
+	})
 	return out
 }
 
@@ -368,10 +374,60 @@ func spannerCall(ctx context.Context, cc *grpc.ClientConn, database string) (str
 	}
 }
 
+// deleteTimeout bounds the DeleteSession of the database step, which runs even when the
+// check's own time limit has passed.
+const deleteTimeout = 5 * time.Second
+
+// databaseCall proves the database with the credentials given: it creates a (regular)
+// session in it, runs SELECT 1 in that session as a single-use read-only transaction, and
+// deletes the session. It writes nothing; the session is the only thing it creates, and a
+// session whose DeleteSession fails is removed by Spanner after an hour idle
+// (https://cloud.google.com/spanner/docs/sessions). A database that does not exist fails
+// CreateSession with NOT_FOUND, credentials that may not use it with PERMISSION_DENIED.
+func databaseCall(ctx context.Context, cc *grpc.ClientConn, database string) (string, bool, error) {
+	client := spannerpb.NewSpannerClient(cc)
+	withParams := func(ctx context.Context, params string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "google-cloud-resource-prefix", database, "x-goog-request-params", params)
+	}
+	s, err := client.CreateSession(withParams(ctx, "database="+url.QueryEscape(database)), &spannerpb.CreateSessionRequest{Database: database})
+	if err != nil {
+		st, _ := status.FromError(err)
+		switch st.Code() {
+		case codes.NotFound:
+			return "", false, fmt.Errorf("the database does not exist: CreateSession: %s: %s", st.Code(), st.Message())
+		case codes.PermissionDenied, codes.Unauthenticated:
+			return "", false, fmt.Errorf("the credentials may not use the database: CreateSession: %s: %s", st.Code(), st.Message())
+		}
+		return "", false, fmt.Errorf("CreateSession: %s: %s", st.Code(), st.Message())
+	}
+	sessionCtx := func(ctx context.Context) context.Context {
+		return withParams(ctx, "session="+url.QueryEscape(s.GetName()))
+	}
+	deleted := func() string {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
+		defer cancel()
+		if _, err := client.DeleteSession(sessionCtx(ctx), &spannerpb.DeleteSessionRequest{Name: s.GetName()}); err != nil {
+			st, _ := status.FromError(err)
+			return fmt.Sprintf("; DeleteSession failed (%s: %s): Spanner removes the session after an hour idle", st.Code(), st.Message())
+		}
+		return "; session deleted"
+	}
+	// No transaction selector: a single-use read-only transaction with strong reads.
+	rs, err := client.ExecuteSql(sessionCtx(ctx), &spannerpb.ExecuteSqlRequest{Session: s.GetName(), Sql: "SELECT 1"})
+	if err != nil {
+		st, _ := status.FromError(err)
+		return "", false, fmt.Errorf("SELECT 1: %s: %s%s", st.Code(), st.Message(), deleted())
+	}
+	if rows := rs.GetRows(); len(rows) != 1 || len(rows[0].GetValues()) != 1 || rows[0].GetValues()[0].GetStringValue() != "1" {
+		return "", false, fmt.Errorf("SELECT 1 answered %v, not one row holding 1%s", rows, deleted())
+	}
+	return "session created, SELECT 1 answered 1" + deleted(), false, nil
+}
+
 // printTable writes the report for people.
 func printTable(w io.Writer, rep *report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\t#\tENDPOINT\tRESOLVE\tTCP\tTLS\tGRPC\tSPANNER\tRESULT")
+	fmt.Fprintln(tw, "GROUP\t#\tENDPOINT\tRESOLVE\tTCP\tTLS\tGRPC\tSPANNER\tDATABASE\tRESULT")
 	for _, g := range rep.Groups {
 		for _, e := range g.Endpoints {
 			cells := []string{g.Name, fmt.Sprint(e.Priority), labeled(e.Endpoint, e.Name)}

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // notGRPC listens on 127.0.0.1 and answers every connection as an HTTP/1.1 server would, in
@@ -84,5 +87,59 @@ func TestCheckTLSHints(t *testing.T) {
 	}
 	if strings.Contains(out, "tls: tls:") {
 		t.Errorf("the step's name is printed twice:\n%s", out)
+	}
+}
+
+// The database step proves the database on the real emulator: check exits 0 for the
+// database that exists and 1 for one that does not, whether its instance exists or not,
+// although the GetSession of the spanner step is answered (NOT_FOUND for the session) in
+// every case. --json carries the step.
+func TestCheckDatabaseStepEmulator(t *testing.T) {
+	emu := spannermetest.StartEmulatorTB(t, greetingsDDL)
+	e := spannermetest.NewEndpointTB(t, emu.Addr())
+	cfg := writeConfig(t, fmt.Sprintf("default: d\nmultiEndpoints: {d: {endpoints: ['%s']}}\n", e.Addr()))
+	checkJSON := func(database string) (report, int) {
+		t.Helper()
+		out, _, code := cli(t, nil, "check", "--config", cfg, "--database", database, "--plaintext", "--no-auth", "--json")
+		var rep report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("--json: %v", err)
+		}
+		if len(rep.Groups) != 1 || len(rep.Groups[0].Endpoints) != 1 || len(rep.Groups[0].Endpoints[0].Steps) != len(steps) {
+			t.Fatalf("report %+v; want one group of one endpoint with %d steps", rep, len(steps))
+		}
+		return rep, code
+	}
+	step := func(rep report, name string) stepResult {
+		for _, s := range rep.Groups[0].Endpoints[0].Steps {
+			if s.Step == name {
+				return s
+			}
+		}
+		t.Fatalf("no step %q in %+v", name, rep.Groups[0].Endpoints[0].Steps)
+		return stepResult{}
+	}
+
+	rep, code := checkJSON(emu.Database())
+	if db := step(rep, stepDatabase); code != exitOK || !rep.OK || db.Status != statusOK || db.LatencyMS <= 0 ||
+		!strings.Contains(db.Detail, "SELECT 1 answered 1; session deleted") {
+		t.Errorf("existing database: exit %d, ok %v, database step %+v; want 0, true and SELECT 1 answered", code, rep.OK, db)
+	}
+	for _, missing := range []string{
+		"projects/nope/instances/nope/databases/nope",
+		"projects/test-project/instances/test-instance/databases/nope",
+	} {
+		rep, code := checkJSON(missing)
+		sp, db := step(rep, stepSpanner), step(rep, stepDatabase)
+		if code != exitFailed || rep.OK || sp.Status != statusOK || db.Status != statusFailed ||
+			!strings.Contains(db.Error, "the database does not exist: CreateSession: NotFound") {
+			t.Errorf("%s: exit %d, ok %v, spanner step %+v, database step %+v; want 1, false, the spanner step ok and the database step failed with NotFound",
+				missing, code, rep.OK, sp, db)
+		}
+	}
+	// The table says it too.
+	out, _, code := cli(t, nil, "check", "--config", cfg, "--database", "projects/nope/instances/nope/databases/nope", "--plaintext", "--no-auth")
+	if want := e.Addr() + ": database: the database does not exist"; code != exitFailed || !strings.Contains(out, want) || !strings.Contains(out, "FAILED: no working endpoint in group d.") {
+		t.Errorf("table: exit %d; want 1 and %q", code, want)
 	}
 }

@@ -4,11 +4,13 @@
 //	spannerme query --config FILE --database D [--group NAME] --sql "SELECT 1"
 //
 // check tests every endpoint of every group, step by step: name resolution, TCP connect, TLS
-// handshake (with the endpoint's authority as server name), gRPC ready, and one Spanner call
-// (GetSession of a session that does not exist: NOT_FOUND means the backend answered), each
-// with its latency and error. It prints a table, or JSON with --json. Exit status: 0 when
-// every group has a working endpoint, 1 when a group has none, 2 on a bad configuration file
-// or bad flags.
+// handshake (with the endpoint's authority as server name), gRPC ready, one Spanner call
+// (GetSession of a session that does not exist: NOT_FOUND means the backend answered), and the
+// database (a session created in it, SELECT 1 in that session, the session deleted: it fails
+// for a database that does not exist or that the credentials may not use; nothing is
+// written), each with its latency and error. It prints a table, or JSON with --json. Exit
+// status: 0 when every group has a working endpoint (one whose every step passed), 1 when a
+// group has none, 2 on a bad configuration file or bad flags.
 //
 // query runs one SQL query through a group, as an application would, and prints the rows and
 // the endpoint that served them. Exit status: 0 on success, 1 when the query fails, 2 on a
@@ -53,8 +55,9 @@ const usage = `Usage:
   spannerme query --config FILE --database D [--group NAME] --sql "SELECT 1" [flags]
 
 check tests every endpoint of every group: name resolution, TCP connect, TLS handshake,
-gRPC ready and one Spanner call, with their latencies. Exit status 0 when every group has a
-working endpoint, 1 when a group has none, 2 on a bad configuration file or bad flags.
+gRPC ready, one Spanner call and the database (SELECT 1 in a session it creates and deletes),
+with their latencies. Exit status 0 when every group has a working endpoint, 1 when a group
+has none, 2 on a bad configuration file or bad flags.
 
 query runs one query through a group and prints the rows and the endpoint that served them.
 

@@ -184,7 +184,7 @@ func TestCheckOneEndpointDown(t *testing.T) {
 		{"west", b.e[2].Addr(), "ok"}, {"west", b.e[0].Addr(), "ok"},
 	} {
 		l := line(out, tc.group, tc.endpoint)
-		if f := strings.Fields(l); len(f) != 9 || f[len(f)-1] != tc.want {
+		if f := strings.Fields(l); len(f) != 10 || f[len(f)-1] != tc.want {
 			t.Errorf("group %s endpoint %s: line %q, want result %s", tc.group, tc.endpoint, l, tc.want)
 		}
 	}
@@ -209,8 +209,8 @@ func TestCheckOneEndpointDown(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	up, down := rep.Groups[0].Endpoints[0], rep.Groups[0].Endpoints[1]
-	wantUp := map[string]string{stepResolve: statusSkipped, stepTCP: statusOK, stepTLS: statusSkipped, stepGRPC: statusOK, stepSpanner: statusOK}
-	wantDown := map[string]string{stepResolve: statusSkipped, stepTCP: statusFailed, stepTLS: statusSkipped, stepGRPC: statusSkipped, stepSpanner: statusSkipped}
+	wantUp := map[string]string{stepResolve: statusSkipped, stepTCP: statusOK, stepTLS: statusSkipped, stepGRPC: statusOK, stepSpanner: statusOK, stepDatabase: statusOK}
+	wantDown := map[string]string{stepResolve: statusSkipped, stepTCP: statusFailed, stepTLS: statusSkipped, stepGRPC: statusSkipped, stepSpanner: statusSkipped, stepDatabase: statusSkipped}
 	for i, s := range up.Steps {
 		if s.Step != steps[i] || s.Status != wantUp[s.Step] || (s.Status == statusOK && s.LatencyMS <= 0) {
 			t.Errorf("working endpoint, step %d: %+v", i, s)
@@ -221,7 +221,11 @@ func TestCheckOneEndpointDown(t *testing.T) {
 			t.Errorf("down endpoint, step %+v; want %s", s, wantDown[s.Step])
 		}
 	}
-	if !up.OK || down.OK || !strings.Contains(down.Steps[1].Error, "refused") || !strings.Contains(up.Steps[4].Detail, "NOT_FOUND") {
+	if len(up.Steps) != len(steps) || len(down.Steps) != len(steps) {
+		t.Fatalf("steps: %d and %d, want %d each", len(up.Steps), len(down.Steps), len(steps))
+	}
+	if !up.OK || down.OK || !strings.Contains(down.Steps[1].Error, "refused") || !strings.Contains(up.Steps[4].Detail, "NOT_FOUND") ||
+		!strings.Contains(up.Steps[5].Detail, "SELECT 1 answered 1; session deleted") {
 		t.Errorf("up %+v\ndown %+v", up, down)
 	}
 }
@@ -406,7 +410,7 @@ func TestCheckTLSAuthority(t *testing.T) {
 	group := fmt.Sprintf("default: d\nmultiEndpoints: {d: {endpoints: ['%s']}}\n", addr)
 	withAuthority := writeConfig(t, group+fmt.Sprintf("endpoints: {'%s': {authority: %s}}\n", addr, serverName))
 	out, _, code := cli(t, env, "check", "--config", withAuthority, "--database", sp.Database(), "--no-auth")
-	if l := strings.Fields(line(out, "d", addr)); code != exitOK || len(l) != 9 || l[5] == "-" || l[5] == "FAILED" {
+	if l := strings.Fields(line(out, "d", addr)); code != exitOK || len(l) != 10 || l[5] == "-" || l[5] == "FAILED" {
 		t.Errorf("with the authority: exit %d, line %q; want 0 and a TLS latency", code, l)
 	}
 	out, _, code = cli(t, env, "check", "--config", writeConfig(t, group), "--database", sp.Database(), "--no-auth")

@@ -29,9 +29,9 @@ func TestCLIShowsEndpointNames(t *testing.T) {
 		l := line(out, tc.group, tc.endpoint)
 		f := strings.Fields(l)
 		switch {
-		case tc.name == "" && len(f) != 9:
-			t.Errorf("group %s: unnamed endpoint %s: line %q, want 9 columns (the address alone)", tc.group, tc.endpoint, l)
-		case tc.name != "" && (len(f) != 10 || f[3] != tc.name):
+		case tc.name == "" && len(f) != 10:
+			t.Errorf("group %s: unnamed endpoint %s: line %q, want 10 columns (the address alone)", tc.group, tc.endpoint, l)
+		case tc.name != "" && (len(f) != 11 || f[3] != tc.name):
 			t.Errorf("group %s: endpoint %s: line %q, want its name %s after the address", tc.group, tc.endpoint, l, tc.name)
 		}
 	}

@@ -173,6 +173,19 @@ func (p *Pool) State() connectivity.State { return connectivity.State(p.state.Lo
 // ready is then known to be down rather than still connecting.
 func (p *Pool) Settled() bool { return p.settled.Load() }
 
+// DownCause returns why the pool has no ready connection: its last connection error, when
+// the pool is not ready, a connection attempt has ended (Settled), and the error was
+// recorded after the pool was last ready. Otherwise (ready, still in its first attempt, no
+// error recorded since it was last ready, or no watch) ok is false. It does not allocate;
+// it takes the watch's lock briefly, so callers use it off the fast path (a pool that is
+// not ready).
+func (p *Pool) DownCause() (e ConnError, ok bool) {
+	if p.watch == nil || p.ready.Load() || !p.settled.Load() {
+		return ConnError{}, false
+	}
+	return p.watch.errorSinceUp()
+}
+
 // Available reports whether groups may use the pool: it has a ready connection and is not
 // ejected by health from call outcomes.
 func (p *Pool) Available() bool {

@@ -151,6 +151,22 @@ func (w *Watch) lastError() *ConnError {
 	return nil
 }
 
+// errorSinceUp returns the last recorded error if it was recorded after the pool was last
+// available (or it never was); ok is false otherwise.
+func (w *Watch) errorSinceUp() (e ConnError, ok bool) {
+	last := w.last.Load()
+	if last == nil {
+		return ConnError{}, false
+	}
+	w.mu.Lock()
+	upAt := w.upAt
+	w.mu.Unlock()
+	if last.At.Before(upAt) {
+		return ConnError{}, false
+	}
+	return *last, true
+}
+
 // stateChanged notes that the pool's connectivity state changed now.
 func (w *Watch) stateChanged() {
 	t := w.clock.Now()
