@@ -222,7 +222,12 @@ func TestCase_F1_IdleStandbyTakesOverAtOnce(t *testing.T) {
 	}), fastSettings(nil), grpc.WithIdleTimeout(50*time.Millisecond))
 	ctx := context.Background()
 	waitServedBy(t, ctx, gme, "E1", 5*time.Second)
-	// Several idle timeouts pass with no call to E2.
+	// The standby connects without a call (under load this can take longer than E1's first
+	// call); then several idle timeouts pass with no call to E2.
+	eventually(t, 5*time.Second, "standby pool READY", func() bool {
+		p, _ := poolOf(gme, e2.Addr())
+		return p.Connectivity == "READY"
+	})
 	accepted := e2.Stats().Accepted
 	time.Sleep(300 * time.Millisecond)
 	if p, _ := poolOf(gme, e2.Addr()); p.Connectivity != "READY" && p.Connectivity != "IDLE" {
