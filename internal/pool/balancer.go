@@ -179,13 +179,13 @@ func (b *poolBalancer) ResolverError(err error) {
 }
 
 // UpdateSubConnState is how gRPC reports the state of a SubConn created without a
-// StateListener, as grpc_gcp v1.6.0 creates them.
-// A channel's current connection's changes reach grpc_gcp as the channel's; those of its
-// replacement and retired connections do not (rotate.go).
+// StateListener, as grpc_gcp v1.6.0 creates them. The changes of a channel's current
+// connection reach grpc_gcp as the channel's; those of its replacement and of its retired
+// connections do not (rotate.go).
 func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
 	b.observe(sc, s)
-	fwd, after := b.route(sc, s)
-	after.run(b)
+	fwd, todo := b.route(sc, s)
+	todo.run(b)
 	if fwd != nil {
 		//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
 		b.child.UpdateSubConnState(fwd, s)
@@ -273,6 +273,7 @@ func (c *poolClientConn) RemoveSubConn(sc balancer.SubConn) {
 
 // UpdateAddresses updates a channel's addresses.
 func (c *poolClientConn) UpdateAddresses(sc balancer.SubConn, addrs []resolver.Address) {
+	//lint:ignore SA1019 grpc_gcp's call, passed on
 	sc.UpdateAddresses(addrs)
 }
 

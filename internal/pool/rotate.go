@@ -95,8 +95,10 @@ func (c *channel) UpdateAddresses(addrs []resolver.Address) {
 	c.addrs = addrs
 	cur, next := c.cur.Load(), c.next
 	c.b.mu.Unlock()
+	//lint:ignore SA1019 grpc_gcp v1.6.0 updates its SubConns' addresses; a channel passes it on
 	cur.sc.UpdateAddresses(addrs)
 	if next != nil {
+		//lint:ignore SA1019 as above
 		next.sc.UpdateAddresses(addrs)
 	}
 }
@@ -193,16 +195,16 @@ func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	return r, err
 }
 
-// after is what a state change leaves to do once mu is released: SubConns to shut down, and
-// whether to republish the picker.
-type after struct {
+// afterUnlock is what a state change leaves to do once mu is released: SubConns to shut
+// down, and whether to republish the picker.
+type afterUnlock struct {
 	shutdown  []balancer.SubConn
 	republish bool
 }
 
-func (a *after) shut(sc balancer.SubConn) { a.shutdown = append(a.shutdown, sc) }
+func (a *afterUnlock) shut(sc balancer.SubConn) { a.shutdown = append(a.shutdown, sc) }
 
-func (a after) run(b *poolBalancer) {
+func (a afterUnlock) run(b *poolBalancer) {
 	for _, sc := range a.shutdown {
 		sc.Shutdown()
 	}
@@ -215,8 +217,8 @@ func (a after) run(b *poolBalancer) {
 // report the change to grpc_gcp as: the channel when sc is its current connection, nil when
 // grpc_gcp must not see it (a replacement or a retired connection), sc itself when it is no
 // channel's.
-func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (balancer.SubConn, after) {
-	var a after
+func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (balancer.SubConn, afterUnlock) {
+	var a afterUnlock
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.conns[sc]
@@ -278,7 +280,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 
 // swapLocked makes the replacement n, now READY, its channel's current connection and
 // retires the connection it replaces. b.mu must be held.
-func (b *poolBalancer) swapLocked(n *conn, now time.Time, a *after) {
+func (b *poolBalancer) swapLocked(n *conn, now time.Time, a *afterUnlock) {
 	ch := n.ch
 	old := ch.cur.Load()
 	if ch.next != n || ch.shut || old.state != connectivity.Ready {
