@@ -129,9 +129,8 @@ type poolBalancer struct {
 
 	// mu guards the fields below and the guarded fields of every channel and conn. gRPC
 	// serializes a balancer's calls; the rotation timers and grpc_gcp's picker (which creates
-	// channels) take it too. It is never held while grpc_gcp or the caller's code runs, only
-	// across gRPC's NewSubConn (grpc_gcp holds its own lock around NewSubConn, so the order
-	// is grpc_gcp's lock, then mu, then gRPC's).
+	// channels) take it too. It is never held across a call into gRPC or grpc_gcp (grpc_gcp
+	// holds its own lock when it calls a channel's methods, so mu comes after grpc_gcp's).
 	mu     sync.Mutex
 	watch  *Watch
 	clock  clock.Clock // the watch's; the real clock without a watch
@@ -141,8 +140,10 @@ type poolBalancer struct {
 	closed bool
 
 	// pubMu serializes the pickers handed to gRPC and guards published, the last one with
-	// its state (republished after a channel changed connection). Held across gRPC's
-	// UpdateState, never across a call into grpc_gcp.
+	// its state (republished after a channel changed connection), so that a republished
+	// picker never overtakes a newer one of grpc_gcp's. Held across gRPC's UpdateState (which
+	// stores the picker and calls no balancer back, as grpc_gcp calls it under its own lock),
+	// never across a call into grpc_gcp.
 	pubMu     sync.Mutex
 	published balancer.State
 }
@@ -248,16 +249,17 @@ func (c *poolClientConn) NewSubConn(addrs []resolver.Address, opts balancer.NewS
 		sc, err = c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
 		return sc, err
 	}
-	c.b.mu.Lock()
-	defer c.b.mu.Unlock()
 	sc, err := c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
 	if err != nil {
 		return nil, err
 	}
+	// Registered before grpc_gcp can call Connect: gRPC reports no state before that.
 	ch := &channel{b: c.b, addrs: addrs, opts: opts}
 	cn := &conn{sc: sc, ch: ch, role: roleCurrent, state: connectivity.Idle}
 	ch.cur.Store(cn)
+	c.b.mu.Lock()
 	c.b.conns[sc] = cn
+	c.b.mu.Unlock()
 	return ch, nil
 }
 

@@ -325,16 +325,23 @@ func (b *poolBalancer) rotate(c *conn, gen uint64) {
 		return
 	}
 	c.timer = nil
-	sc, err := b.cc.NewSubConn(ch.addrs, ch.opts) //lint:ignore SA1019 the same options as grpc_gcp's own channels
-	if err != nil {                               // gRPC is closing the balancer
-		b.mu.Unlock()
+	addrs, opts := ch.addrs, ch.opts
+	b.mu.Unlock()
+	sc, err := b.cc.NewSubConn(addrs, opts) //lint:ignore SA1019 the same options as grpc_gcp's own channels
+	if err != nil {
+		return // gRPC is closing the balancer
+	}
+	b.mu.Lock()
+	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready || ch.next != nil {
+		b.mu.Unlock() // c changed meanwhile: no longer wanted
+		sc.Shutdown()
 		return
 	}
 	n := &conn{sc: sc, ch: ch, role: roleNext, state: connectivity.Idle}
 	b.conns[sc] = n
 	ch.next = n
 	b.mu.Unlock()
-	sc.Connect()
+	sc.Connect() // gRPC reports no state before this, so n is registered first
 }
 
 // expire shuts down a retired connection that the server has not ended by its expiry: the
