@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
 // poolBalancerName is the load-balancing policy of every pool: grpc_gcp, watched (watch.go).
@@ -83,7 +85,8 @@ type poolBalancerBuilder struct{}
 func (poolBalancerBuilder) Name() string { return poolBalancerName }
 
 func (poolBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
-	b := &poolBalancer{states: make(map[balancer.SubConn]connectivity.State)}
+	b := &poolBalancer{cc: cc, clock: clock.Real, states: make(map[balancer.SubConn]connectivity.State),
+		conns: make(map[balancer.SubConn]*conn)}
 	b.child = nonEmptyBuilder{}.Build(&poolClientConn{ClientConn: cc, b: b}, opts)
 	return b
 }
@@ -118,15 +121,31 @@ func (poolBalancerBuilder) ParseConfig(j json.RawMessage) (serviceconfig.LoadBal
 	return &poolLBConfig{watch: c.Watch, child: child}, nil
 }
 
-// poolBalancer is grpc_gcp with every channel's state changes observed first.
+// poolBalancer is grpc_gcp with every channel's state changes observed first, and its
+// channels' connections rotated before the server ends them (rotate.go).
 type poolBalancer struct {
 	child balancer.Balancer
+	cc    balancer.ClientConn // gRPC's
 
-	// mu guards watch and states. gRPC serializes a balancer's calls, so it is never
-	// contended; it keeps that an implementation detail.
+	// mu guards the fields below and the guarded fields of every channel and conn. gRPC
+	// serializes a balancer's calls; the rotation timers and grpc_gcp's picker (which creates
+	// channels) take it too. It is never held across a call into gRPC or grpc_gcp (grpc_gcp
+	// holds its own lock when it calls a channel's methods, so mu comes after grpc_gcp's).
 	mu     sync.Mutex
 	watch  *Watch
+	clock  clock.Clock // the watch's; the real clock without a watch
 	states map[balancer.SubConn]connectivity.State
+	conns  map[balancer.SubConn]*conn // every gRPC SubConn of a channel, by itself
+	lives  lifetimes
+	closed bool
+
+	// pubMu serializes the pickers handed to gRPC and guards published, the last one with
+	// its state (republished after a channel changed connection), so that a republished
+	// picker never overtakes a newer one of grpc_gcp's. Held across gRPC's UpdateState (which
+	// stores the picker and calls no balancer back, as grpc_gcp calls it under its own lock),
+	// never across a call into grpc_gcp.
+	pubMu     sync.Mutex
+	published balancer.State
 }
 
 func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -135,6 +154,7 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		if b.watch == nil {
 			if w, ok := watches.Load(c.watch); ok {
 				b.watch = w.(*Watch)
+				b.clock = b.watch.clock
 			}
 		}
 		b.mu.Unlock()
@@ -160,14 +180,31 @@ func (b *poolBalancer) ResolverError(err error) {
 }
 
 // UpdateSubConnState is how gRPC reports the state of a SubConn created without a
-// StateListener, as grpc_gcp v1.6.0 creates them.
+// StateListener, as grpc_gcp v1.6.0 creates them. The changes of a channel's current
+// connection reach grpc_gcp as the channel's; those of its replacement and of its retired
+// connections do not (rotate.go).
 func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
 	b.observe(sc, s)
-	//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
-	b.child.UpdateSubConnState(sc, s)
+	fwd, todo := b.route(sc, s)
+	todo.run(b)
+	if fwd != nil {
+		//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
+		b.child.UpdateSubConnState(fwd, s)
+	}
 }
 
-func (b *poolBalancer) Close()    { b.child.Close() }
+// Close stops the rotation timers and closes grpc_gcp's balancer. gRPC shuts the SubConns
+// down.
+func (b *poolBalancer) Close() {
+	b.mu.Lock()
+	b.closed = true
+	for _, c := range b.conns {
+		stopTimer(c)
+	}
+	b.mu.Unlock()
+	b.child.Close()
+}
+
 func (b *poolBalancer) ExitIdle() { b.child.ExitIdle() }
 
 // observe records a channel's failed connection attempt (TRANSIENT_FAILURE with its error)
@@ -191,13 +228,16 @@ func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
 	}
 }
 
-// poolClientConn is what grpc_gcp sees as its ClientConn: gRPC's, with SubConn state
-// listeners (if grpc_gcp sets any) observed first.
+// poolClientConn is what grpc_gcp sees as its ClientConn: gRPC's, with its SubConns made
+// channels (rotate.go), its pickers wrapped to hand gRPC a channel's current connection, and
+// SubConn state listeners (if grpc_gcp sets any) observed first.
 type poolClientConn struct {
 	balancer.ClientConn
 	b *poolBalancer
 }
 
+// NewSubConn returns a new channel over a new gRPC SubConn. With a StateListener (grpc_gcp
+// v1.6.0 sets none) it returns gRPC's SubConn, whose connections are then not rotated.
 func (c *poolClientConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
 	if l := opts.StateListener; l != nil {
 		var sc balancer.SubConn
@@ -209,5 +249,59 @@ func (c *poolClientConn) NewSubConn(addrs []resolver.Address, opts balancer.NewS
 		sc, err = c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
 		return sc, err
 	}
-	return c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
+	sc, err := c.ClientConn.NewSubConn(addrs, opts) //lint:ignore SA1019 grpc_gcp's call, passed on
+	if err != nil {
+		return nil, err
+	}
+	// Registered before grpc_gcp can call Connect: gRPC reports no state before that.
+	ch := &channel{b: c.b, addrs: addrs, opts: opts}
+	cn := &conn{sc: sc, ch: ch, role: roleCurrent, state: connectivity.Idle}
+	ch.cur.Store(cn)
+	c.b.mu.Lock()
+	c.b.conns[sc] = cn
+	c.b.mu.Unlock()
+	return ch, nil
+}
+
+// RemoveSubConn shuts a channel down (gRPC's RemoveSubConn does nothing since grpc-go v1.60:
+// grpc_gcp calls it for a SubConn it replaced).
+func (c *poolClientConn) RemoveSubConn(sc balancer.SubConn) {
+	if ch, ok := sc.(*channel); ok {
+		ch.Shutdown()
+		return
+	}
+	sc.Shutdown()
+}
+
+// UpdateAddresses updates a channel's addresses.
+func (c *poolClientConn) UpdateAddresses(sc balancer.SubConn, addrs []resolver.Address) {
+	//lint:ignore SA1019 grpc_gcp's call, passed on
+	sc.UpdateAddresses(addrs)
+}
+
+// UpdateState hands gRPC grpc_gcp's state with its picker wrapped (poolPicker).
+func (c *poolClientConn) UpdateState(s balancer.State) {
+	c.b.pubMu.Lock()
+	defer c.b.pubMu.Unlock()
+	if s.Picker != nil {
+		s.Picker = &poolPicker{child: s.Picker}
+	}
+	c.b.published = s
+	c.ClientConn.UpdateState(s)
+}
+
+// republish hands gRPC the last state again with a new picker over the same grpc_gcp picker,
+// so that the calls waiting for a new picker (gRPC's pick found a connection that is no
+// longer ready) pick again.
+func (b *poolBalancer) republish() {
+	b.pubMu.Lock()
+	defer b.pubMu.Unlock()
+	s := b.published
+	p, ok := s.Picker.(*poolPicker)
+	if !ok {
+		return
+	}
+	s.Picker = &poolPicker{child: p.child}
+	b.published = s
+	b.cc.UpdateState(s)
 }

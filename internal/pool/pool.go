@@ -1,7 +1,9 @@
 // Package pool is one endpoint's channel pool: a grpcgcp ClientConn and everything kept per
 // pool: its connectivity monitor, the watch of its connection errors (through a
-// load-balancing policy wrapped around grpcgcp's and a DNS resolver wrapper), its in-flight
-// calls and streams, the outcomes of those calls and the probes of its endpoint's health.
+// load-balancing policy wrapped around grpcgcp's and a DNS resolver wrapper), the rotation of
+// its connections before a server that ends them at a fixed age does (rotate.go, in the same
+// policy), its in-flight calls and streams, the outcomes of those calls and the probes of its
+// endpoint's health.
 //
 // A pool reports what it sees through the Observer it is created with. It knows nothing of
 // groups, routing, logs or metrics: the GCPMultiEndpoint (package spannerme) owns the pools,

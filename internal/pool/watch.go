@@ -17,7 +17,8 @@ import (
 // each pool is dialed with this package's load-balancing policy, spannerme_pool, a thin
 // wrapper around grpcgcp's grpc_gcp that records every channel's connection errors and
 // every ready connection that closes (and guards grpc_gcp against an empty address list,
-// balancer.go), and, when the pool is dialed by its owner, with a DNS resolver wrapper that
+// balancer.go, and rotates its connections, rotate.go), and, when the pool is dialed by its
+// owner, with a DNS resolver wrapper that
 // records resolution errors (resolver.go). Both feed the pool's Watch. This works whatever
 // the credentials (TLS errors included), dialer or DialFunc, as long as the dial options are
 // applied; a caller's dial option that replaces the default service config

@@ -1,0 +1,378 @@
+package pool
+
+import (
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+// Connection rotation: a pool whose server ends its connections at a fixed age (a maximum
+// connection age: an HTTP/2 GOAWAY, then a grace for the calls in flight) replaces each
+// connection at half that age, before the server ends it, so that no call starts on a
+// connection about to be ended.
+//
+// Why: grpcgcp reconnects a channel the moment the server's GOAWAY makes it IDLE and sends each
+// call to its least busy channel, so calls start on connections of every age, and a call
+// started shortly before the GOAWAY may outlive the grace and be cut. A grpc-go server does not
+// reset a connection it ends after the grace: it stops serving it and waits up to 1 s for the
+// client to close it (grpc-go internal/transport/http2_server.go, grpc/grpc-go#5358), so the
+// cut call waits that second for its response header before the Spanner client retries it
+// (docs/channels.md, "Connection churn").
+//
+// How: grpcgcp's channels are channel values, each standing for one gRPC SubConn at a time
+// (its current connection); the pool's picker hands gRPC the current connection of the channel
+// grpcgcp picked. Each connection that the server ends while it is READY (READY to IDLE; a
+// connection this package shuts down ends in SHUTDOWN and does not count) gives a lifetime
+// sample. When the last rotationSamples samples agree (the longest at most rotationSpread
+// times the shortest: gRPC servers add ±10% of jitter to the age), their shortest is the
+// server's age, and every current connection that reaches half of it gets a replacement: a new
+// SubConn with the same addresses and options. Once the replacement is READY it becomes the
+// channel's current connection (grpcgcp sees no change: the channel stays READY), the picker
+// is republished (a pick that raced the swap and found the old connection closing waits for a
+// new picker), and the old connection is retired: it takes no new call, its calls in flight
+// finish on it, and it is left to the server, whose GOAWAY ends it and confirms the age (a
+// sample). A retired connection still open at rotationExpiry times the age disproves it: the
+// samples are forgotten and the connection is shut down. A replacement that fails, or a
+// current connection that leaves READY first, ends the attempt; the next READY connection of
+// the channel is timed again. Without an agreed age nothing rotates: connections are then
+// exactly grpcgcp's.
+const (
+	rotationSamples = 3
+	rotationSpread  = 1.25
+	rotationExpiry  = 1.5
+)
+
+// connRole is what one gRPC SubConn is to its channel.
+type connRole int
+
+const (
+	roleCurrent connRole = iota // takes the channel's calls
+	roleNext                    // the replacement being connected
+	roleRetired                 // replaced: takes no new call, left to the server
+)
+
+// conn is one gRPC SubConn of a channel. Its fields other than sc and ch are guarded by the
+// poolBalancer's mu.
+type conn struct {
+	sc      balancer.SubConn
+	ch      *channel
+	role    connRole
+	state   connectivity.State
+	readyAt time.Time   // when it last became READY; zero while it has not
+	timer   clock.Timer // roleCurrent: its rotation; roleRetired: its expiry; nil if none
+	gen     uint64      // counts the timers set and stopped: a callback of an older one does nothing
+}
+
+// channel is the SubConn grpcgcp sees: one of its channels, standing for the gRPC SubConn it
+// currently sends calls to (cur). All of its methods are safe for concurrent use; they act on
+// the current connection, and Shutdown also on a replacement being connected.
+type channel struct {
+	// SubConn is nil: it satisfies the interface's embedding requirement; every method is
+	// channel's own.
+	balancer.SubConn
+	b   *poolBalancer
+	cur atomic.Pointer[conn] // read by every pick; written under b.mu
+
+	// Guarded by b.mu.
+	addrs []resolver.Address
+	opts  balancer.NewSubConnOptions
+	next  *conn // the replacement being connected; nil if none
+	shut  bool  // Shutdown was called: nothing is replaced any more
+}
+
+// current returns the gRPC SubConn that calls picked on the channel go to.
+func (c *channel) current() balancer.SubConn { return c.cur.Load().sc }
+
+// UpdateAddresses updates the addresses of the current connection and of a replacement being
+// connected, and those of later replacements.
+func (c *channel) UpdateAddresses(addrs []resolver.Address) {
+	c.b.mu.Lock()
+	c.addrs = addrs
+	cur, next := c.cur.Load(), c.next
+	c.b.mu.Unlock()
+	//lint:ignore SA1019 grpc_gcp v1.6.0 updates its SubConns' addresses; a channel passes it on
+	cur.sc.UpdateAddresses(addrs)
+	if next != nil {
+		//lint:ignore SA1019 as above
+		next.sc.UpdateAddresses(addrs)
+	}
+}
+
+// Connect starts connecting the current connection, if it is IDLE.
+func (c *channel) Connect() { c.current().Connect() }
+
+// GetOrBuildProducer is the current connection's.
+func (c *channel) GetOrBuildProducer(pb balancer.ProducerBuilder) (balancer.Producer, func()) {
+	return c.current().GetOrBuildProducer(pb)
+}
+
+// RegisterHealthListener registers l on the current connection.
+func (c *channel) RegisterHealthListener(l func(balancer.SubConnState)) {
+	c.current().RegisterHealthListener(l)
+}
+
+// Shutdown shuts down the current connection and a replacement being connected; retired
+// connections are shut down at their expiry or when the server ends them.
+func (c *channel) Shutdown() {
+	c.b.mu.Lock()
+	c.shut = true
+	cur, next := c.cur.Load(), c.next
+	c.next = nil
+	stopTimer(cur)
+	c.b.mu.Unlock()
+	cur.sc.Shutdown()
+	if next != nil {
+		next.sc.Shutdown()
+	}
+}
+
+// stopTimer stops c's timer, if any; a callback already started finds the generation moved.
+// b.mu must be held.
+func stopTimer(c *conn) {
+	c.gen++
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+}
+
+// setTimer sets c's timer to call f with the timer's generation after d. b.mu must be held.
+func (b *poolBalancer) setTimer(c *conn, d time.Duration, f func(c *conn, gen uint64)) {
+	stopTimer(c)
+	gen := c.gen
+	c.timer = b.clock.AfterFunc(d, func() { f(c, gen) })
+}
+
+// lifetimes are the last rotationSamples lifetimes of connections the server ended. Guarded
+// by the poolBalancer's mu.
+type lifetimes struct {
+	samples [rotationSamples]time.Duration
+	n       int // samples held, up to rotationSamples
+	next    int // where the next sample goes
+}
+
+// add records a lifetime.
+func (l *lifetimes) add(d time.Duration) {
+	l.samples[l.next] = d
+	l.next = (l.next + 1) % rotationSamples
+	l.n = min(l.n+1, rotationSamples)
+}
+
+// forget drops every sample.
+func (l *lifetimes) forget() { *l = lifetimes{} }
+
+// age returns the server's maximum connection age that the samples agree on: the shortest of
+// rotationSamples samples whose longest is at most rotationSpread times it; 0 when they are
+// fewer or disagree.
+func (l *lifetimes) age() time.Duration {
+	if l.n < rotationSamples {
+		return 0
+	}
+	lo, hi := l.samples[0], l.samples[0]
+	for _, d := range l.samples[1:] {
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if lo <= 0 || float64(hi) > rotationSpread*float64(lo) {
+		return 0
+	}
+	return lo
+}
+
+// poolPicker hands gRPC the current connection of the channel grpcgcp's picker chose. It
+// adds no allocation and no lock to a pick.
+type poolPicker struct{ child balancer.Picker }
+
+func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	r, err := p.child.Pick(info)
+	if ch, ok := r.SubConn.(*channel); ok {
+		r.SubConn = ch.current()
+	}
+	return r, err
+}
+
+// afterUnlock is what a state change leaves to do once mu is released: SubConns to shut
+// down, and whether to republish the picker.
+type afterUnlock struct {
+	shutdown  []balancer.SubConn
+	republish bool
+}
+
+func (a *afterUnlock) shut(sc balancer.SubConn) { a.shutdown = append(a.shutdown, sc) }
+
+func (a afterUnlock) run(b *poolBalancer) {
+	for _, sc := range a.shutdown {
+		sc.Shutdown()
+	}
+	if a.republish {
+		b.republish()
+	}
+}
+
+// route applies a gRPC SubConn's state change to its channel and returns the SubConn to
+// report the change to grpc_gcp as: the channel when sc is its current connection, nil when
+// grpc_gcp must not see it (a replacement or a retired connection), sc itself when it is no
+// channel's.
+func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (balancer.SubConn, afterUnlock) {
+	var a afterUnlock
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.conns[sc]
+	if c == nil {
+		return sc, a
+	}
+	now := b.clock.Now()
+	prev, st := c.state, s.ConnectivityState
+	c.state = st
+	if st == connectivity.Shutdown {
+		delete(b.conns, sc)
+		stopTimer(c)
+	}
+	ch := c.ch
+	switch c.role {
+	case roleCurrent:
+		switch {
+		case st == connectivity.Ready:
+			c.readyAt = now
+			b.scheduleRotationLocked(c, now)
+		case prev == connectivity.Ready:
+			stopTimer(c)
+			if st == connectivity.Idle { // the server ended it (GOAWAY, or closed it)
+				b.learnLocked(now.Sub(c.readyAt), now)
+			}
+			if n := ch.next; n != nil { // too late: grpc_gcp reconnects the channel
+				ch.next = nil
+				a.shut(n.sc)
+			}
+		}
+		return ch, a
+	case roleNext:
+		switch st {
+		case connectivity.Ready:
+			c.readyAt = now
+			b.swapLocked(c, now, &a)
+		case connectivity.TransientFailure, connectivity.Idle, connectivity.Shutdown:
+			if ch.next == c {
+				ch.next = nil
+			}
+			if st != connectivity.Shutdown {
+				a.shut(c.sc)
+			}
+		}
+		return nil, a
+	default: // roleRetired
+		if prev == connectivity.Ready && st != connectivity.Ready {
+			stopTimer(c)
+			if st == connectivity.Idle { // the server ended it: the age is confirmed
+				b.learnLocked(now.Sub(c.readyAt), now)
+			}
+			if st != connectivity.Shutdown {
+				a.shut(c.sc)
+			}
+		}
+		return nil, a
+	}
+}
+
+// swapLocked makes the replacement n, now READY, its channel's current connection and
+// retires the connection it replaces. b.mu must be held.
+func (b *poolBalancer) swapLocked(n *conn, now time.Time, a *afterUnlock) {
+	ch := n.ch
+	old := ch.cur.Load()
+	if ch.next != n || ch.shut || old.state != connectivity.Ready {
+		a.shut(n.sc) // no longer wanted
+		return
+	}
+	ch.next = nil
+	n.role = roleCurrent
+	ch.cur.Store(n)
+	b.scheduleRotationLocked(n, now)
+	old.role = roleRetired
+	stopTimer(old)
+	a.republish = true
+	age := b.lives.age()
+	if age <= 0 || b.closed {
+		a.shut(old.sc) // no age to confirm any more: its calls in flight finish, then it closes
+		return
+	}
+	b.setTimer(old, old.readyAt.Add(time.Duration(rotationExpiry*float64(age))).Sub(now), b.expire)
+}
+
+// scheduleRotationLocked times the rotation of c, a current connection that is READY, at half
+// the server's age; nothing when no age is agreed. b.mu must be held.
+func (b *poolBalancer) scheduleRotationLocked(c *conn, now time.Time) {
+	stopTimer(c)
+	age := b.lives.age()
+	if age <= 0 || b.closed || c.ch.shut || c.ch.next != nil {
+		return
+	}
+	b.setTimer(c, c.readyAt.Add(age/2).Sub(now), b.rotate)
+}
+
+// rotate starts connecting a replacement of c, if c is still its channel's current connection,
+// READY, its timer is of generation gen, and an age is still agreed. It runs on the rotation
+// timer's goroutine.
+func (b *poolBalancer) rotate(c *conn, gen uint64) {
+	b.mu.Lock()
+	ch := c.ch
+	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready ||
+		ch.next != nil || b.lives.age() <= 0 {
+		b.mu.Unlock()
+		return
+	}
+	c.timer = nil
+	addrs, opts := ch.addrs, ch.opts
+	b.mu.Unlock()
+	sc, err := b.cc.NewSubConn(addrs, opts) //lint:ignore SA1019 the same options as grpc_gcp's own channels
+	if err != nil {
+		return // gRPC is closing the balancer
+	}
+	b.mu.Lock()
+	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready || ch.next != nil {
+		b.mu.Unlock() // c changed meanwhile: no longer wanted
+		sc.Shutdown()
+		return
+	}
+	n := &conn{sc: sc, ch: ch, role: roleNext, state: connectivity.Idle}
+	b.conns[sc] = n
+	ch.next = n
+	b.mu.Unlock()
+	sc.Connect() // gRPC reports no state before this, so n is registered first
+}
+
+// expire shuts down a retired connection that the server has not ended by its expiry: the
+// age it was retired by is disproved, and forgotten. It runs on the expiry timer's goroutine;
+// gen is the timer's generation.
+func (b *poolBalancer) expire(c *conn, gen uint64) {
+	b.mu.Lock()
+	if c.gen != gen || c.role != roleRetired || c.state != connectivity.Ready {
+		b.mu.Unlock()
+		return
+	}
+	c.timer = nil
+	b.lives.forget()
+	b.mu.Unlock()
+	c.sc.Shutdown()
+}
+
+// learnLocked records the lifetime d of a connection the server ended; when that makes an age
+// agreed, the READY current connections are timed. b.mu must be held.
+func (b *poolBalancer) learnLocked(d time.Duration, now time.Time) {
+	if d <= 0 {
+		return
+	}
+	had := b.lives.age() > 0
+	b.lives.add(d)
+	if had || b.lives.age() <= 0 {
+		return
+	}
+	for _, c := range b.conns {
+		if c.role == roleCurrent && c.state == connectivity.Ready && c.timer == nil {
+			b.scheduleRotationLocked(c, now)
+		}
+	}
+}

@@ -1,0 +1,359 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/resolver"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+func TestLifetimesAge(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name    string
+		samples []time.Duration
+		want    time.Duration
+	}{
+		{"none", nil, 0},
+		{"too few", []time.Duration{ms(50), ms(50)}, 0},
+		{"agreeing: the shortest", []time.Duration{ms(50), ms(46), ms(54)}, ms(46)},
+		{"at the spread's limit", []time.Duration{ms(40), ms(50), ms(45)}, ms(40)},
+		{"spread too wide (a reset among them)", []time.Duration{ms(50), ms(7), ms(50)}, 0},
+		{"only the last ones count", []time.Duration{ms(7), ms(50), ms(52), ms(49)}, ms(49)},
+		{"a disagreeing sample ends the agreement", []time.Duration{ms(50), ms(52), ms(49), ms(500)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var l lifetimes
+			for _, d := range tc.samples {
+				l.add(d)
+			}
+			if got := l.age(); got != tc.want {
+				t.Errorf("age after %v = %v, want %v", tc.samples, got, tc.want)
+			}
+			l.forget()
+			if got := l.age(); got != 0 {
+				t.Errorf("age after forget = %v, want 0", got)
+			}
+		})
+	}
+}
+
+// fakeSubConn is a gRPC SubConn that records what the balancer asks of it.
+type fakeSubConn struct {
+	balancer.SubConn
+	name     string
+	mu       sync.Mutex
+	connects int
+	shut     bool
+}
+
+func (s *fakeSubConn) Connect()                                           { s.mu.Lock(); s.connects++; s.mu.Unlock() }
+func (s *fakeSubConn) Shutdown()                                          { s.mu.Lock(); s.shut = true; s.mu.Unlock() }
+func (s *fakeSubConn) UpdateAddresses([]resolver.Address)                 {}
+func (s *fakeSubConn) RegisterHealthListener(func(balancer.SubConnState)) {}
+func (s *fakeSubConn) String() string                                     { return s.name }
+
+func (s *fakeSubConn) counts() (connects int, shut bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.connects, s.shut
+}
+
+// fakeClientConn is gRPC's side of a pool's balancer: it creates fakeSubConns and keeps the
+// pickers it is handed.
+type fakeClientConn struct {
+	balancer.ClientConn
+	mu      sync.Mutex
+	subs    []*fakeSubConn
+	pickers []balancer.Picker
+}
+
+func (c *fakeClientConn) NewSubConn([]resolver.Address, balancer.NewSubConnOptions) (balancer.SubConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &fakeSubConn{name: fmt.Sprintf("sc%d", len(c.subs)+1)}
+	c.subs = append(c.subs, s)
+	return s, nil
+}
+
+func (c *fakeClientConn) UpdateState(s balancer.State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pickers = append(c.pickers, s.Picker)
+}
+
+func (c *fakeClientConn) subConns() []*fakeSubConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*fakeSubConn(nil), c.subs...)
+}
+
+func (c *fakeClientConn) lastPicker() (balancer.Picker, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pickers[len(c.pickers)-1], len(c.pickers)
+}
+
+// rotationRig is a pool's balancer (spannerme_pool over grpc_gcp, one channel) on a fake
+// gRPC ClientConn and a fake clock.
+type rotationRig struct {
+	t     *testing.T
+	clk   *clock.Fake
+	cc    *fakeClientConn
+	b     balancer.Balancer
+	watch *Watch
+}
+
+func newRotationRig(t *testing.T) *rotationRig {
+	t.Helper()
+	r := &rotationRig{t: t, clk: clock.NewFake(time.Time{}), cc: &fakeClientConn{}}
+	r.watch = NewWatch("e1:443", r.clk, &recordingObserver{})
+	t.Cleanup(r.watch.Release)
+	r.b = poolBalancerBuilder{}.Build(r.cc, balancer.BuildOptions{})
+	t.Cleanup(r.b.Close)
+	cfg, err := poolBalancerBuilder{}.ParseConfig([]byte(fmt.Sprintf(
+		`{"watch":"%d","child":{"channelPool":{"minSize":1,"maxSize":1}}}`, r.watch.id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.UpdateClientConnState(balancer.ClientConnState{
+		ResolverState:  resolver.State{Addresses: []resolver.Address{{Addr: "127.0.0.1:1"}}},
+		BalancerConfig: cfg,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.cc.subConns()); n != 1 {
+		t.Fatalf("%d SubConns after the first addresses, want 1 (minSize 1)", n)
+	}
+	return r
+}
+
+// sub returns the i-th SubConn created (1-based), failing if there are fewer.
+func (r *rotationRig) sub(i int) *fakeSubConn {
+	r.t.Helper()
+	subs := r.cc.subConns()
+	if len(subs) < i {
+		r.t.Fatalf("%d SubConns created, want at least %d", len(subs), i)
+	}
+	return subs[i-1]
+}
+
+func (r *rotationRig) state(sc *fakeSubConn, s connectivity.State) {
+	//lint:ignore SA1019 the way grpc_gcp's SubConns report their state
+	r.b.UpdateSubConnState(sc, balancer.SubConnState{ConnectivityState: s})
+}
+
+func (r *rotationRig) ready(sc *fakeSubConn) {
+	r.state(sc, connectivity.Connecting)
+	r.state(sc, connectivity.Ready)
+}
+
+// picked returns the gRPC SubConn the last picker hands gRPC.
+func (r *rotationRig) picked() balancer.SubConn {
+	r.t.Helper()
+	p, _ := r.cc.lastPicker()
+	res, err := p.Pick(balancer.PickInfo{FullMethodName: "/google.spanner.v1.Spanner/ExecuteSql", Ctx: context.Background()})
+	if err != nil {
+		r.t.Fatalf("pick: %v", err)
+	}
+	if res.Done != nil {
+		res.Done(balancer.DoneInfo{})
+	}
+	return res.SubConn
+}
+
+// learn has the server end the first SubConn three times after the given lifetimes; grpc_gcp
+// reconnects it each time.
+func (r *rotationRig) learn(lifetimes ...time.Duration) {
+	sc := r.sub(1)
+	for _, d := range lifetimes {
+		r.ready(sc)
+		r.clk.Advance(d)
+		before, _ := sc.counts()
+		r.state(sc, connectivity.Idle) // the server's GOAWAY
+		if after, _ := sc.counts(); after != before+1 {
+			r.t.Fatalf("grpc_gcp did not reconnect the channel after the server ended it")
+		}
+	}
+}
+
+// Once the server has ended three connections at ages that agree, each new connection gets a
+// replacement at half the shortest of them; calls go to the replacement once it is READY,
+// without grpc_gcp seeing the channel change state; the replaced connection takes no call and
+// is shut down when the server ends it, which confirms the age.
+func TestConnectionReplacedAtHalfTheServersAge(t *testing.T) {
+	r := newRotationRig(t)
+	sc1 := r.sub(1)
+	r.learn(50*time.Millisecond, 54*time.Millisecond, 48*time.Millisecond) // age: 48 ms
+	r.ready(sc1)
+	if got := r.picked(); got != sc1 {
+		t.Fatalf("picked %v, want sc1", got)
+	}
+
+	r.clk.Advance(23 * time.Millisecond)
+	if n := len(r.cc.subConns()); n != 1 {
+		t.Fatalf("%d SubConns 23 ms after READY, want 1 (the replacement comes at 24 ms, half the age)", n)
+	}
+	r.clk.Advance(time.Millisecond)
+	sc2 := r.sub(2)
+	if c, _ := sc2.counts(); c != 1 {
+		t.Fatalf("the replacement was asked to connect %d times, want 1", c)
+	}
+	if got := r.picked(); got != sc1 {
+		t.Fatalf("picked %v while the replacement connects, want sc1", got)
+	}
+
+	grpcgcpPicker, published := r.cc.lastPicker()
+	r.ready(sc2)
+	p, n := r.cc.lastPicker()
+	if n != published+1 {
+		t.Fatalf("%d pickers published when the replacement became READY, want 1 (the calls waiting on sc1 pick again)", n-published)
+	}
+	if p.(*poolPicker).child != grpcgcpPicker.(*poolPicker).child {
+		t.Fatal("grpc_gcp built a new picker: it saw the channel change state")
+	}
+	for range 3 {
+		if got := r.picked(); got != sc2 {
+			t.Fatalf("picked %v after the swap, want sc2", got)
+		}
+	}
+	if _, shut := sc1.counts(); shut {
+		t.Fatal("the replaced connection was shut down at once; it is left to the server")
+	}
+
+	connects, _ := sc1.counts()
+	r.clk.Advance(23 * time.Millisecond) // sc1 is 47 ms old
+	r.state(sc1, connectivity.Idle)      // the server's GOAWAY
+	if c, shut := sc1.counts(); !shut || c != connects {
+		t.Fatalf("replaced connection after the server ended it: shut %v, reconnected %d times; want shut, not reconnected", shut, c-connects)
+	}
+	if got := r.picked(); got != sc2 {
+		t.Fatalf("picked %v after the replaced connection ended, want sc2", got)
+	}
+	// sc2 is replaced in its turn, 24 ms after it became READY.
+	if n := len(r.cc.subConns()); n != 2 {
+		t.Fatalf("%d SubConns 23 ms after sc2 became READY, want 2", n)
+	}
+	r.clk.Advance(time.Millisecond)
+	if n := len(r.cc.subConns()); n != 3 {
+		t.Fatalf("%d SubConns 24 ms after sc2 became READY, want 3: sc2's replacement", n)
+	}
+}
+
+// Without three agreeing lifetimes (none, or one cut short by a reset) nothing is replaced:
+// the connections are grpc_gcp's.
+func TestNoReplacementWithoutAnAgreedAge(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		lifetimes []time.Duration
+	}{
+		{"never ended", nil},
+		{"two lifetimes", []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}},
+		{"a reset among them", []time.Duration{50 * time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRotationRig(t)
+			r.learn(tc.lifetimes...)
+			r.ready(r.sub(1))
+			r.clk.Advance(time.Hour)
+			if n := len(r.cc.subConns()); n != 1 {
+				t.Fatalf("%d SubConns after an hour, want 1", n)
+			}
+			if got := r.picked(); got != r.sub(1) {
+				t.Fatalf("picked %v, want sc1", got)
+			}
+		})
+	}
+}
+
+// A replaced connection that the server has not ended at 1.5 times the age disproves it: the
+// pool shuts it down and forgets the age; the next replacement to become READY retires its
+// connection at once (no age left to confirm) and is not replaced itself.
+func TestUnconfirmedAgeIsForgotten(t *testing.T) {
+	r := newRotationRig(t)
+	sc1 := r.sub(1)
+	r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+	r.ready(sc1)
+	r.clk.Advance(20 * time.Millisecond)
+	sc2 := r.sub(2)
+	r.ready(sc2)
+	r.clk.Advance(20 * time.Millisecond) // sc2's replacement, at half the age
+	sc3 := r.sub(3)
+	r.clk.Advance(19 * time.Millisecond) // sc1 is 59 ms old
+	if _, shut := sc1.counts(); shut {
+		t.Fatal("sc1 shut down before its expiry (60 ms, 1.5 times the age)")
+	}
+	r.clk.Advance(time.Millisecond)
+	if _, shut := sc1.counts(); !shut {
+		t.Fatal("sc1 not shut down at its expiry")
+	}
+	r.ready(sc3)
+	if _, shut := sc2.counts(); !shut {
+		t.Fatal("sc2 not shut down when sc3 replaced it without an age to confirm")
+	}
+	r.clk.Advance(time.Hour)
+	if n := len(r.cc.subConns()); n != 3 {
+		t.Fatalf("%d SubConns an hour after the age was disproved, want 3 (sc3 not replaced)", n)
+	}
+	if got := r.picked(); got != sc3 {
+		t.Fatalf("picked %v, want sc3", got)
+	}
+}
+
+// A connection that leaves READY before its replacement is ready keeps the channel: grpc_gcp
+// reconnects it, and the replacement is shut down; a replacement that fails to connect is shut
+// down and the channel keeps its connection.
+func TestReplacementAbandoned(t *testing.T) {
+	t.Run("the connection ended first", func(t *testing.T) {
+		r := newRotationRig(t)
+		sc1 := r.sub(1)
+		r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+		r.ready(sc1)
+		r.clk.Advance(20 * time.Millisecond)
+		sc2 := r.sub(2)
+		before, _ := sc1.counts()
+		r.state(sc1, connectivity.Idle)
+		if _, shut := sc2.counts(); !shut {
+			t.Fatal("the replacement was not shut down when the connection it was to replace ended")
+		}
+		if c, _ := sc1.counts(); c != before+1 {
+			t.Fatal("grpc_gcp did not reconnect the channel")
+		}
+		r.ready(sc2) // a late report of the abandoned replacement changes nothing
+		r.ready(sc1)
+		if got := r.picked(); got != sc1 {
+			t.Fatalf("picked %v, want sc1", got)
+		}
+	})
+	t.Run("the replacement failed", func(t *testing.T) {
+		r := newRotationRig(t)
+		sc1 := r.sub(1)
+		r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+		r.ready(sc1)
+		r.clk.Advance(20 * time.Millisecond)
+		sc2 := r.sub(2)
+		r.state(sc2, connectivity.Connecting)
+		r.state(sc2, connectivity.TransientFailure)
+		if _, shut := sc2.counts(); !shut {
+			t.Fatal("the failed replacement was not shut down")
+		}
+		if got := r.picked(); got != sc1 {
+			t.Fatalf("picked %v, want sc1", got)
+		}
+		// The channel's next connection is timed again.
+		r.clk.Advance(20 * time.Millisecond)
+		r.state(sc1, connectivity.Idle)
+		r.ready(sc1)
+		r.clk.Advance(20 * time.Millisecond)
+		if n := len(r.cc.subConns()); n != 3 {
+			t.Fatalf("%d SubConns, want 3: the reconnected channel gets a replacement at half the age", n)
+		}
+	})
+}
