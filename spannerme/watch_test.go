@@ -329,6 +329,42 @@ func TestWatchConfigErrors(t *testing.T) {
 	}
 }
 
+// WatchConfig's first reading has no configuration in force to keep and no edit to reject:
+// a missing file, an invalid one and one that cannot be applied are returned as WatchConfig's
+// error, and nothing is logged ("configuration edit rejected; the previous configuration
+// stays in force" would be false).
+func TestWatchConfigFirstReadingErrorIsReturnedNotLogged(t *testing.T) {
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}), fastSettings(nil))
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "default: g\n")
+	closed := filepath.Join(dir, "good.yaml")
+	writeFile(t, closed, watchConfigYAML("", "127.0.0.1:1"))
+	for _, tc := range []struct {
+		name, path string
+		gme        *GCPMultiEndpoint
+		want       error
+	}{
+		{"missing file", filepath.Join(dir, "missing.yaml"), gme, fs.ErrNotExist},
+		{"invalid file", bad, gme, ErrInvalidConfig},
+		{"closed GCPMultiEndpoint", closed, &GCPMultiEndpoint{}, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			w, err := WatchConfig(tc.gme, tc.path, WatchOptions{Resync: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if w != nil {
+				w.Close()
+			}
+			if !errors.Is(err, tc.want) || w != nil {
+				t.Fatalf("WatchConfig = %v, %v; want nil, an error wrapping %v", w, err, tc.want)
+			}
+			if logs.String() != "" {
+				t.Errorf("the first reading's error was logged as well as returned:\n%s", logs.String())
+			}
+		})
+	}
+}
+
 // An edit made while WatchConfig reads and applies the file the first time is applied: the
 // directory is watched before the first reading, so no edit falls between the two (with
 // Resync off, nothing else would ever find it). The edit is made from inside the first
@@ -373,7 +409,9 @@ func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
 	}
 	defer w.Close()
 	rejected := func() int { return strings.Count(logs.String(), "configuration edit rejected") }
-	writeFile(t, path, watchConfigYAML("    recoveryTime: 2s\n", one.Addr()))
+	// Edits by rename: a re-read every 5ms could see a file written in place half written
+	// (empty), which is another error.
+	writeByRename(t, path, watchConfigYAML("    recoveryTime: 2s\n", one.Addr()))
 	eventually(t, 20*time.Second, "the bad edit reported", func() bool { return w.Status().LastError != nil })
 	for range 3 { // three more re-reads of the same bad file
 		seen := w.Status().LastErrorAt
@@ -382,7 +420,7 @@ func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
 	if n := rejected(); n != 1 {
 		t.Errorf("the same bad file was logged %d times, want once:\n%s", n, logs.String())
 	}
-	writeFile(t, path, watchConfigYAML("    switchingDelay: soon\n", one.Addr()))
+	writeByRename(t, path, watchConfigYAML("    switchingDelay: soon\n", one.Addr()))
 	eventually(t, 20*time.Second, "the other error logged", func() bool { return rejected() == 2 })
 	if s := w.Status(); !strings.Contains(fmt.Sprint(s.LastError), "soon") {
 		t.Errorf("LastError = %v, want the new error", s.LastError)
