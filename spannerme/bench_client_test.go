@@ -13,17 +13,23 @@ package spannerme
 //     x-plain, the ratio to the plain client at the same L and C in the same run; x-limit, the
 //     ratio to what the frontend allows the channels the client opened:
 //     min(C, channels x 100) / L; channels, the client's connections to the frontend;
-//     allocs/query (all of the process's allocations, servers included). One op is a wave of
-//     C queries.
+//     allocs/query (all of the process's allocations, servers included); cpu-ns/query, the
+//     process's CPU time (user and system, getrusage) per query, servers included. One op is
+//     a wave of C queries.
 //
 //   - BenchmarkClient_GOAWAYStorm: 4 workers of 30 ms queries through a frontend that ends
 //     each connection after 50 ms (GOAWAY, then 20 ms for the calls in flight: a maximum
 //     connection age, F27); metrics qps and x-plain. One op is one query.
 //
-// B/op and allocs/op include the in-process servers' allocations, the same for every client,
-// so differences between clients are the clients'.
+// B/op, allocs/op and cpu-ns/query include the in-process servers' work, the same for every
+// client, so differences between clients are the clients'.
+//
+// Sub-benchmarks are named key=value (client=plain, latency=50ms/C=100/client=plain), so
+// that benchstat can put the clients side by side: benchstat -col /client (make
+// bench-compare).
 //
 //	make bench-client   (go test -run '^$' -bench Client_ -benchmem -benchtime 2s ./spannerme/)
+//	make bench-compare  (the same COUNT=6 times, then benchstat -col /client)
 
 import (
 	"context"
@@ -161,7 +167,7 @@ func benchSpannertest(b *testing.B, events, payload int) (addr, database string,
 func BenchmarkClient_PointRead(b *testing.B) {
 	addr, db, accounts := benchSpannertest(b, 0, 0)
 	for _, bc := range benchClientsCallPath {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("client="+bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()
 			ctx := context.Background()
@@ -212,7 +218,7 @@ func BenchmarkClient_StreamingQuery(b *testing.B) {
 		return nil
 	}
 	for _, bc := range benchClientsCallPath {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("client="+bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()
 			ctx := context.Background()
@@ -264,7 +270,7 @@ func BenchmarkClient_GOAWAYStorm(b *testing.B) {
 	const workers = 4
 	plainQPS := 0.0
 	for _, bc := range benchClients {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("client="+bc.name, func(b *testing.B) {
 			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConnectionAge(50*time.Millisecond, 20*time.Millisecond))
 			if err != nil {
 				b.Fatal(err)
@@ -302,7 +308,7 @@ func BenchmarkClient_GOAWAYStorm(b *testing.B) {
 func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, query func(context.Context, *spanner.Client) error) {
 	plainQPS := 0.0
 	for _, bc := range benchClients {
-		b.Run(fmt.Sprintf("latency=%v/C=%d/%s", latency, c, bc.name), func(b *testing.B) {
+		b.Run(fmt.Sprintf("latency=%v/C=%d/client=%s", latency, c, bc.name), func(b *testing.B) {
 			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
 			if err != nil {
 				b.Fatal(err)
@@ -323,6 +329,7 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			queries := b.N * c
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
+			cpuBefore, cpuOK := processCPU()
 			b.ResetTimer()
 			start := time.Now()
 			if err := runConcurrently(ctx, c, queries, func() error { return query(ctx, client) }); err != nil {
@@ -330,8 +337,12 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
+			cpuAfter, _ := processCPU()
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
+			if cpuOK {
+				b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
+			}
 			qps := float64(queries) / elapsed.Seconds()
 			channels := fe.Stats().Active
 			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()

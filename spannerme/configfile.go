@@ -303,10 +303,11 @@ func tabIndentation(data []byte, from, to int) (line, column int) {
 // quoted number stays a string. Errors are *ConfigFileError with the line and column of the
 // syntax error.
 func jsonTree(data []byte) (*yaml.Node, error) {
-	// Unmarshal checks the whole input first, trailing data included, and its
+	// Unmarshal checks the whole input's syntax first, trailing data included (into a
+	// RawMessage: a number too large for a float64 is valid JSON), and its
 	// *json.SyntaxError locates the mistake; the tree is then built from a valid input.
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
+	var raw json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, jsonSyntaxError(data, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

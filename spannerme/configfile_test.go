@@ -213,6 +213,8 @@ func TestParseConfigJSONIsStrict(t *testing.T) {
 		{name: "key without quotes", in: "{default: \"d\"}", line: 1, column: 2, want: "looking for beginning of object key string"},
 		{name: "unterminated", in: ok + "\n", line: 4, column: 1, want: "not valid JSON: unexpected end of JSON input"},
 		{name: "data after the object", in: ok + "\n}\n{}\n", line: 5, column: 1, want: "after top-level value"},
+		{name: "number too large", in: ok + ",\n\t\"poolSize\": 1e400\n}\n", line: 4, column: 14, field: "poolSize", want: `want a whole number from 1 to 1024, got "1e400"`},
+		{name: "nested too deep", in: "{\"default\": " + strings.Repeat("[", 10001), line: 1, column: 10012, want: "exceeded max depth"},
 		{name: "key twice", in: ok + ",\n\t\"default\": \"d\"\n}\n", line: 4, column: 2, field: "default", want: "given twice (first at line 2)"},
 		{name: "YAML in a .json file", file: "spannerme.json", in: "default: d\nmultiEndpoints: {d: {endpoints: [a:1]}}\n", line: 1, column: 1, want: "not valid JSON"},
 	} {
