@@ -193,6 +193,9 @@ func (d *fileDecoder) decode(data []byte, isJSON bool) error {
 	if isJSON || t[0] == '{' {
 		var err error
 		if root, err = jsonTree(data); err != nil {
+			if fe := (*ConfigFileError)(nil); !isJSON && errors.As(err, &fe) {
+				fe.Problem += " (the file starts with '{', so it is read as JSON)"
+			}
 			return err
 		}
 	} else {

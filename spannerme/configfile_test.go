@@ -210,7 +210,7 @@ func TestParseConfigJSONIsStrict(t *testing.T) {
 		{name: "quoted fraction", in: ok + ",\n\t\"settings\": {\"switchingJitter\": \"0.2\"}\n}\n", line: 4, column: 34, field: "settings.switchingJitter", want: "write the number without quotes"},
 		{name: "number for a string", in: "{\"default\": 1, \"multiEndpoints\": {}}", line: 1, column: 13, field: "default", want: "want a string"},
 		{name: "comment", in: ok + "\n\t// the pools\n}\n", line: 4, column: 2, want: "not valid JSON: invalid character '/'"},
-		{name: "key without quotes", in: "{default: \"d\"}", line: 1, column: 2, want: "looking for beginning of object key string"},
+		{name: "key without quotes", in: "{default: \"d\"}", line: 1, column: 2, want: "looking for beginning of object key string (the file starts with '{', so it is read as JSON)"},
 		{name: "unterminated", in: ok + "\n", line: 4, column: 1, want: "not valid JSON: unexpected end of JSON input"},
 		{name: "data after the object", in: ok + "\n}\n{}\n", line: 5, column: 1, want: "after top-level value"},
 		{name: "number too large", in: ok + ",\n\t\"poolSize\": 1e400\n}\n", line: 4, column: 14, field: "poolSize", want: `want a whole number from 1 to 1024, got "1e400"`},
