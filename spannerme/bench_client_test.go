@@ -34,6 +34,8 @@ package spannerme
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"net"
 	"runtime"
@@ -73,9 +75,18 @@ func benchClientOptions() []option.ClientOption {
 // while a benchmark runs splits its result row and benchstat drops it.
 var benchSettings = Settings{Logger: slog.New(slog.DiscardHandler)}
 
+// benchConfig is fixture.ClientConfig with the Spanner client's own log lines (of its
+// session pool, for example) discarded, for the same reason, for every client alike: with a
+// nil Logger it writes to the standard logger.
+func benchConfig() spanner.ClientConfig {
+	c := fixture.ClientConfig()
+	c.Logger = log.New(io.Discard, "", 0)
+	return c
+}
+
 var benchClients = []benchClient{
 	{"plain", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, err := spanner.NewClientWithConfig(context.Background(), database, benchConfig(),
 			append(benchClientOptions(), option.WithEndpoint(endpoint))...)
 		if err != nil {
 			tb.Fatal(err)
@@ -83,7 +94,7 @@ var benchClients = []benchClient{
 		return c, c.Close
 	}},
 	{"upstream", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, gme, err := spanner.NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, gme, err := spanner.NewMultiEndpointClientWithConfig(context.Background(), database, benchConfig(),
 			&grpcgcp.GCPMultiEndpointOptions{
 				MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{"default": {Endpoints: []string{endpoint}}},
 				Default:        "default",
@@ -95,7 +106,7 @@ var benchClients = []benchClient{
 		return c, c.Close
 	}},
 	{"spannerme", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
+		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, benchConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
 			benchSettings, benchClientOptions()...)
 		if err != nil {
@@ -112,7 +123,7 @@ var benchClients = []benchClient{
 // same calls as upstream's row, so that the two multi-endpoint layers compare like for like.
 var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClients)], benchClient{
 	"spannerme-no-request-id", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		ours, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
+		ours, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, benchConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
 			benchSettings, benchClientOptions()...)
 		if err != nil {
@@ -130,7 +141,7 @@ var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClien
 		if err != nil {
 			tb.Fatal(err)
 		}
-		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, err := spanner.NewClientWithConfig(context.Background(), database, benchConfig(),
 			append(benchClientOptions(), option.WithGRPCConn(front))...)
 		if err != nil {
 			tb.Fatal(err)
