@@ -1,7 +1,9 @@
 # spannerme: the project's commands. See README.md.
 GO ?= go
-# staticcheck is run through `go run` at a pinned version, so nothing needs installing by hand.
+# staticcheck and benchstat are run through `go run` at a pinned version, so nothing needs
+# installing by hand.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BENCHSTAT ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 # Integration and demo waits are bounded by their own contexts; this is the outer guard.
 TEST_TIMEOUT ?= 20m
 ARGS ?=
@@ -13,7 +15,7 @@ SEED ?= 0
 # the tests, after them whatever their outcome (the exit status stays go test's).
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 
-.PHONY: all check demo chaos test race lint fmt vet staticcheck bench bench-client ci
+.PHONY: all check demo chaos test race lint fmt vet staticcheck bench bench-client bench-compare ci
 
 all: ci
 
@@ -57,9 +59,10 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 
-## bench: every benchmark, ours against upstream and a plain client in the same run.
+## bench: every benchmark, ours against upstream and a plain client in the same run. ARGS are
+##        more go test flags, e.g. ARGS='-benchtime 100ms'.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -run '^$$' -bench . -benchmem -timeout $(TEST_TIMEOUT) $(ARGS) ./...
 
 ## bench-client: the end-to-end benchmarks through the Spanner client only (plain, upstream, ours):
 ## point reads and streaming queries on spannertest, and 100/400/1000 concurrent queries through a
@@ -67,6 +70,21 @@ bench:
 BENCHTIME ?= 2s
 bench-client:
 	$(GO) test -run '^$$' -bench 'Client_' -benchmem -benchtime $(BENCHTIME) -timeout $(TEST_TIMEOUT) ./spannerme/
+
+## bench-compare: the end-to-end benchmarks COUNT times, then benchstat's table with one column
+##                per client (plain, upstream, spannerme): medians with 95% confidence intervals
+##                (6 runs at least) and each client against plain. COUNT=6, BENCHTIME=2s,
+##                BENCH=Client_ (a -bench pattern); the raw results are kept in BENCH_OUT.
+COUNT ?= 6
+BENCH ?= Client_
+BENCH_OUT ?= $(or $(TMPDIR),/tmp)/spannerme-bench-compare.txt
+bench-compare:
+	@echo "benchmarks $(BENCH), $(COUNT) times; results in $(BENCH_OUT)"
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) \
+		-timeout $(TEST_TIMEOUT) ./spannerme/ > $(BENCH_OUT); status=$$?; \
+		if [ $$status -ne 0 ]; then cat $(BENCH_OUT); exit $$status; fi
+	$(GO) run $(BENCHSTAT) -col /client $(BENCH_OUT)
+	@echo "raw results: $(BENCH_OUT)"
 
 ## ci: what CI runs (.ci/run): lint, then every test under -race.
 ci: lint race

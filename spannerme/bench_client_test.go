@@ -13,21 +13,29 @@ package spannerme
 //     x-plain, the ratio to the plain client at the same L and C in the same run; x-limit, the
 //     ratio to what the frontend allows the channels the client opened:
 //     min(C, channels x 100) / L; channels, the client's connections to the frontend;
-//     allocs/query (all of the process's allocations, servers included). One op is a wave of
-//     C queries.
+//     allocs/query (all of the process's allocations, servers included); cpu-ns/query, the
+//     process's CPU time (user and system, getrusage) per query, servers included. One op is
+//     a wave of C queries.
 //
 //   - BenchmarkClient_GOAWAYStorm: 4 workers of 30 ms queries through a frontend that ends
 //     each connection after 50 ms (GOAWAY, then 20 ms for the calls in flight: a maximum
 //     connection age, F27); metrics qps and x-plain. One op is one query.
 //
-// B/op and allocs/op include the in-process servers' allocations, the same for every client,
-// so differences between clients are the clients'.
+// B/op, allocs/op and cpu-ns/query include the in-process servers' work, the same for every
+// client, so differences between clients are the clients'.
+//
+// Sub-benchmarks are named key=value (client=plain, latency=50ms/C=100/client=plain), so
+// that benchstat can put the clients side by side: benchstat -col /client (make
+// bench-compare).
 //
 //	make bench-client   (go test -run '^$' -bench Client_ -benchmem -benchtime 2s ./spannerme/)
+//	make bench-compare  (the same COUNT=6 times, then benchstat -col /client)
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"net"
 	"runtime"
@@ -67,9 +75,18 @@ func benchClientOptions() []option.ClientOption {
 // while a benchmark runs splits its result row and benchstat drops it.
 var benchSettings = Settings{Logger: slog.New(slog.DiscardHandler)}
 
+// benchConfig is fixture.ClientConfig with the Spanner client's own log lines (of its
+// session pool, for example) discarded, for the same reason, for every client alike: with a
+// nil Logger it writes to the standard logger.
+func benchConfig() spanner.ClientConfig {
+	c := fixture.ClientConfig()
+	c.Logger = log.New(io.Discard, "", 0)
+	return c
+}
+
 var benchClients = []benchClient{
 	{"plain", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, err := spanner.NewClientWithConfig(context.Background(), database, benchConfig(),
 			append(benchClientOptions(), option.WithEndpoint(endpoint))...)
 		if err != nil {
 			tb.Fatal(err)
@@ -77,7 +94,7 @@ var benchClients = []benchClient{
 		return c, c.Close
 	}},
 	{"upstream", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, gme, err := spanner.NewMultiEndpointClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, gme, err := spanner.NewMultiEndpointClientWithConfig(context.Background(), database, benchConfig(),
 			&grpcgcp.GCPMultiEndpointOptions{
 				MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{"default": {Endpoints: []string{endpoint}}},
 				Default:        "default",
@@ -89,7 +106,7 @@ var benchClients = []benchClient{
 		return c, c.Close
 	}},
 	{"spannerme", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
+		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, benchConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
 			benchSettings, benchClientOptions()...)
 		if err != nil {
@@ -106,7 +123,7 @@ var benchClients = []benchClient{
 // same calls as upstream's row, so that the two multi-endpoint layers compare like for like.
 var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClients)], benchClient{
 	"spannerme-no-request-id", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
-		ours, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, fixture.ClientConfig(),
+		ours, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, benchConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
 			benchSettings, benchClientOptions()...)
 		if err != nil {
@@ -124,7 +141,7 @@ var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClien
 		if err != nil {
 			tb.Fatal(err)
 		}
-		c, err := spanner.NewClientWithConfig(context.Background(), database, fixture.ClientConfig(),
+		c, err := spanner.NewClientWithConfig(context.Background(), database, benchConfig(),
 			append(benchClientOptions(), option.WithGRPCConn(front))...)
 		if err != nil {
 			tb.Fatal(err)
@@ -188,7 +205,7 @@ func benchSpannertest(b *testing.B, events, payload int) (addr, database string,
 func BenchmarkClient_PointRead(b *testing.B) {
 	addr, db, accounts := benchSpannertest(b, 0, 0)
 	for _, bc := range append(benchClientsCallPath[:len(benchClientsCallPath):len(benchClientsCallPath)], benchClientsDirected...) {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("client="+bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()
 			ctx := context.Background()
@@ -239,7 +256,7 @@ func BenchmarkClient_StreamingQuery(b *testing.B) {
 		return nil
 	}
 	for _, bc := range benchClientsCallPath {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("client="+bc.name, func(b *testing.B) {
 			client, closeClient := bc.new(b, addr, db)
 			defer closeClient()
 			ctx := context.Background()
@@ -291,7 +308,7 @@ func BenchmarkClient_GOAWAYStorm(b *testing.B) {
 	const workers = 4
 	plainQPS := 0.0
 	for _, bc := range benchClients {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run("client="+bc.name, func(b *testing.B) {
 			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConnectionAge(50*time.Millisecond, 20*time.Millisecond))
 			if err != nil {
 				b.Fatal(err)
@@ -329,7 +346,7 @@ func BenchmarkClient_GOAWAYStorm(b *testing.B) {
 func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, query func(context.Context, *spanner.Client) error) {
 	plainQPS := 0.0
 	for _, bc := range benchClients {
-		b.Run(fmt.Sprintf("latency=%v/C=%d/%s", latency, c, bc.name), func(b *testing.B) {
+		b.Run(fmt.Sprintf("latency=%v/C=%d/client=%s", latency, c, bc.name), func(b *testing.B) {
 			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
 			if err != nil {
 				b.Fatal(err)
@@ -350,6 +367,7 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			queries := b.N * c
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
+			cpuBefore, cpuOK := processCPU()
 			b.ResetTimer()
 			start := time.Now()
 			if err := runConcurrently(ctx, c, queries, func() error { return query(ctx, client) }); err != nil {
@@ -357,8 +375,12 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
+			cpuAfter, _ := processCPU()
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
+			if cpuOK {
+				b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
+			}
 			qps := float64(queries) / elapsed.Seconds()
 			channels := fe.Stats().Active
 			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()

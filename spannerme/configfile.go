@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
@@ -89,18 +92,15 @@ func (e *ConfigFileError) Unwrap() []error {
 const maxConfigSize = 1 << 20
 
 // LoadConfig reads and parses the configuration file at path, YAML or JSON, as ParseConfig
-// does. Errors: the read error (wrapping fs.ErrNotExist for a missing file), or a
+// does; a file whose name ends in ".json" (in any case) is read as JSON whatever its first
+// character. Errors: the read error (wrapping fs.ErrNotExist for a missing file), or a
 // *ConfigFileError naming the file, the line and the field.
 func LoadConfig(path string) (*FileConfig, error) {
 	data, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c, err := ParseConfig(data)
-	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
-		fe.File = path
-	}
-	return c, err
+	return parseConfigFile(data, path)
 }
 
 func readConfigFile(path string) ([]byte, error) {
@@ -119,14 +119,36 @@ func readConfigFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// ParseConfig parses a configuration file's content, YAML or JSON (JSON is read as YAML,
-// which it is, tabs included). It is strict: an unknown field, a value of the wrong type, a
-// bad duration, a field given twice or an invalid configuration (as NewGCPMultiEndpoint
-// judges it) is an error. Errors are *ConfigFileError, naming the line and the field.
+// ParseConfig parses a configuration file's content, YAML or JSON. Content whose first
+// character other than white space is '{' is JSON, parsed by encoding/json (RFC 8259: no
+// trailing commas, no comments); anything else is YAML (go.yaml.in/yaml/v3), where a tab
+// used for indentation is an error that says so.
+//
+// It is strict: an unknown field (the error names the nearest known one), a value of the
+// wrong type (a number or true/false written in quotes is a string: "poolSize": "4" is an
+// error), a bad duration, a field given twice or an invalid configuration (as
+// NewGCPMultiEndpoint judges it) is an error. Options of an endpoint that no group lists are
+// accepted, as Settings.EndpointOptions accepts them: they apply once a group lists the
+// endpoint. Errors are *ConfigFileError, naming the line, the column when known, and the
+// field.
 func ParseConfig(data []byte) (*FileConfig, error) {
+	return parseConfigFile(data, "")
+}
+
+// parseConfigFile is ParseConfig of the content of the file at path ("" for none): a path
+// ending in ".json" is read as JSON, and its errors name the file.
+func parseConfigFile(data []byte, path string) (*FileConfig, error) {
+	c, err := parseConfigData(data, strings.EqualFold(filepath.Ext(path), ".json"))
+	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
+		fe.File = path
+	}
+	return c, err
+}
+
+func parseConfigData(data []byte, isJSON bool) (*FileConfig, error) {
 	sum := sha256.Sum256(data)
 	d := &fileDecoder{}
-	if err := d.decode(data); err != nil {
+	if err := d.decode(data, isJSON); err != nil {
 		return nil, err
 	}
 	c := &FileConfig{Options: d.options, Settings: d.settings, Hash: hex.EncodeToString(sum[:])}
@@ -161,43 +183,48 @@ func (d *fileDecoder) errAt(n *yaml.Node, path, format string, args ...any) erro
 	return e
 }
 
-func (d *fileDecoder) decode(data []byte) error {
-	if len(bytes.TrimSpace(data)) == 0 {
+// decode reads data, JSON when isJSON or when it starts with '{', else YAML, into the
+// decoder's options and settings.
+func (d *fileDecoder) decode(data []byte, isJSON bool) error {
+	t := bytes.TrimSpace(data)
+	if len(t) == 0 {
 		return &ConfigFileError{Problem: "the file is empty"}
 	}
-	if t := bytes.TrimSpace(data); t[0] == '{' || t[0] == '[' {
-		// JSON: a raw tab cannot occur inside a JSON string, so outside strings it is only
-		// white space, which YAML does not always accept.
-		data = bytes.ReplaceAll(data, []byte("\t"), []byte(" "))
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		return yamlSyntaxError(err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return d.errAt(&extra, "", "more than one YAML document")
-	} else if err != io.EOF {
-		return yamlSyntaxError(err)
+	var root *yaml.Node
+	if isJSON || t[0] == '{' {
+		var err error
+		if root, err = jsonTree(data); err != nil {
+			if fe := (*ConfigFileError)(nil); !isJSON && errors.As(err, &fe) {
+				fe.Problem += " (the file starts with '{', so it is read as JSON)"
+			}
+			return err
+		}
+	} else {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			return yamlSyntaxError(data, err)
+		}
+		var extra yaml.Node
+		if err := dec.Decode(&extra); err == nil {
+			return d.errAt(&extra, "", "more than one YAML document")
+		} else if err != io.EOF {
+			return yamlSyntaxError(data, err)
+		}
+		root = &doc
+		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+			root = root.Content[0]
+		}
 	}
 	d.nodes = map[string]*yaml.Node{}
 	d.options = &grpcgcp.GCPMultiEndpointOptions{}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	var endpointsNode *yaml.Node
 	err := d.mapping(root, "", fieldDecoders{
 		"default": func(n *yaml.Node, p string) (err error) {
 			d.options.Default, err = d.str(n, p)
 			return err
 		},
 		"multiEndpoints": d.groups,
-		"endpoints": func(n *yaml.Node, p string) error {
-			endpointsNode = n
-			return nil // after the groups, which it refers to
-		},
+		"endpoints":      d.endpointOptions,
 		"poolSize": func(n *yaml.Node, p string) error {
 			v, err := d.uint(n, p, 1, 1024)
 			d.poolSize, d.poolSet = uint32(v), true
@@ -218,11 +245,6 @@ func (d *fileDecoder) decode(data []byte) error {
 			return d.errAt(root, req, "required field missing")
 		}
 	}
-	if endpointsNode != nil {
-		if err := d.endpointOptions(endpointsNode, "endpoints"); err != nil {
-			return err
-		}
-	}
 	if d.poolSet || d.affSet {
 		// poolSize is the channels kept connected (MinSize); the pool grows by the rule of
 		// DefaultPoolSize. sessionAffinity: true is upstream's session affinity.
@@ -237,17 +259,148 @@ func (d *fileDecoder) decode(data []byte) error {
 }
 
 // yamlSyntaxError turns the parser's error ("yaml: line 3: ...") into a *ConfigFileError.
-func yamlSyntaxError(err error) error {
+// When the parser stopped at a character that cannot start a token or at a tab, and a line
+// indented with a tab is the error's line or the next one (the parser's line can be the one
+// before), the error is that tab: YAML forbids tabs in indentation (YAML 1.2.2, section 6.1,
+// https://yaml.org/spec/1.2.2/#61-indentation-spaces), and the parser's words do not say so.
+func yamlSyntaxError(data []byte, err error) error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	e := &ConfigFileError{Problem: "not valid YAML or JSON: " + msg}
+	e := &ConfigFileError{Problem: "not valid YAML: " + msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if i := strings.Index(rest, ":"); i > 0 {
 			if line, err := strconv.Atoi(rest[:i]); err == nil {
-				e.Line, e.Problem = line, "not valid YAML or JSON: "+strings.TrimSpace(rest[i+1:])
+				e.Line, e.Problem = line, "not valid YAML: "+strings.TrimSpace(rest[i+1:])
 			}
 		}
 	}
+	if e.Line > 0 && (strings.Contains(msg, "tab") || strings.Contains(msg, "cannot start any token")) {
+		if line, col := tabIndentation(data, e.Line, e.Line+1); line > 0 {
+			e.Line, e.Column = line, col
+			e.Problem = "not valid YAML: tabs are not allowed for indentation (indent with spaces)"
+		}
+	}
 	return e
+}
+
+// tabIndentation returns the line and column (1-based) of the first tab in the indentation
+// (the blanks that start a line) of lines from to to of data, or 0, 0.
+func tabIndentation(data []byte, from, to int) (line, column int) {
+	for i, l := range bytes.Split(data, []byte("\n")) {
+		if i+1 < from || i+1 > to {
+			continue
+		}
+		for j, c := range l {
+			if c == '\t' {
+				return i + 1, j + 1
+			}
+			if c != ' ' {
+				break
+			}
+		}
+	}
+	return 0, 0
+}
+
+// jsonTree parses data as JSON with encoding/json into the node tree that the field
+// decoders walk, each node with its line and column, and its tag as YAML's core schema
+// would give it (!!str for a string, !!int or !!float for a number, !!bool, !!null), so a
+// quoted number stays a string. Errors are *ConfigFileError with the line and column of the
+// syntax error.
+func jsonTree(data []byte) (*yaml.Node, error) {
+	// Unmarshal checks the whole input's syntax first, trailing data included (into a
+	// RawMessage: a number too large for a float64 is valid JSON), and its
+	// *json.SyntaxError locates the mistake; the tree is then built from a valid input.
+	var raw json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, jsonSyntaxError(data, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	n, err := jsonNode(dec, data)
+	if err != nil {
+		return nil, jsonSyntaxError(data, err)
+	}
+	return n, nil
+}
+
+// jsonNode reads one JSON value from dec, whose input is data, as a node.
+func jsonNode(dec *json.Decoder, data []byte) (*yaml.Node, error) {
+	start := int(dec.InputOffset())
+	for start < len(data) && strings.IndexByte(" \t\r\n,:", data[start]) >= 0 {
+		start++ // the separators before the token, which Token consumes with it
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	n := &yaml.Node{Kind: yaml.ScalarNode}
+	n.Line, n.Column = position(data, start)
+	switch t := tok.(type) {
+	case json.Delim:
+		n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
+		if t == '{' {
+			n.Kind, n.Tag = yaml.MappingNode, "!!map"
+		}
+		for dec.More() {
+			c, err := jsonNode(dec, data) // a key (a string) then its value, in a mapping
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, c)
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+	case string:
+		n.Tag, n.Value, n.Style = "!!str", t, yaml.DoubleQuotedStyle
+	case json.Number:
+		n.Tag, n.Value = "!!int", t.String()
+		if strings.ContainsAny(n.Value, ".eE") {
+			n.Tag = "!!float"
+		}
+	case bool:
+		n.Tag, n.Value = "!!bool", strconv.FormatBool(t)
+	case nil:
+		n.Tag, n.Value = "!!null", "null"
+	}
+	return n, nil
+}
+
+// jsonSyntaxError turns an error of encoding/json into a *ConfigFileError with the line and
+// column of a *json.SyntaxError's offset.
+func jsonSyntaxError(data []byte, err error) error {
+	e := &ConfigFileError{Problem: "not valid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+	if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
+		// Offset counts the bytes read, the offending one included; at the end of the
+		// input, the mistake is the end.
+		off := int(se.Offset) - 1
+		if errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(se.Error(), "unexpected end of JSON input") {
+			off = len(data)
+		}
+		e.Line, e.Column = position(data, off)
+		if strings.Contains(se.Error(), "looking for beginning of") && lastNonBlank(data, int(se.Offset)-1) == ',' {
+			e.Problem += " (a comma before a closing bracket or brace: JSON allows no trailing comma)"
+		}
+	}
+	return e
+}
+
+// lastNonBlank returns the last byte of data before offset that is not white space, or 0.
+func lastNonBlank(data []byte, offset int) byte {
+	for i := min(offset, len(data)) - 1; i >= 0; i-- {
+		if c := data[i]; c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return c
+		}
+	}
+	return 0
+}
+
+// position returns the line and column (1-based; the column in characters) of data[offset].
+func position(data []byte, offset int) (line, column int) {
+	offset = max(0, min(offset, len(data)))
+	before := data[:offset]
+	lineStart := bytes.LastIndexByte(before, '\n') + 1
+	return bytes.Count(before, []byte("\n")) + 1, utf8.RuneCount(before[lineStart:]) + 1
 }
 
 // resolve follows an alias to its anchor.
@@ -294,30 +447,35 @@ func (d *fileDecoder) mapping(n *yaml.Node, path string, fields fieldDecoders) e
 	return nil
 }
 
-// suggest returns " (did you mean X?)" for the known field closest to key, or " (known
-// fields: ...)".
+// suggest returns " (did you mean X?)" for the known field X nearest to key (fewest edits,
+// ignoring case; a field that contains key or is contained in it counts as two edits away),
+// and the list of known fields too when even the nearest is more than a third of key's
+// length (at least 2 edits) away.
 func suggest(key string, fields fieldDecoders) string {
 	names := make([]string, 0, len(fields))
 	for f := range fields {
 		names = append(names, f)
 	}
+	if len(names) == 0 {
+		return ""
+	}
 	sort.Strings(names)
-	best, bestD := "", 3 // farther than 2 edits is no suggestion, unless one is a prefix
+	best, bestD := "", -1
 	lk := strings.ToLower(key)
 	for _, f := range names {
 		lf := strings.ToLower(f)
 		dist := editDistance(lk, lf)
-		if len(lk) >= 4 && (strings.HasPrefix(lf, lk) || strings.HasPrefix(lk, lf)) {
+		if min(len(lk), len(lf)) >= 4 && (strings.Contains(lf, lk) || strings.Contains(lk, lf)) {
 			dist = min(dist, 2)
 		}
-		if dist < bestD {
+		if bestD < 0 || dist < bestD {
 			best, bestD = f, dist
 		}
 	}
-	if best != "" {
+	if bestD <= max(2, len(key)/3) {
 		return fmt.Sprintf(" (did you mean %s?)", best)
 	}
-	return " (known fields: " + strings.Join(names, ", ") + ")"
+	return fmt.Sprintf(" (did you mean %s? known fields: %s)", best, strings.Join(names, ", "))
 }
 
 // editDistance is the Levenshtein distance of a and b.
@@ -380,13 +538,26 @@ func (d *fileDecoder) boolean(n *yaml.Node, path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	switch s.Value {
-	case "true":
+	switch {
+	case s.Tag != "!!bool" && (s.Value == "true" || s.Value == "false"):
+		return false, d.errAt(s, path, "want true or false, got the string %q (write it without quotes)", s.Value)
+	case s.Tag == "!!bool" && s.Value == "true":
 		return true, nil
-	case "false":
+	case s.Tag == "!!bool" && s.Value == "false":
 		return false, nil
 	}
 	return false, d.errAt(s, path, "want true or false, got %q", s.Value)
+}
+
+// quotedNumber is the hint of an error about a number written as a string.
+func quotedNumber(s *yaml.Node) string {
+	if s.Tag != "!!str" {
+		return ""
+	}
+	if _, err := strconv.ParseFloat(s.Value, 64); err != nil {
+		return ""
+	}
+	return " (a string: write the number without quotes)"
 }
 
 func (d *fileDecoder) uint(n *yaml.Node, path string, lo, hi uint64) (uint64, error) {
@@ -395,8 +566,8 @@ func (d *fileDecoder) uint(n *yaml.Node, path string, lo, hi uint64) (uint64, er
 		return 0, err
 	}
 	v, err := strconv.ParseUint(s.Value, 10, 32)
-	if err != nil || v < lo || v > hi {
-		return 0, d.errAt(s, path, "want a whole number from %d to %d, got %q", lo, hi, s.Value)
+	if err != nil || v < lo || v > hi || s.Tag != "!!int" {
+		return 0, d.errAt(s, path, "want a whole number from %d to %d, got %q%s", lo, hi, s.Value, quotedNumber(s))
 	}
 	return v, nil
 }
@@ -558,14 +729,6 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 	if n.Kind != yaml.MappingNode {
 		return d.errAt(n, path, "want a mapping of endpoints to their options, got %s", kindName(n))
 	}
-	listed := map[string]bool{}
-	for _, g := range d.options.MultiEndpoints {
-		for _, e := range g.Endpoints {
-			if ne, p := normalizeEndpoint(e); p == "" {
-				listed[ne] = true
-			}
-		}
-	}
 	d.settings.EndpointOptions = map[string]EndpointOptions{}
 	type namedBy struct {
 		key        *yaml.Node // the endpoint's key in the file
@@ -576,12 +739,12 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := resolve(n.Content[i])
 		fields[key.Value] = func(v *yaml.Node, p string) error {
+			// An endpoint that no group lists is accepted, as in Settings.EndpointOptions
+			// (parseEndpointOptions): its options apply once a group lists it, so an
+			// endpoint taken out of its groups keeps its options in the file.
 			ne, problem := normalizeEndpoint(key.Value)
 			if problem != "" {
 				return d.errAt(key, p, "%s", problem)
-			}
-			if !listed[ne] {
-				return d.errAt(key, p, "endpoint is not listed in any group")
 			}
 			var eo EndpointOptions
 			err := d.mapping(v, p, fieldDecoders{
@@ -639,8 +802,8 @@ func (d *fileDecoder) settingsSection(n *yaml.Node, path string) error {
 				return err
 			}
 			v, err := strconv.ParseFloat(sc.Value, 64)
-			if err != nil || !(v >= 0 && v <= 1) {
-				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %q", sc.Value)
+			if err != nil || !(v >= 0 && v <= 1) || (sc.Tag != "!!float" && sc.Tag != "!!int") {
+				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %q%s", sc.Value, quotedNumber(sc))
 			}
 			s.SwitchingJitter = v
 			return nil

@@ -104,7 +104,9 @@ type ConfigWatcher struct {
 //
 // The status is in ConfigWatcher.Status and in gme.Status().Config. Use one ConfigWatcher
 // per GCPMultiEndpoint. Errors: a nil gme; those of LoadConfig and UpdateMultiEndpoints for
-// the first reading; fsnotify's when the directory cannot be watched. Nothing runs then.
+// the first reading; fsnotify's when the directory cannot be watched. Nothing runs then, and
+// nothing is logged (the first reading's error is not a rejected edit: no configuration was
+// in force).
 func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*ConfigWatcher, error) {
 	if gme == nil {
 		return nil, errors.New("spannerme: WatchConfig: nil GCPMultiEndpoint")
@@ -214,10 +216,7 @@ func (w *ConfigWatcher) reload() error {
 	if err != nil {
 		return w.fail(err)
 	}
-	fc, err := ParseConfig(data)
-	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
-		fe.File = w.path
-	}
+	fc, err := parseConfigFile(data, w.path)
 	w.mu.Lock()
 	unchanged := w.status.Applied > 0 && fc != nil && fc.Hash == w.status.Hash
 	if unchanged {
@@ -257,11 +256,16 @@ func (w *ConfigWatcher) reload() error {
 
 // fail records a reload error; the configuration in force stays. The error is logged when
 // it differs from the last one: a file that stays bad is re-read at every Resync, and is
-// logged once.
+// logged once. The first reading's error (no configuration applied yet) is only returned:
+// WatchConfig returns it and nothing was edited or kept.
 func (w *ConfigWatcher) fail(err error) error {
 	w.mu.Lock()
+	first := w.status.Applied == 0
 	repeated := w.status.LastError != nil && w.status.LastError.Error() == err.Error()
 	w.mu.Unlock()
+	if first {
+		return err
+	}
 	if !repeated { // logged before the status changes, as in reload
 		w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
 	}

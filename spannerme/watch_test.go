@@ -329,6 +329,42 @@ func TestWatchConfigErrors(t *testing.T) {
 	}
 }
 
+// WatchConfig's first reading has no configuration in force to keep and no edit to reject:
+// a missing file, an invalid one and one that cannot be applied are returned as WatchConfig's
+// error, and nothing is logged ("configuration edit rejected; the previous configuration
+// stays in force" would be false).
+func TestWatchConfigFirstReadingErrorIsReturnedNotLogged(t *testing.T) {
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}), fastSettings(nil))
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	writeFile(t, bad, "default: g\n")
+	closed := filepath.Join(dir, "good.yaml")
+	writeFile(t, closed, watchConfigYAML("", "127.0.0.1:1"))
+	for _, tc := range []struct {
+		name, path string
+		gme        *GCPMultiEndpoint
+		want       error
+	}{
+		{"missing file", filepath.Join(dir, "missing.yaml"), gme, fs.ErrNotExist},
+		{"invalid file", bad, gme, ErrInvalidConfig},
+		{"closed GCPMultiEndpoint", closed, &GCPMultiEndpoint{}, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncBuffer
+			w, err := WatchConfig(tc.gme, tc.path, WatchOptions{Resync: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if w != nil {
+				w.Close()
+			}
+			if !errors.Is(err, tc.want) || w != nil {
+				t.Fatalf("WatchConfig = %v, %v; want nil, an error wrapping %v", w, err, tc.want)
+			}
+			if logs.String() != "" {
+				t.Errorf("the first reading's error was logged as well as returned:\n%s", logs.String())
+			}
+		})
+	}
+}
+
 // An edit made while WatchConfig reads and applies the file the first time is applied: the
 // directory is watched before the first reading, so no edit falls between the two (with
 // Resync off, nothing else would ever find it). The edit is made from inside the first
