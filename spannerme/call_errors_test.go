@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,51 @@ func TestCallOnTLSSlipWithHealableFallbackWaits(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("never served by the second endpoint (last: %q, %v)\n%s", got, err, statusString(gme))
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// An endpoint that accepts TCP and closes during the TLS handshake (a server restarting
+// behind its port, a proxy with no backend) may heal: its calls are not failed fast with
+// FAILED_PRECONDITION, and its connection error's kind is handshake or reset, not tls.
+func TestCallOnEndpointClosingDuringTLSHandshakeIsNotFailedFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { l.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, 512)
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			_, _ = c.Read(b) // the ClientHello
+			c.Close()
+		}
+	}()
+	pki := newTestPKI(t)
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, l.Addr().String())})
+	creds := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, ServerName: "127.0.0.1"}))
+	gme := newGME(t, o, fastSettings(nil), creds)
+	eventually(t, 10*time.Second, "the connection error in Status", func() bool {
+		p, _ := poolOf(gme, l.Addr().String())
+		return p.LastError != nil
+	})
+	// Closed with the ClientHello unread, the connection is reset: either kind may heal.
+	if p, _ := poolOf(gme, l.Addr().String()); p.LastError.Kind != ConnHandshake && p.LastError.Kind != ConnReset {
+		t.Errorf("connection error kind %v (%v), want handshake or reset", p.LastError.Kind, p.LastError)
+	}
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		_, err := call(ctx, gme)
+		cancel()
+		if c := status.Code(err); c == codes.FailedPrecondition || c == codes.OK {
+			t.Fatalf("call: %v; want a retryable error or the deadline", err)
 		}
 	}
 }

@@ -79,7 +79,12 @@ func ClassifyConnError(err error) ConnErrorKind {
 		// handshake; the read of the server's preface then fails so.
 		errors.Is(err, net.ErrClosed), strings.Contains(msg, "use of closed network connection"):
 		return KindTimeout
-	case strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"), strings.Contains(msg, "authentication handshake failed"):
+	case strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"),
+		// gRPC wraps every error of the TLS handshake in this text, a peer that closes or
+		// resets the connection during it too (a server restarting behind its port, a
+		// proxy without a backend): those are the kinds below, not TLS.
+		strings.Contains(msg, "authentication handshake failed") && !strings.Contains(msg, "EOF") &&
+			!strings.Contains(msg, "connection reset") && !strings.Contains(msg, "broken pipe"):
 		return KindTLS
 	case strings.Contains(msg, "no such host"), strings.Contains(msg, "dns:"):
 		return KindDNS

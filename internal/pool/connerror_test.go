@@ -35,6 +35,8 @@ func TestClassifyConnError(t *testing.T) {
 		{"wrong host", fmt.Errorf("x: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"}), KindTLS},
 		{"TLS alert", fmt.Errorf("x: %w", tls.AlertError(40)), KindTLS},
 		{"TLS text", errors.New("transport: authentication handshake failed: tls: bad certificate"), KindTLS},
+		{"closed during the TLS handshake", errors.New(`connection error: desc = "transport: authentication handshake failed: EOF"`), KindHandshake},
+		{"reset during the TLS handshake", errors.New("transport: authentication handshake failed: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"), KindReset},
 		{"preface EOF", fmt.Errorf("error reading server preface: %w", io.EOF), KindHandshake},
 		{"closed by the attempt's deadline", fmt.Errorf("error reading server preface: %w", &net.OpError{Op: "raw-read", Err: net.ErrClosed}), KindTimeout},
 		{"not HTTP/2", errors.New("error reading server preface: http2: frame too large"), KindHandshake},
