@@ -133,9 +133,9 @@ func TestCallOnEndpointClosingDuringTLSHandshakeIsNotFailedFast(t *testing.T) {
 			if err != nil {
 				return
 			}
-			b := make([]byte, 512)
+			b := make([]byte, 64<<10)
 			_ = c.SetReadDeadline(time.Now().Add(time.Second))
-			_, _ = c.Read(b) // the ClientHello
+			_, _ = c.Read(b) // the whole ClientHello: closed with nothing unread, the client reads EOF
 			c.Close()
 		}
 	}()
