@@ -106,7 +106,10 @@ func checkDirectedReadOptions(o *spannerpb.DirectedReadOptions) string {
 // ID get directed reads: a request naming a transaction by ID says nothing of its mode, and a
 // read-write one must never get them. Read-only transactions have no end Spanner is told of,
 // so the oldest IDs are forgotten past maxReadOnlyTxns: a request naming a forgotten (or never
-// seen) transaction gets no policy, which Spanner always accepts. Safe for concurrent use.
+// seen) transaction gets no policy, which Spanner always accepts. An ID is remembered with
+// its session: Spanner documents a transaction ID as opaque, unique only within its session
+// as far as a client may know, so the same bytes in another session (of another client or
+// database sharing this GCPMultiEndpoint) never count. Safe for concurrent use.
 type readOnlyTxns struct {
 	mu   sync.Mutex // guards ids, ring and next
 	ids  map[string]struct{}
@@ -117,20 +120,23 @@ type readOnlyTxns struct {
 // maxReadOnlyTxns bounds the remembered read-only transaction IDs (about 100 bytes each).
 const maxReadOnlyTxns = 8192
 
-// add remembers id; an empty id is ignored.
-func (t *readOnlyTxns) add(id []byte) {
+// txnKey is the key of transaction id of session.
+func txnKey(session string, id []byte) string { return session + "\x00" + string(id) }
+
+// add remembers id of session; an empty id is ignored.
+func (t *readOnlyTxns) add(session string, id []byte) {
 	if len(id) == 0 {
 		return
 	}
+	s := txnKey(session, id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.ids[string(id)]; ok {
+	if _, ok := t.ids[s]; ok {
 		return
 	}
 	if t.ids == nil {
 		t.ids = make(map[string]struct{})
 	}
-	s := string(id)
 	if len(t.ring) < maxReadOnlyTxns {
 		t.ring = append(t.ring, s)
 	} else {
@@ -141,11 +147,12 @@ func (t *readOnlyTxns) add(id []byte) {
 	t.ids[s] = struct{}{}
 }
 
-// has reports whether id is a remembered read-only transaction's.
-func (t *readOnlyTxns) has(id []byte) bool {
+// has reports whether id of session is a remembered read-only transaction's.
+func (t *readOnlyTxns) has(session string, id []byte) bool {
+	k := txnKey(session, id)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_, ok := t.ids[string(id)]
+	_, ok := t.ids[k]
 	return ok
 }
 
@@ -162,9 +169,9 @@ func (gme *GCPMultiEndpoint) directedReads() directedReads {
 // read-only transaction: single-use read-only (or none: Spanner's default for queries and
 // reads is a temporary read-only transaction, spanner.proto ExecuteSqlRequest.transaction),
 // one it begins read-only, or one named by the ID of a remembered read-only transaction.
-func (gme *GCPMultiEndpoint) readOnlySelector(sel *spannerpb.TransactionSelector) bool {
+func (gme *GCPMultiEndpoint) readOnlySelector(session string, sel *spannerpb.TransactionSelector) bool {
 	if id := sel.GetId(); id != nil {
-		return gme.roTxns.has(id)
+		return gme.roTxns.has(session, id)
 	}
 	return readOnly(sel)
 }
@@ -177,14 +184,14 @@ func (gme *GCPMultiEndpoint) readOnlySelector(sel *spannerpb.TransactionSelector
 func (gme *GCPMultiEndpoint) withDirectedReads(req any, dro *spannerpb.DirectedReadOptions) any {
 	switch r := req.(type) {
 	case *spannerpb.ExecuteSqlRequest:
-		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Transaction) {
+		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Session, r.Transaction) {
 			return req
 		}
 		c := shallowCopy(r)
 		c.DirectedReadOptions = dro
 		return c
 	case *spannerpb.ReadRequest:
-		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Transaction) {
+		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Session, r.Transaction) {
 			return req
 		}
 		c := shallowCopy(r)
@@ -210,15 +217,15 @@ func shallowCopy[M proto.Message](m M) M {
 }
 
 // beginsReadOnly reports whether req (a query or read) begins a read-only transaction inline,
-// whose ID its first response carries.
-func beginsReadOnly(req any) bool {
+// whose ID its first response carries, and req's session.
+func beginsReadOnly(req any) (session string, ok bool) {
 	switch r := req.(type) {
 	case *spannerpb.ExecuteSqlRequest:
-		return r.GetTransaction().GetBegin().GetReadOnly() != nil
+		return r.GetSession(), r.GetTransaction().GetBegin().GetReadOnly() != nil
 	case *spannerpb.ReadRequest:
-		return r.GetTransaction().GetBegin().GetReadOnly() != nil
+		return r.GetSession(), r.GetTransaction().GetBegin().GetReadOnly() != nil
 	}
-	return false
+	return "", false
 }
 
 // noteReadOnlyBegin remembers the ID of the read-only transaction a successful unary call
@@ -229,13 +236,13 @@ func (gme *GCPMultiEndpoint) noteReadOnlyBegin(method string, req, reply any) {
 	case methodBeginTransaction:
 		if r, ok := req.(*spannerpb.BeginTransactionRequest); ok && r.GetOptions().GetReadOnly() != nil {
 			if tx, ok := reply.(*spannerpb.Transaction); ok {
-				gme.roTxns.add(tx.GetId())
+				gme.roTxns.add(r.GetSession(), tx.GetId())
 			}
 		}
 	case methodExecuteSQL, methodRead:
-		if beginsReadOnly(req) {
+		if session, ok := beginsReadOnly(req); ok {
 			if rs, ok := reply.(*spannerpb.ResultSet); ok {
-				gme.roTxns.add(rs.GetMetadata().GetTransaction().GetId())
+				gme.roTxns.add(session, rs.GetMetadata().GetTransaction().GetId())
 			}
 		}
 	}
@@ -247,15 +254,17 @@ func (gme *GCPMultiEndpoint) noteReadOnlyBegin(method string, req, reply any) {
 // response. gRPC allows SendMsg and RecvMsg to run on two goroutines at once.
 type directedStream struct {
 	grpc.ClientStream
-	gme   *GCPMultiEndpoint
-	dro   *spannerpb.DirectedReadOptions
-	learn atomic.Bool // the request begins a read-only transaction: RecvMsg reads its ID
+	gme *GCPMultiEndpoint
+	dro *spannerpb.DirectedReadOptions
+	// learn holds the session of a request that begins a read-only transaction, until
+	// RecvMsg has read the transaction's ID from the first response; nil otherwise.
+	learn atomic.Pointer[string]
 }
 
 // SendMsg sends m with the group's policy added when it applies.
 func (s *directedStream) SendMsg(m any) error {
-	if beginsReadOnly(m) {
-		s.learn.Store(true)
+	if session, ok := beginsReadOnly(m); ok {
+		s.learn.Store(&session)
 	}
 	return s.ClientStream.SendMsg(s.gme.withDirectedReads(m, s.dro))
 }
@@ -264,10 +273,12 @@ func (s *directedStream) SendMsg(m any) error {
 // transaction, remembers the transaction's ID.
 func (s *directedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err == nil && s.learn.Load() {
-		s.learn.Store(false)
+	if err != nil {
+		return err
+	}
+	if session := s.learn.Swap(nil); session != nil {
 		if prs, ok := m.(*spannerpb.PartialResultSet); ok {
-			s.gme.roTxns.add(prs.GetMetadata().GetTransaction().GetId())
+			s.gme.roTxns.add(*session, prs.GetMetadata().GetTransaction().GetId())
 		}
 	}
 	return err

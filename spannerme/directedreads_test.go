@@ -83,7 +83,7 @@ func TestSettingsDirectedReadsValidation(t *testing.T) {
 // own, on a copy, and leaves every other request (the very same message) alone.
 func TestWithDirectedReadsRequestKinds(t *testing.T) {
 	gme := &GCPMultiEndpoint{}
-	gme.roTxns.add([]byte("ro-txn"))
+	gme.roTxns.add("s", []byte("ro-txn"))
 	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
 	rw := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}
 	pdml := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_PartitionedDml_{PartitionedDml: &spannerpb.TransactionOptions_PartitionedDml{}}}
@@ -125,6 +125,7 @@ func TestWithDirectedReadsRequestKinds(t *testing.T) {
 		{"single-use read", read(singleUse), true},
 		{"read in a known read-only transaction", read(id("ro-txn")), true},
 		{"read in an unknown transaction", read(id("rw-txn")), false},
+		{"the read-only ID in another session", func() *spannerpb.ExecuteSqlRequest { q := query(id("ro-txn")); q.Session = "other"; return q }(), false},
 		{"BeginTransaction", &spannerpb.BeginTransactionRequest{Session: "s", Options: ro}, false},
 		{"ExecuteBatchDml", &spannerpb.ExecuteBatchDmlRequest{Session: "s", Transaction: singleUse}, false},
 		{"Commit", &spannerpb.CommitRequest{Session: "s"}, false},
@@ -159,13 +160,17 @@ func TestWithDirectedReadsRequestKinds(t *testing.T) {
 func TestReadOnlyTxnsForgetsTheOldest(t *testing.T) {
 	var txns readOnlyTxns
 	for i := range maxReadOnlyTxns + 1 {
-		txns.add(fmt.Appendf(nil, "tx-%d", i))
+		txns.add("s", fmt.Appendf(nil, "tx-%d", i))
 	}
-	txns.add([]byte("tx-1")) // known: not added again
-	txns.add(nil)
-	if txns.has([]byte("tx-0")) || !txns.has([]byte("tx-1")) || !txns.has(fmt.Appendf(nil, "tx-%d", maxReadOnlyTxns)) {
+	txns.add("s", []byte("tx-1")) // known: not added again
+	txns.add("s", nil)
+	has := func(id []byte) bool { return txns.has("s", id) }
+	if has([]byte("tx-0")) || !has([]byte("tx-1")) || !has(fmt.Appendf(nil, "tx-%d", maxReadOnlyTxns)) {
 		t.Errorf("after %d IDs: tx-0 %v (want forgotten), tx-1 %v, the last %v (want kept)", maxReadOnlyTxns+1,
-			txns.has([]byte("tx-0")), txns.has([]byte("tx-1")), txns.has(fmt.Appendf(nil, "tx-%d", maxReadOnlyTxns)))
+			has([]byte("tx-0")), has([]byte("tx-1")), has(fmt.Appendf(nil, "tx-%d", maxReadOnlyTxns)))
+	}
+	if txns.has("t", []byte("tx-1")) {
+		t.Error("tx-1 of session s counts in session t")
 	}
 	if len(txns.ids) != maxReadOnlyTxns {
 		t.Errorf("%d IDs kept, want %d", len(txns.ids), maxReadOnlyTxns)

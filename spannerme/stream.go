@@ -36,7 +36,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
 	if err != nil {
-		return nil, notConnectedError(err, me, p)
+		return nil, withRequestID(notConnectedError(err, me, p), id)
 	}
 	if directedStreamMethod(method) {
 		if dro := gme.directedReads()[me.Name()]; dro != nil {
