@@ -53,6 +53,7 @@ type GCPMultiEndpoint struct {
 	pl        plumbing
 	log       *slog.Logger
 	obs       *observer // logs of transitions, metrics, switch history
+	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -266,6 +267,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
+		brown:        newBrownouts(settings.Health),
 
 		lazyStreams: lazyStreams,
 	}
