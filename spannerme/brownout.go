@@ -21,8 +21,8 @@ import (
 type brownouts struct {
 	on   bool // BrownoutSettings not disabled and health on; set at creation
 	rule brownout.Rule
-	// latency reads a pool's latency: (*pool.Pool).Latency; set at creation (this
-	// package's tests give their own, to drive the rule on a fake clock).
+	// latency reads a pool's latency: (*pool.Pool).Latency unless plumbing.latency is set;
+	// set at creation.
 	latency func(*pool.Pool) (time.Duration, bool)
 
 	mu     sync.Mutex // guards groups
@@ -50,9 +50,13 @@ type brownoutChange struct {
 	at    time.Time
 }
 
-func newBrownouts(h HealthSettings) *brownouts {
-	return &brownouts{on: h.brownoutOn(), rule: h.Brownout.rule(), latency: (*pool.Pool).Latency,
-		groups: make(map[string]*groupBrownout)}
+// newBrownouts returns the brownout state of settings h (with its defaults), reading the
+// pools' latencies with latency (nil: (*pool.Pool).Latency).
+func newBrownouts(h HealthSettings, latency func(*pool.Pool) (time.Duration, bool)) *brownouts {
+	if latency == nil {
+		latency = (*pool.Pool).Latency
+	}
+	return &brownouts{on: h.brownoutOn(), rule: h.Brownout.rule(), latency: latency, groups: make(map[string]*groupBrownout)}
 }
 
 // degraded reports whether endpoint is degraded in group.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -169,4 +172,232 @@ func TestCase_F26_Brownout(t *testing.T) {
 		"the fault; from 20s: %d queries on E1, %d on E2, median query %v; E1 healed: traffic back %v later, then %d on E1, "+
 		"%d on E2 in 2s; no query failed\n%s", slow, fast, rt, sd, switchedAt.Round(time.Millisecond), on1, on2, med,
 		(backAt - healed.Sub(tl.start)).Round(time.Millisecond), back1, back2, tl)
+}
+
+// Traffic moves only off an endpoint much slower than its fallback: an endpoint that is
+// merely farther (60ms against 20ms: 3x but 40ms), endpoints equally slow (400ms each), and
+// a brownout with detection disabled never switch; the same settings do switch a 400ms
+// endpoint against a 20ms one (so the cases that stay are not vacuous). The rule's Window
+// and the probe interval are shortened so that each case sees many windows in seconds.
+func TestBrownoutOnlyMuchSlowerEndpointsSwitch(t *testing.T) {
+	const (
+		rt, sd  = 200 * time.Millisecond, 200 * time.Millisecond
+		window  = time.Second
+		observe = 5 * window
+	)
+	for _, tc := range []struct {
+		name       string
+		e1, e2     time.Duration
+		disabled   bool
+		wantSwitch bool
+	}{
+		{"farther fallback 60ms against 20ms", 60 * time.Millisecond, 20 * time.Millisecond, false, false},
+		{"equally slow 400ms and 400ms", 400 * time.Millisecond, 400 * time.Millisecond, false, false},
+		{"brownout detection disabled", 400 * time.Millisecond, 20 * time.Millisecond, true, false},
+		{"much slower 400ms against 20ms", 400 * time.Millisecond, 20 * time.Millisecond, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startFrontendBackend(t, 2)
+			e1, e2 := b.fes[0], b.fes[1]
+			e1.SetLatency(tc.e1)
+			e2.SetLatency(tc.e2)
+			tl := newEventLog()
+			s := tl.settings(fastSettings(nil))
+			s.Health.Brownout = BrownoutSettings{Disabled: tc.disabled, Window: window, ProbeInterval: 100 * time.Millisecond}
+			client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+				"default": group(rt, sd, e1.Addr(), e2.Addr()),
+			}), s)
+			l := startTimedLoad(t, client, 2, 5*time.Second)
+			if tc.wantSwitch {
+				tl.waitSwitch(t, e2.Addr(), 0, 10*time.Second)
+				return
+			}
+			if !tc.disabled {
+				// Both endpoints measured: the rule is being evaluated.
+				eventually(t, 10*time.Second, "latencies of both endpoints", func() bool {
+					b1, _ := brownoutOf(gme, "default", e1.Addr())
+					b2, _ := brownoutOf(gme, "default", e2.Addr())
+					return b1 != nil && b2 != nil && b1.Latency >= tc.e1 && b2.Latency >= tc.e2 && b1.Fallback == e2.Addr()
+				})
+			}
+			on1, on2 := share(e1, e2, observe)
+			bs, state := brownoutOf(gme, "default", e1.Addr())
+			if _, switches := tl.counts(); switches != 0 || on2 != 0 || state != Available {
+				t.Fatalf("E1 %v, E2 %v: %d switches, %d queries on E1 and %d on E2 over %v, E1 %v (brownout %+v); want no switch\n%s",
+					tc.e1, tc.e2, switches, on1, on2, observe, state, bs, tl)
+			}
+			if tc.disabled != (bs == nil) || bs != nil && bs.Degraded {
+				t.Fatalf("E1's brownout status %+v with detection disabled %v", bs, tc.disabled)
+			}
+			l.end()
+			if failed := l.failures(); len(failed) != 0 {
+				t.Fatalf("%d queries failed: %v", len(failed), errors.Join(failed...))
+			}
+		})
+	}
+}
+
+// waitUntil polls cond every 10ms until it holds or within passes.
+func waitUntil(within time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return cond()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// fakeLatencies is the latency of each endpoint, set by a test (plumbing.latency).
+type fakeLatencies struct {
+	mu  sync.Mutex // guards lat
+	lat map[string]time.Duration
+}
+
+func (f *fakeLatencies) set(endpoint string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lat[endpoint] = d
+}
+
+func (f *fakeLatencies) of(p *pool.Pool) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d, ok := f.lat[p.Endpoint()]
+	return d, ok
+}
+
+// The wiring of the brownout rule, on a fake clock: at each latency probe (every
+// ProbeInterval) the rule is evaluated for every group that lists the endpoint, and the
+// endpoint is degraded in a group where it is far slower than its fallback, and only there:
+// that group treats it as down (Recovering, then Unavailable after RecoveryTimeout: the
+// group fails over), another group where it is not slower keeps it current. A latency
+// between the entry and exit thresholds changes nothing (hysteresis); back to fast, it is no
+// longer degraded after Window and the group switches back after SwitchingDelay. Each
+// transition is one log line (WARN, then INFO), never one per probe; Status and the degraded
+// gauge's view say so.
+func TestBrownoutDegradesPerGroupOnTheProbeClock(t *testing.T) {
+	const (
+		rt, sd   = time.Second, time.Second
+		interval = 2 * time.Second  // BrownoutSettings.ProbeInterval default
+		window   = 10 * time.Second // BrownoutSettings.Window default
+	)
+	a, b, c := startServer(t, "A"), startServer(t, "B"), startServer(t, "C")
+	clk := clock.NewFake(time.Time{})
+	lat := &fakeLatencies{lat: map[string]time.Duration{}} // unknown until the first probe
+	logs := &syncBuffer{}
+	s := fastSettings(logs)
+	gme := newGMEWith(t, options("g1", map[string]*multiendpoint.MultiEndpointOptions{
+		"g1": group(rt, sd, a, b),
+		"g2": group(rt, sd, a, c),
+	}), s, plumbing{clock: clk, latency: lat.of})
+	eventually(t, 10*time.Second, "every endpoint Available", func() bool {
+		for _, g := range []string{"g1", "g2"} {
+			for _, e := range groupOf(gme, g).Endpoints {
+				if e.State != Available {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	start := clk.Now()
+	lat.set(a, 400*time.Millisecond)
+	lat.set(b, 20*time.Millisecond)
+	lat.set(c, 400*time.Millisecond)
+	// tick moves the fake clock to the k-th latency probe of every pool (probes start
+	// ProbeInterval after the pools were created, at start).
+	k := 0
+	tick := func() { k++; clk.Set(start.Add(time.Duration(k) * interval)) }
+	// degradedLines counts the lines of A's transitions in g1 (once A is fast, C, a standby
+	// of g2 at 400ms, is degraded in g2 against it: that is another line).
+	degradedLines := func() (warn, info int) {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if !strings.Contains(line, "multiendpoint=g1 endpoint="+a+" ") {
+				continue
+			}
+			switch {
+			case strings.Contains(line, "level=WARN msg=\"spannerme: endpoint degraded (brownout)"):
+				warn++
+			case strings.Contains(line, "level=INFO msg=\"spannerme: endpoint no longer degraded (brownout)"):
+				info++
+			}
+		}
+		return warn, info
+	}
+
+	// The condition holds from the first probe (2s); A is degraded in g1 at the first probe
+	// Window later (12s), not before.
+	for clk.Now().Before(start.Add(interval + window - interval)) {
+		tick()
+		if bs, st := brownoutOf(gme, "g1", a); bs == nil || bs.Degraded || st != Available {
+			t.Fatalf("at %v A in g1 is %v, brownout %+v: degraded before Window", clk.Now().Sub(start), st, bs)
+		}
+	}
+	tick() // 12s
+	bs, st := brownoutOf(gme, "g1", a)
+	if bs == nil || !bs.Degraded || st != Recovering || bs.Fallback != b || bs.Latency != 400*time.Millisecond ||
+		bs.FallbackLatency != 20*time.Millisecond || !bs.Since.Equal(clk.Now()) {
+		t.Fatalf("at %v A in g1: %v, brownout %+v; want degraded against B, Recovering", clk.Now().Sub(start), st, bs)
+	}
+	if bs2, st2 := brownoutOf(gme, "g2", a); bs2 == nil || bs2.Degraded || st2 != Available || groupOf(gme, "g2").Current != a {
+		t.Fatalf("A in g2 (as slow as C): %v, brownout %+v, current %q; want Available and current", st2, bs2, groupOf(gme, "g2").Current)
+	}
+	if g := groupOf(gme, "g1"); g.Current != a {
+		t.Fatalf("g1 left A before RecoveryTimeout: %+v", g)
+	}
+	clk.Advance(rt)
+	if g := groupOf(gme, "g1"); g.Current != b || g.Endpoints[0].State != Unavailable {
+		t.Fatalf("g1 RecoveryTimeout after A was degraded: %+v; want failover to B", g)
+	}
+	if v, ok := gme.metricsView(); !ok || !v.degraded["g1"][a] || v.degraded["g2"][a] || v.degraded["g1"][b] {
+		t.Fatalf("degraded gauge's view %v, want A in g1 only", v.degraded)
+	}
+
+	// 150ms against 20ms: neither above the entry thresholds (margin 130ms < 200ms) nor below
+	// the exit ones (7.5x >= 2x, 130ms >= 100ms): A stays degraded.
+	lat.set(a, 150*time.Millisecond)
+	for range 3 * window / interval {
+		tick()
+		if bs, _ := brownoutOf(gme, "g1", a); !bs.Degraded {
+			t.Fatalf("at %v A at 150ms left the degraded state (hysteresis)", clk.Now().Sub(start))
+		}
+	}
+	lat.set(a, 20*time.Millisecond)
+	healed := clk.Now()
+	for {
+		tick()
+		if bs, _ := brownoutOf(gme, "g1", a); !bs.Degraded {
+			break
+		}
+		if clk.Now().Sub(healed) > window+interval {
+			t.Fatalf("A fast again for %v and still degraded", clk.Now().Sub(healed))
+		}
+	}
+	if d := clk.Now().Sub(healed); d < window {
+		t.Fatalf("A left the degraded state %v after it was fast again, before Window", d)
+	}
+	if g := groupOf(gme, "g1"); g.Current != b || g.PendingSwitch != a {
+		t.Fatalf("g1 as A is no longer degraded: %+v; want a switch back pending", g)
+	}
+	clk.Advance(sd)
+	if g := groupOf(gme, "g1"); g.Current != a {
+		t.Fatalf("g1 SwitchingDelay after A recovered: %+v; want A current", g)
+	}
+	// Log lines are delivered asynchronously.
+	if !waitUntil(5*time.Second, func() bool { w, i := degradedLines(); return w == 1 && i == 1 }) {
+		w, i := degradedLines()
+		t.Fatalf("%d degraded and %d recovered log lines, want one each:\n%s", w, i, logs)
+	}
+	tick()
+	tick()
+	if w, i := degradedLines(); w != 1 || i != 1 {
+		t.Fatalf("%d degraded and %d recovered log lines, want one each:\n%s", w, i, logs)
+	}
+	if bs, st := brownoutOf(gme, "g2", c); !bs.Degraded || st == Available || groupOf(gme, "g2").Current != a {
+		t.Fatalf("C at 400ms in g2 against A at 20ms: %v, brownout %+v; want degraded, A current", st, bs)
+	}
 }

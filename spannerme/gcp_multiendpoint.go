@@ -52,7 +52,7 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	pl        plumbing
 	log       *slog.Logger
-	obs       *observer // logs of transitions, metrics, switch history
+	obs       *observer  // logs of transitions, metrics, switch history
 	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
@@ -167,6 +167,9 @@ type plumbing struct {
 	// rule); NewMultiEndpointClient* take them from the ClientConfig. Kept so that a
 	// watched file's pool settings compare with what creation made of the same request.
 	poolMin, poolMax uint32
+	// latency, if not nil, replaces (*pool.Pool).Latency as the brownout rule's source of
+	// latencies (tests: to drive the rule on a fake clock).
+	latency func(*pool.Pool) (time.Duration, bool)
 }
 
 var _ grpc.ClientConnInterface = (*GCPMultiEndpoint)(nil)
@@ -267,7 +270,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
-		brown:        newBrownouts(settings.Health),
+		brown:        newBrownouts(settings.Health, pl.latency),
 
 		lazyStreams: lazyStreams,
 	}
