@@ -2,7 +2,10 @@ package spannerme
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -399,5 +402,117 @@ func TestBrownoutDegradesPerGroupOnTheProbeClock(t *testing.T) {
 	}
 	if bs, st := brownoutOf(gme, "g2", c); !bs.Degraded || st == Available || groupOf(gme, "g2").Current != a {
 		t.Fatalf("C at 400ms in g2 against A at 20ms: %v, brownout %+v; want degraded, A current", st, bs)
+	}
+}
+
+// Bad brownout settings are configuration errors naming the field; nothing is dialed.
+func TestBrownoutSettingsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		b     BrownoutSettings
+	}{
+		{"Ratio", BrownoutSettings{Ratio: 0.5}},
+		{"Ratio", BrownoutSettings{Ratio: -4}},
+		{"Ratio", BrownoutSettings{Ratio: math.NaN()}},
+		{"Ratio", BrownoutSettings{Ratio: math.Inf(1)}},
+		{"Margin", BrownoutSettings{Margin: -time.Millisecond}},
+		{"Window", BrownoutSettings{Window: -time.Second}},
+		{"ProbeInterval", BrownoutSettings{ProbeInterval: -1}},
+	} {
+		t.Run(fmt.Sprintf("%s %+v", tc.field, tc.b), func(t *testing.T) {
+			o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, "127.0.0.1:1")})
+			gme, err := NewGCPMultiEndpointWithSettings(o, Settings{Health: HealthSettings{Brownout: tc.b}}, insecureDial)
+			if gme != nil {
+				gme.Close()
+				t.Fatal("a GCPMultiEndpoint was returned with the error")
+			}
+			var ce *ConfigError
+			if !errors.Is(err, ErrInvalidConfig) || !errors.As(err, &ce) || !strings.Contains(ce.Problem, "Settings.Health.Brownout."+tc.field) {
+				t.Fatalf("error %v, want a *ConfigError naming Settings.Health.Brownout.%s", err, tc.field)
+			}
+		})
+	}
+}
+
+// The zero BrownoutSettings mean Ratio 4, Margin 200ms, Window 10s, ProbeInterval 2s, on;
+// given values are kept; 1 is a valid Ratio.
+func TestBrownoutSettingsDefaults(t *testing.T) {
+	want := BrownoutSettings{Ratio: 4, Margin: 200 * time.Millisecond, Window: 10 * time.Second, ProbeInterval: 2 * time.Second}
+	if got := (HealthSettings{}).withDefaults().Brownout; got != want {
+		t.Fatalf("defaults %+v, want %+v", got, want)
+	}
+	given := BrownoutSettings{Disabled: true, Ratio: 1, Margin: time.Second, Window: time.Minute, ProbeInterval: 5 * time.Second}
+	if err := given.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := given.withDefaults(); got != given {
+		t.Fatalf("withDefaults(%+v) = %+v", given, got)
+	}
+	if (HealthSettings{Brownout: BrownoutSettings{Disabled: true}}).poolOptions().Latency != nil {
+		t.Fatal("latency probes with brownout detection disabled")
+	}
+	if (HealthSettings{}).withDefaults().poolOptions().Latency == nil {
+		t.Fatal("no latency probes with brownout detection on")
+	}
+	if (HealthSettings{Disabled: true}).brownoutOn() {
+		t.Fatal("brownout detection on with health disabled")
+	}
+}
+
+// settings.health.brownout in a configuration file maps to Settings.Health.Brownout; a bad
+// value names its field and line; a change needs a restart.
+func TestBrownoutInConfigFile(t *testing.T) {
+	const head = "default: g\nmultiEndpoints:\n  g:\n    endpoints: [\"127.0.0.1:1\"]\nsettings:\n  health:\n    brownout:\n"
+	fc, err := ParseConfig([]byte(head + `      disabled: true
+      ratio: 5.5
+      margin: 300ms
+      window: 30s
+      probeInterval: 5s
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := BrownoutSettings{Disabled: true, Ratio: 5.5, Margin: 300 * time.Millisecond, Window: 30 * time.Second, ProbeInterval: 5 * time.Second}
+	if got := fc.Settings.Health.Brownout; got != want {
+		t.Fatalf("Settings.Health.Brownout = %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct{ body, field, text string }{
+		{"      ratio: 0.5\n", "settings.health.brownout.ratio", "want a number of at least 1"},
+		{"      ratio: fast\n", "settings.health.brownout.ratio", "want a number of at least 1"},
+		{"      ratio: .inf\n", "settings.health.brownout.ratio", "want a number of at least 1"},
+		{"      window: -1s\n", "settings.health.brownout.window", "negative duration"},
+		{"      margin: 2\n", "settings.health.brownout.margin", "invalid duration"},
+		{"      probInterval: 1s\n", "settings.health.brownout.probInterval", "did you mean probeInterval?"},
+	} {
+		_, err := ParseConfig([]byte(head + tc.body))
+		var fe *ConfigFileError
+		if !errors.As(err, &fe) || fe.Field != tc.field || fe.Line != 8 || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%q: error %v, want one naming %s at line 8 saying %q", tc.body, err, tc.field, tc.text)
+		}
+	}
+	gme := newGME(t, fc.Options, fastSettings(nil))
+	if got := restartNeeded(gme, fc); !slices.Contains(got, "settings.health") {
+		t.Fatalf("restartNeeded = %v, want settings.health listed", got)
+	}
+}
+
+// A BrownoutStatus is written with its latencies as duration strings and read back.
+func TestBrownoutStatusJSON(t *testing.T) {
+	in := BrownoutStatus{Degraded: true, Since: time.Date(2026, 1, 1, 0, 0, 12, 0, time.UTC), Latency: 402 * time.Millisecond,
+		Fallback: "e2:443", FallbackLatency: 21 * time.Millisecond}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"degraded":true,"since":"2026-01-01T00:00:12Z","fallback":"e2:443","latency":"402ms","fallbackLatency":"21ms"}`
+	if string(b) != want {
+		t.Fatalf("JSON %s, want %s", b, want)
+	}
+	var out BrownoutStatus
+	if err := json.Unmarshal(b, &out); err != nil || out != in {
+		t.Fatalf("read back %+v, %v; want %+v", out, err, in)
+	}
+	if b, _ := json.Marshal(BrownoutStatus{}); string(b) != `{"degraded":false}` {
+		t.Fatalf("zero BrownoutStatus as JSON: %s", b)
 	}
 }
