@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
@@ -70,11 +71,13 @@ func (b *brownouts) degraded(group, endpoint string) bool {
 	return g != nil && g.rule.Degraded(endpoint)
 }
 
-// evaluate applies the rule at now to group's endpoints, sampled in samples, and returns the
-// verdicts that changed.
-func (b *brownouts) evaluate(group string, now time.Time, samples []brownout.Sample) []brownoutChange {
+// evaluate applies the rule to group's endpoints, sampled in samples, at clk's time read
+// under b.mu (so that evaluations from several pools' goroutines see increasing times), and
+// returns the verdicts that changed.
+func (b *brownouts) evaluate(group string, clk clock.Clock, samples []brownout.Sample) []brownoutChange {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := clk.Now()
 	g := b.groups[group]
 	if g == nil {
 		g = &groupBrownout{rule: brownout.NewGroup(b.rule), verdicts: make(map[string]endpointVerdict)}
@@ -161,7 +164,6 @@ func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 	if s == nil || s.pools[endpoint] != p {
 		return // closed, or a retired pool
 	}
-	now := gme.pl.clock.Now()
 	var changes []brownoutChange
 	for name, me := range s.groups {
 		st := me.Status()
@@ -177,7 +179,7 @@ func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 			samples = append(samples, smp)
 		}
 		if listed {
-			changes = append(changes, b.evaluate(name, now, samples)...)
+			changes = append(changes, b.evaluate(name, gme.pl.clock, samples)...)
 		}
 	}
 	for _, c := range changes {

@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -280,8 +281,8 @@ func (f *fakeLatencies) of(p *pool.Pool) (time.Duration, bool) {
 // group fails over), another group where it is not slower keeps it current. A latency
 // between the entry and exit thresholds changes nothing (hysteresis); back to fast, it is no
 // longer degraded after Window and the group switches back after SwitchingDelay. Each
-// transition is one log line (WARN, then INFO), never one per probe; Status and the degraded
-// gauge's view say so.
+// transition is one log line (WARN, then INFO), never one per probe; Status and the gauge
+// spannerme.endpoint.degraded say so.
 func TestBrownoutDegradesPerGroupOnTheProbeClock(t *testing.T) {
 	const (
 		rt, sd   = time.Second, time.Second
@@ -293,6 +294,8 @@ func TestBrownoutDegradesPerGroupOnTheProbeClock(t *testing.T) {
 	lat := &fakeLatencies{lat: map[string]time.Duration{}} // unknown until the first probe
 	logs := &syncBuffer{}
 	s := fastSettings(logs)
+	reader, mp := newMetricReader()
+	s.MeterProvider = mp
 	gme := newGMEWith(t, options("g1", map[string]*multiendpoint.MultiEndpointOptions{
 		"g1": group(rt, sd, a, b),
 		"g2": group(rt, sd, a, c),
@@ -356,8 +359,15 @@ func TestBrownoutDegradesPerGroupOnTheProbeClock(t *testing.T) {
 	if g := groupOf(gme, "g1"); g.Current != b || g.Endpoints[0].State != Unavailable {
 		t.Fatalf("g1 RecoveryTimeout after A was degraded: %+v; want failover to B", g)
 	}
-	if v, ok := gme.metricsView(); !ok || !v.degraded["g1"][a] || v.degraded["g2"][a] || v.degraded["g1"][b] {
-		t.Fatalf("degraded gauge's view %v, want A in g1 only", v.degraded)
+	rm := collect(t, reader)
+	for _, w := range []struct {
+		group, endpoint string
+		want            int64
+	}{{"g1", a, 1}, {"g1", b, 0}, {"g2", a, 0}, {"g2", c, 0}} {
+		v, ok := valueWhere(rm, metricDegraded, attribute.String(AttrMultiEndpoint, w.group), attribute.String(AttrEndpoint, w.endpoint))
+		if !ok || v != w.want {
+			t.Errorf("%s{%s, %s} = %d (reported %v), want %d", metricDegraded, w.group, w.endpoint, v, ok, w.want)
+		}
 	}
 
 	// 150ms against 20ms: neither above the entry thresholds (margin 130ms < 200ms) nor below
