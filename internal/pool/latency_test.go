@@ -79,8 +79,8 @@ func (s *scriptedProbe) count() int {
 }
 
 // readyPool returns a pool over a loopback gRPC server, with latency probes on clk, once its
-// connection is READY.
-func readyPool(t *testing.T, clk *clock.Fake, obs Observer, lo LatencyOptions) *Pool {
+// connection is READY, and a function that stops the server.
+func readyPool(t *testing.T, clk *clock.Fake, obs Observer, lo LatencyOptions) (*Pool, func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -105,7 +105,7 @@ func readyPool(t *testing.T, clk *clock.Fake, obs Observer, lo LatencyOptions) *
 		}
 		time.Sleep(5 * time.Millisecond) // polling a real connection's state, bounded by ctx
 	}
-	return p
+	return p, srv.Stop
 }
 
 // A pool's latency probes run every Interval on its clock, one at a time; its latency is the
@@ -118,7 +118,7 @@ func TestLatencyProbesMedianOfTheLastThree(t *testing.T) {
 	start := clk.Now()
 	sp := &scriptedProbe{clk: clk}
 	obs := &latencyObserver{}
-	p := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: time.Second, Probe: sp.probe})
+	p, _ := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: time.Second, Probe: sp.probe})
 
 	if _, known := p.Latency(); known {
 		t.Fatal("latency known before any probe")
@@ -177,7 +177,7 @@ func TestLatencyProbeTimeoutIsASample(t *testing.T) {
 		<-ctx.Done() // the real deadline of the probe's context
 		return status.Error(codes.DeadlineExceeded, ctx.Err().Error())
 	}
-	p := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: timeout, Probe: probe})
+	p, _ := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: timeout, Probe: probe})
 	clk.Advance(interval)
 	if got, known := p.Latency(); !known || got != timeout {
 		t.Fatalf("latency after a probe that timed out: %v (known %v), want %v", got, known, timeout)
@@ -185,5 +185,41 @@ func TestLatencyProbeTimeoutIsASample(t *testing.T) {
 	var none Pool
 	if _, known := none.Latency(); known {
 		t.Fatal("a pool without latency probes reports a latency")
+	}
+}
+
+// A pool that lost its ready connection sends no latency probe and forgets its latency (the
+// next path may differ), and says so once.
+func TestLatencyForgottenWithoutAReadyConnection(t *testing.T) {
+	const interval = time.Second
+	clk := clock.NewFake(time.Time{})
+	sp := &scriptedProbe{clk: clk}
+	obs := &latencyObserver{}
+	p, stop := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: time.Second, Probe: sp.probe})
+	sp.script(probeStep{took: 30 * time.Millisecond})
+	clk.Advance(interval)
+	if d, known := p.Latency(); !known || d != 30*time.Millisecond {
+		t.Fatalf("latency %v (known %v), want 30ms", d, known)
+	}
+	stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for p.State() == connectivity.Ready {
+		if ctx.Err() != nil {
+			t.Fatal("pool still READY 10s after its server stopped")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a real connection's state, bounded by ctx
+	}
+	probes, reports := sp.count(), obs.count()
+	clk.Advance(interval)
+	clk.Advance(interval)
+	if _, known := p.Latency(); known {
+		t.Fatal("latency still known without a ready connection")
+	}
+	if n := sp.count() - probes; n != 0 {
+		t.Fatalf("%d latency probes without a ready connection", n)
+	}
+	if n := obs.count() - reports; n != 1 {
+		t.Fatalf("%d latency reports for the loss of the samples, want 1", n)
 	}
 }
