@@ -73,8 +73,9 @@ func (b *brownouts) degraded(group, endpoint string) bool {
 
 // evaluate applies the rule to group's endpoints, sampled in samples, at clk's time read
 // under b.mu (so that evaluations from several pools' goroutines see increasing times), and
-// returns the verdicts that changed.
-func (b *brownouts) evaluate(group string, clk clock.Clock, samples []brownout.Sample) []brownoutChange {
+// returns the verdicts that changed, each first passed to changed (nil: none) under b.mu, in
+// order: changed must not block (a log line is queued).
+func (b *brownouts) evaluate(group string, clk clock.Clock, samples []brownout.Sample, changed func(brownoutChange)) []brownoutChange {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := clk.Now()
@@ -83,14 +84,18 @@ func (b *brownouts) evaluate(group string, clk clock.Clock, samples []brownout.S
 		g = &groupBrownout{rule: brownout.NewGroup(b.rule), verdicts: make(map[string]endpointVerdict)}
 		b.groups[group] = g
 	}
-	var changed []brownoutChange
+	var out []brownoutChange
 	seen := make(map[string]bool, len(samples))
 	for i, v := range g.rule.Evaluate(now, samples) {
 		seen[v.Endpoint] = true
 		ev := endpointVerdict{Verdict: v, known: samples[i].Known, since: g.verdicts[v.Endpoint].since}
 		if v.Changed {
 			ev.since = now
-			changed = append(changed, brownoutChange{group: group, v: v, at: now})
+			c := brownoutChange{group: group, v: v, at: now}
+			if changed != nil {
+				changed(c)
+			}
+			out = append(out, c)
 		}
 		g.verdicts[v.Endpoint] = ev
 	}
@@ -99,7 +104,7 @@ func (b *brownouts) evaluate(group string, clk clock.Clock, samples []brownout.S
 			delete(g.verdicts, e)
 		}
 	}
-	return changed
+	return out
 }
 
 // retain forgets the groups for which keep is false.
@@ -151,9 +156,9 @@ func (b *brownouts) degradedSet() map[string]map[string]bool {
 }
 
 // sampleBrownouts evaluates the brownout rule for every group of the current routing that
-// lists p's endpoint (when p still serves it), logs each change of an endpoint's degraded state and publishes the
-// availability of the endpoints whose state changed. Called on a pool's goroutines with no
-// lock held.
+// lists p's endpoint (when p still serves it), logs each change of an endpoint's degraded
+// state (in the order of the changes) and publishes the availability of the endpoints whose
+// state changed. Called on a pool's goroutines with no lock held.
 func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 	b := gme.brown
 	if !b.on {
@@ -179,11 +184,10 @@ func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 			samples = append(samples, smp)
 		}
 		if listed {
-			changes = append(changes, b.evaluate(name, gme.pl.clock, samples)...)
+			changes = append(changes, b.evaluate(name, gme.pl.clock, samples, gme.obs.brownout)...)
 		}
 	}
 	for _, c := range changes {
-		gme.obs.brownout(c)
 		if p := s.pools[c.v.Endpoint]; p != nil {
 			gme.publish(p)
 		}
@@ -194,7 +198,7 @@ func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 }
 
 // brownout logs one change of an endpoint's degraded state in a group: WARN when it becomes
-// degraded, INFO when it is no longer.
+// degraded, INFO when it is no longer. It queues the line and never blocks.
 func (o *observer) brownout(c brownoutChange) {
 	v := c.v
 	args := []any{"multiendpoint", c.group, "endpoint", v.Endpoint, "latency", v.Latency.Round(time.Millisecond),
