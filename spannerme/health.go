@@ -90,7 +90,8 @@ type HealthSettings struct {
 	// backend answered (with any answer that proves the path works), an error otherwise. ctx
 	// carries ProbeTimeout and is cancelled by Close and when the endpoint is removed; Probe
 	// must return once ctx is done (Close waits for it). It is called concurrently for
-	// different endpoints, at most once at a time per endpoint. Probes go to the pool
+	// different endpoints, and at most twice at a time per endpoint: one health probe and
+	// one latency probe (Brownout; its ctx also carries ProbeTimeout). Probes go to the pool
 	// directly, not through routing, and are not counted as calls. Nil means SpannerProbe for
 	// NewMultiEndpointClient*, and UnimplementedMethodProbe for NewGCPMultiEndpoint*.
 	Probe ProbeFunc
