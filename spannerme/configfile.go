@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -845,6 +846,27 @@ func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
 		"probeTimeout":               dur(&h.ProbeTimeout),
 		"probeInterval":              dur(&h.ProbeInterval),
 		"resourceExhaustedIsFailure": flag(&h.ResourceExhaustedIsFailure),
+		"brownout": func(n *yaml.Node, p string) error {
+			b := &h.Brownout
+			return d.mapping(n, p, fieldDecoders{
+				"disabled": flag(&b.Disabled),
+				"ratio": func(n *yaml.Node, p string) error {
+					sc, err := d.scalar(n, p, "a number of at least 1")
+					if err != nil {
+						return err
+					}
+					v, err := strconv.ParseFloat(sc.Value, 64)
+					if err != nil || !(v >= 1 && !math.IsInf(v, 1)) {
+						return d.errAt(sc, p, "want a number of at least 1 (how many times slower than the fallback), got %q", sc.Value)
+					}
+					b.Ratio = v
+					return nil
+				},
+				"margin":        dur(&b.Margin),
+				"window":        dur(&b.Window),
+				"probeInterval": dur(&b.ProbeInterval),
+			})
+		},
 	})
 }
 

@@ -53,7 +53,8 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	pl        plumbing
 	log       *slog.Logger
-	obs       *observer // logs of transitions, metrics, switch history
+	obs       *observer  // logs of transitions, metrics, switch history
+	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -179,6 +180,9 @@ type plumbing struct {
 	// whose pools take their transport from dial options, as if from a zero ClientConfig.
 	// Every client over the GCPMultiEndpoint must ask for the same (clientPlan).
 	poolSettings []poolSetting
+	// latency, if not nil, replaces (*pool.Pool).Latency as the brownout rule's source of
+	// latencies (tests: to drive the rule on a fake clock).
+	latency func(*pool.Pool) (time.Duration, bool)
 }
 
 var _ grpc.ClientConnInterface = (*GCPMultiEndpoint)(nil)
@@ -281,6 +285,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
+		brown:        newBrownouts(settings.Health, pl.latency),
 
 		lazyStreams: lazyStreams,
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
@@ -88,12 +90,90 @@ type HealthSettings struct {
 	// backend answered (with any answer that proves the path works), an error otherwise. ctx
 	// carries ProbeTimeout and is cancelled by Close and when the endpoint is removed; Probe
 	// must return once ctx is done (Close waits for it). It is called concurrently for
-	// different endpoints, at most once at a time per endpoint. Probes go to the pool
+	// different endpoints, and at most twice at a time per endpoint: one health probe and
+	// one latency probe (Brownout; its ctx also carries ProbeTimeout). Probes go to the pool
 	// directly, not through routing, and are not counted as calls. Nil means SpannerProbe for
 	// NewMultiEndpointClient* and NewGCPMultiEndpointForSpanner (of the database they are
 	// given: one probe serves every client and database over the GCPMultiEndpoint), and
 	// UnimplementedMethodProbe for NewGCPMultiEndpoint*.
 	Probe ProbeFunc
+	// Brownout tunes brownout detection: an endpoint far slower than the other endpoints of
+	// its group is degraded in that group. It is on with health (Disabled turns both off).
+	Brownout BrownoutSettings
+}
+
+// BrownoutSettings tunes brownout detection (docs/health.md, "Brownout"). Every endpoint is
+// sent a latency probe (HealthSettings.Probe, the same RPC on every endpoint, the current
+// one included) every ProbeInterval; an endpoint's latency is the median of its last three
+// successful latency probes (a probe that reaches HealthSettings.ProbeTimeout counts as that
+// long; a failed one counts for nothing, here or as a call outcome).
+//
+// In each group, endpoint E is degraded once, at every latency sample for at least Window,
+// lat(E) >= Ratio x F and lat(E) - F >= Margin, where F is the lowest latency of the group's
+// OTHER endpoints that are available (connected, not ejected) and measured. It is no longer
+// degraded once lat(E) < max(1, Ratio/2) x F or lat(E) - F < Margin/2 has held for Window
+// (hysteresis), or at once when there is no such F (a degraded endpoint is better than
+// none). A degraded endpoint is not available to that group: RecoveryTimeout, then failover,
+// as for a lost connection; back after SwitchingDelay once it is no longer degraded. Both a
+// ratio and a margin are required, so that an endpoint that is merely farther (60ms against
+// 20ms) or slow like every other endpoint never moves traffic. The rule is
+// internal/brownout's.
+//
+// The zero value takes every default. A Ratio below 1 (other than 0), NaN or infinite, and
+// negative durations are configuration errors (*ConfigError naming the field).
+type BrownoutSettings struct {
+	// Disabled turns brownout detection off: no latency probe is sent, no endpoint is
+	// degraded. Health from call outcomes stays on.
+	Disabled bool
+	// Ratio is how many times slower than its fallback an endpoint must be. Zero means 4.
+	Ratio float64
+	// Margin is how much slower than its fallback, in time, an endpoint must be. Zero
+	// means 200ms.
+	Margin time.Duration
+	// Window is how long both conditions must hold (at every latency sample) before an
+	// endpoint is degraded, and how long the recovery condition must hold before it is no
+	// longer degraded. Zero means 10s.
+	Window time.Duration
+	// ProbeInterval is the time between two latency probes of one endpoint (from the end
+	// of one to the start of the next). Zero means 2s: 30 probes per minute per endpoint.
+	ProbeInterval time.Duration
+}
+
+func (b BrownoutSettings) withDefaults() BrownoutSettings {
+	if b.Ratio == 0 {
+		b.Ratio = 4
+	}
+	if b.Margin == 0 {
+		b.Margin = 200 * time.Millisecond
+	}
+	if b.Window == 0 {
+		b.Window = 10 * time.Second
+	}
+	if b.ProbeInterval == 0 {
+		b.ProbeInterval = 2 * time.Second
+	}
+	return b
+}
+
+// validate returns a *ConfigError naming the first bad field.
+func (b BrownoutSettings) validate() error {
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"Margin", b.Margin}, {"Window", b.Window}, {"ProbeInterval", b.ProbeInterval}} {
+		if d.v < 0 {
+			return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.Health.Brownout.%s is negative (%v)", d.field, d.v)}
+		}
+	}
+	if b.Ratio != 0 && !(b.Ratio >= 1 && !math.IsInf(b.Ratio, 1)) {
+		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.Health.Brownout.Ratio must be at least 1 and finite, or 0 for the default 4 (got %v)", b.Ratio)}
+	}
+	return nil
+}
+
+// rule returns the brownout rule of b, which has its defaults.
+func (b BrownoutSettings) rule() brownout.Rule {
+	return brownout.Rule{Ratio: b.Ratio, Margin: b.Margin, Window: b.Window}
 }
 
 // ProbeFunc probes one endpoint through its channel pool; see HealthSettings.Probe.
@@ -109,6 +189,7 @@ func (h HealthSettings) withDefaults() HealthSettings {
 	c := h.detectorConfig().WithDefaults()
 	h.Interval, h.ConsecutiveFailures, h.FailurePercentage, h.MinimumCalls = c.Interval, c.ConsecutiveFailures, c.FailurePercentage, c.MinimumCalls
 	h.BaseEjectionTime, h.MaxEjectionTime, h.ProbeInterval = c.BaseEjectionTime, c.MaxEjectionTime, c.ProbeInterval
+	h.Brownout = h.Brownout.withDefaults()
 	return h
 }
 
@@ -119,7 +200,7 @@ func (h HealthSettings) detectorConfig() health.Config {
 }
 
 // validate returns a *ConfigError naming the first negative field, or a FailurePercentage
-// above 100.
+// above 100, or the first bad field of Brownout.
 func (h HealthSettings) validate() error {
 	bad := func(field string, v any) error {
 		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.Health.%s is negative (%v)", field, v)}
@@ -144,7 +225,7 @@ func (h HealthSettings) validate() error {
 	if h.FailurePercentage > 100 {
 		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.Health.FailurePercentage is above 100 (%d)", h.FailurePercentage)}
 	}
-	return nil
+	return h.Brownout.validate()
 }
 
 // EjectionReason says why an endpoint was ejected. Its zero value means "never ejected".
@@ -347,17 +428,27 @@ func (h HealthSettings) poolOptions() *pool.HealthOptions {
 	if h.Disabled {
 		return nil
 	}
-	return &pool.HealthOptions{Config: h.detectorConfig(), ProbeTimeout: h.ProbeTimeout, Probe: h.Probe,
+	o := &pool.HealthOptions{Config: h.detectorConfig(), ProbeTimeout: h.ProbeTimeout, Probe: h.Probe,
 		OverloadIsFailure: h.ResourceExhaustedIsFailure}
+	if h.brownoutOn() {
+		o.Latency = &pool.LatencyOptions{Interval: h.Brownout.ProbeInterval, Timeout: h.ProbeTimeout, Probe: h.Probe}
+	}
+	return o
 }
+
+// brownoutOn reports whether brownout detection is on: health is on and Brownout is not
+// disabled.
+func (h HealthSettings) brownoutOn() bool { return !h.Disabled && !h.Brownout.Disabled }
 
 // healthFields is HealthSettings without Probe, for comparing configurations.
 type healthFields struct {
 	disabled, overload bool
 	cfg                health.Config
 	probeTimeout       time.Duration
+	brownout           BrownoutSettings
 }
 
 func (h HealthSettings) comparable() healthFields {
-	return healthFields{disabled: h.Disabled, overload: h.ResourceExhaustedIsFailure, cfg: h.detectorConfig(), probeTimeout: h.ProbeTimeout}
+	return healthFields{disabled: h.Disabled, overload: h.ResourceExhaustedIsFailure, cfg: h.detectorConfig(), probeTimeout: h.ProbeTimeout,
+		brownout: h.Brownout}
 }

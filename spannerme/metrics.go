@@ -57,6 +57,7 @@ const (
 	metricCurrent        = "spannerme.multiendpoint.current_endpoint"
 	metricSwitches       = "spannerme.multiendpoint.switches"
 	metricEjections      = "spannerme.endpoint.ejections"
+	metricDegraded       = "spannerme.endpoint.degraded"
 	metricCalls          = "spannerme.client.calls"
 	metricFailures       = "spannerme.client.call.failures"
 	metricDuration       = "spannerme.client.call.duration"
@@ -77,6 +78,8 @@ var metricDocs = []metricDoc{
 		"changes of a group's current endpoint; " + AttrEndpoint + " (and its name) is the new current endpoint"},
 	{metricEjections, instrumentCounter, "{ejection}", []string{AttrEndpoint, AttrEndpointName, AttrEjectionReason},
 		"endpoints taken out of service by outcome-based health"},
+	{metricDegraded, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
+		"1 for each endpoint degraded by brownout detection in a group (far slower than its fallback: not available to that group), 0 for the others; absent when brownout detection is off"},
 	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
 	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
@@ -98,7 +101,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 type metrics struct {
 	calls, failures, switches, ejections metric.Int64Counter
 	duration                             metric.Float64Histogram
-	state, current                       metric.Int64ObservableGauge
+	state, current, degraded             metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
 
 	mu  sync.Mutex // guards reg
@@ -135,7 +138,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	m := &metrics{
 		calls: counter(metricCalls), failures: counter(metricFailures),
 		switches: counter(metricSwitches), ejections: counter(metricEjections),
-		state: gauge(metricEndpointState), current: gauge(metricCurrent),
+		state: gauge(metricEndpointState), current: gauge(metricCurrent), degraded: gauge(metricDegraded),
 		active: upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
 	}
 	u, d := doc(metricDuration)
@@ -154,7 +157,7 @@ func fillNoop(m *metrics) {
 	if m.duration == nil {
 		m.duration = noop.Float64Histogram{}
 	}
-	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current} {
+	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current, &m.degraded} {
 		if *g == nil {
 			*g = noop.Int64ObservableGauge{}
 		}
@@ -172,6 +175,9 @@ type metricsView struct {
 	active  map[string]int64  // in-flight calls by endpoint, retired pools included
 	names   map[string]string // endpoint -> EndpointOptions.Name, named endpoints only
 	groups  []multiendpoint.Status
+	// degraded holds, per group, whether each endpoint is degraded (brownout); nil when
+	// brownout detection is off.
+	degraded map[string]map[string]bool
 }
 
 // observe registers the callback of the observable instruments, which reads view at each
@@ -196,10 +202,14 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 				}
 				o.ObserveInt64(m.current, boolInt(e.Endpoint == st.Current), metric.WithAttributes(
 					append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name)}, ep...)...))
+				if v.degraded != nil {
+					o.ObserveInt64(m.degraded, boolInt(v.degraded[st.Name][e.Endpoint]), metric.WithAttributes(
+						append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name)}, ep...)...))
+				}
 			}
 		}
 		return nil
-	}, m.state, m.current, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.active, m.waiting)
 	if err != nil {
 		return // the provider reports it; the synchronous instruments still work
 	}

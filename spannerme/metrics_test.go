@@ -399,10 +399,11 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.state, 1)
 		o.ObserveInt64(m.current, 1)
+		o.ObserveInt64(m.degraded, 1)
 		o.ObserveInt64(m.active, 1)
 		o.ObserveInt64(m.waiting, 1)
 		return nil
-	}, m.state, m.current, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.active, m.waiting)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,7 @@ var _ pool.Observer = (*poolEvents)(nil)
 // session call waiting on the Default group picks a group by availability (sessionGroup), so
 // it must hear of a pool that became available even when no group switches.
 func (e *poolEvents) Availability(p *pool.Pool) {
+	e.gme.sampleBrownouts(p) // the fallback of the group's other endpoints may have changed
 	e.gme.publish(p)
 	e.gme.changed.signal()
 }
@@ -103,9 +104,14 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	}
 	gme.events.pushHealth(HealthEvent{Endpoint: e.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason),
 		Detail: ev.Detail, Class: ev.Class.String(), At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
+	gme.sampleBrownouts(p)
 	gme.publish(p)
 	gme.changed.signal()
 }
+
+// Latency receives a latency sample of the pool (or the loss of its samples): the
+// brownout rule is evaluated for every group that lists the endpoint.
+func (e *poolEvents) Latency(p *pool.Pool) { e.gme.sampleBrownouts(p) }
 
 func (e *poolEvents) CallEnd(ctx context.Context, group string, start time.Time, err error) {
 	l := e.label.Load()

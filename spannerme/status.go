@@ -165,6 +165,10 @@ type EndpointStatus struct {
 	State EndpointState `json:"state"`
 	// Since is when the endpoint entered State (or was added to the group).
 	Since time.Time `json:"since"`
+	// Brownout is the endpoint's brownout state in this group (BrownoutSettings): an
+	// endpoint that is Degraded is not Available to the group although its pool may be;
+	// nil when brownout detection is off.
+	Brownout *BrownoutStatus `json:"brownout,omitempty"`
 }
 
 // PoolStatus is one endpoint's channel pool in a Status. A pool is shared by every group
@@ -354,6 +358,9 @@ func (gme *GCPMultiEndpoint) Status() Status {
 			g.Switches = []SwitchEvent{}
 		}
 		g.DirectedReads = directedReadsStatusOf(directed[g.Name])
+		for i := range g.Endpoints {
+			g.Endpoints[i].Brownout = gme.brownoutStatus(g.Name, g.Endpoints[i].Endpoint)
+		}
 		if st.Closed {
 			// Nothing serves after Close: say so, whatever the stopped groups last knew.
 			g.Current, g.PendingSwitch, g.PendingSwitchAt, g.Closed = "", "", time.Time{}, true
@@ -385,6 +392,15 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		return true
 	})
 	return st
+}
+
+// brownoutStatus returns endpoint's brownout status in group; nil when off (or for a zero
+// value).
+func (gme *GCPMultiEndpoint) brownoutStatus(group, endpoint string) *BrownoutStatus {
+	if gme.brown == nil {
+		return nil
+	}
+	return gme.brown.statusOf(group, endpoint)
 }
 
 // poolStatusOf converts a pool's status.
@@ -424,6 +440,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	for _, me := range groups {
 		v.groups = append(v.groups, me.Status())
 	}
+	v.degraded = gme.brown.degradedSet()
 	return v, true
 }
 

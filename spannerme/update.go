@@ -180,14 +180,16 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		}
 	}
 	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
+	gme.brown.retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)
 	}
 	return nil
 }
 
-// publish tells every group of the current snapshot the pool's availability, if the pool is
-// still the one serving its endpoint. Reports of one pool are serialized and each reads the
+// publish tells every group of the current snapshot the pool's availability (false in a
+// group where the endpoint is degraded: brownout.go), if the pool is still the one serving
+// its endpoint. Reports of one pool are serialized and each reads the
 // availability under the lock; since every change of it is followed by a publish, the last
 // report always carries the latest value.
 //
@@ -204,8 +206,10 @@ func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
 		if !ready && !settled {
 			return // its first attempt is under way: nothing is known yet (rule 1)
 		}
-		for _, me := range s.groups {
-			me.SetEndpointAvailability(p.Endpoint(), ready)
+		for name, me := range s.groups {
+			// A degraded endpoint (brownout) is not available to the group it is
+			// degraded in; the others may still use it.
+			me.SetEndpointAvailability(p.Endpoint(), ready && !gme.brown.degraded(name, p.Endpoint()))
 		}
 	})
 }

@@ -4,8 +4,10 @@
 // evaluation (one per latency sample), so "sustained for Window" is checked at the samples,
 // at most one sample interval late.
 //
-// Not wired yet: no latency probe feeds it and no group reads it. What remains: latency
-// probes per pool, per-group availability in publish, settings, status.
+// Wired in spannerme (brownout.go): each pool's latency probes (internal/pool, latency.go:
+// the same probe RPC on every endpoint, every BrownoutSettings.ProbeInterval; the median of
+// the last three) trigger an evaluation of every group that lists the endpoint, and a
+// degraded endpoint is published as not available to that group. docs/health.md, Brownout.
 //
 // The rule, for endpoint E of a group, with F the lowest latency among the group's OTHER
 // endpoints that are available (connected, not ejected) and have a latency:

@@ -51,6 +51,10 @@ type Observer interface {
 	Down(at time.Time, reason ConnError)
 	// Health reports an ejection or readmission of the endpoint by its health detector.
 	Health(p *Pool, ev health.Event)
+	// Latency reports that the pool's latency (Pool.Latency) may have changed: a latency
+	// probe ended with a sample, or the samples were dropped when the pool lost its ready
+	// connection. Called on the latency probes' timer goroutine, once per probe at most.
+	Latency(p *Pool)
 	// CallEnd reports the end of a call that the caller measured (CallInfo.Start not zero),
 	// with its error (nil: OK).
 	CallEnd(ctx context.Context, group string, start time.Time, err error)
@@ -102,6 +106,9 @@ type HealthOptions struct {
 	Probe func(ctx context.Context, conn grpc.ClientConnInterface) error
 	// OverloadIsFailure makes RESOURCE_EXHAUSTED a failure.
 	OverloadIsFailure bool
+	// Latency, if not nil, turns on latency probes (latency.go); they stop with the
+	// health detector.
+	Latency *LatencyOptions
 }
 
 // Pool is one endpoint's grpcgcp channel pool, its connectivity monitor and its in-flight
@@ -141,6 +148,7 @@ type Pool struct {
 	health            *health.Detector
 	overloadIsFailure bool // HealthOptions.OverloadIsFailure
 	probes            prober
+	latency           *latencyProber // nil: latency probes are off
 }
 
 // New returns the pool of endpoint over conn, with its health detector started (when

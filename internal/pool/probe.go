@@ -39,6 +39,9 @@ func (p *Pool) startHealth(o HealthOptions) {
 		Config: o.Config, Clock: p.clock, Probe: probe,
 		OnEvent: func(ev health.Event) { p.obs.Health(p, ev) },
 	})
+	if o.Latency != nil {
+		p.startLatency(*o.Latency)
+	}
 }
 
 // probe runs probe seq of p on a goroutine of its own and reports its result to p's
@@ -78,13 +81,15 @@ func (p *Pool) probe(seq uint64) {
 	}()
 }
 
-// haltHealth closes p's detector and cancels its probes, without waiting for them.
+// haltHealth closes p's detector, stops its latency probes and cancels its probes,
+// without waiting for them.
 // Idempotent.
 func (p *Pool) haltHealth() {
 	if p.health == nil {
 		return
 	}
 	p.health.Close()
+	p.stopLatency()
 	p.probes.mu.Lock()
 	p.probes.stopped = true
 	p.probes.mu.Unlock()

@@ -23,6 +23,7 @@ func (o *recordingObserver) Availability(*Pool)                                {
 func (o *recordingObserver) StateChanged(*Pool)                                {}
 func (o *recordingObserver) Health(*Pool, health.Event)                        {}
 func (o *recordingObserver) CallEnd(context.Context, string, time.Time, error) {}
+func (o *recordingObserver) Latency(*Pool)                                     {}
 
 func (o *recordingObserver) Unreachable(e ConnError, how Unreachability) {
 	o.mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,81 @@ func findChromium(tb testing.TB) string {
 	return ""
 }
 
+// newBrowser returns a headless Chromium context, closed when the test ends, whose
+// actions time out after 90s.
+func newBrowser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1100, 900),
+	)
+	t.Cleanup(cancelAlloc)
+	browser, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	browser, cancelTimeout := context.WithTimeout(browser, 90*time.Second)
+	t.Cleanup(cancelTimeout)
+	return browser
+}
+
+// An endpoint far slower than its fallback (200ms each way through its fake PSC endpoint,
+// against none) is shown degraded in a real browser: the badge in its latency column and
+// the reason it is not available. The brownout Window and probe interval are short so that
+// the page shows it within seconds.
+func TestStatusPageInBrowserShowsBrownout(t *testing.T) {
+	chromium := findChromium(t)
+	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
+	s := fastSettings()
+	s.Health.Brownout = spannerme.BrownoutSettings{Window: time.Second, ProbeInterval: 100 * time.Millisecond}
+	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(300*time.Millisecond, time.Second, e1.Addr(), e2.Addr()),
+	}), s)
+	waitServedBy(t, context.Background(), gme, "E1", 10*time.Second)
+	e1.Slow(200*time.Millisecond, 0)
+	srv := httptest.NewServer(Handler(gme))
+	defer srv.Close()
+
+	browser := newBrowser(t, chromium)
+	if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatalf("opening the page: %v", err)
+	}
+	row := `section[data-group="default"] tr[data-endpoint="` + e1.Addr() + `"]`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		badges, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll('`+row+` .badge.degraded').length`))
+		if err != nil {
+			t.Fatalf("reading the page: %v", err)
+		}
+		if badges == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("page shows no degraded badge for E1 30s after it slowed down; status %+v", gme.Status().Groups)
+		}
+		time.Sleep(200 * time.Millisecond) // a person looking at the page, every 200ms
+	}
+	// The reason appears once the group no longer counts E1 as Available.
+	for {
+		reason, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS(row+` td.reason`)))
+		if err != nil {
+			t.Fatalf("reading E1's reason: %v", err)
+		}
+		if strings.Contains(reason, "degraded (brownout)") && strings.Contains(reason, "far slower than "+e2.Addr()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("page shows E1's reason %q, want it degraded against E2", reason)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // The status page, in a real browser (headless Chromium), follows a failover on its own
 // (it refreshes itself): the current endpoint it shows changes, with its name (E2 has one,
 // E1 none) next to its address, the timeline draws the fallback. The screenshot is saved in
@@ -67,22 +143,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	srv := httptest.NewServer(Handler(gme))
 	defer srv.Close()
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(chromium),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1100, 900),
-	)
-	defer cancelAlloc()
-	browser, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	browser, cancelTimeout := context.WithTimeout(browser, 90*time.Second)
-	defer cancelTimeout()
+	browser := newBrowser(t, chromium)
 
 	current := chromedp.CSS(`span.current[data-group="default"]`)
 	if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/")); err != nil {

@@ -159,6 +159,8 @@ type endpointView struct {
 	For          string // how long it has been in State
 	Connectivity string
 	Reason       string // why it is not Available, or ""
+	Latency      string // the brownout rule's latency of the endpoint in this group, "-" when unknown or off
+	Degraded     bool   // degraded by brownout detection in this group
 }
 
 type poolView struct {
@@ -254,10 +256,19 @@ func newPageView(st spannerme.Status) pageView {
 					ev.Reason = "closed"
 				case p.Health.Ejected:
 					ev.Reason = healthText(st.At, p.Health)
+				case e.Brownout != nil && e.Brownout.Degraded:
+					ev.Reason = brownoutText(st.At, *e.Brownout)
 				case p.LastError != nil:
 					ev.Reason = fmt.Sprintf("%s: %s", p.LastError.Kind, p.LastError.Message)
 				case p.Connectivity != "":
 					ev.Reason = "pool " + p.Connectivity
+				}
+			}
+			ev.Latency = "-"
+			if b := e.Brownout; b != nil {
+				ev.Degraded = b.Degraded
+				if b.Latency > 0 {
+					ev.Latency = b.Latency.Round(time.Millisecond).String()
 				}
 			}
 			gv.Endpoints = append(gv.Endpoints, ev)
@@ -265,6 +276,19 @@ func newPageView(st spannerme.Status) pageView {
 		v.Groups = append(v.Groups, gv)
 	}
 	return v
+}
+
+// brownoutText says why a degraded endpoint is not available: its latency against its
+// fallback's, and for how long.
+func brownoutText(now time.Time, b spannerme.BrownoutStatus) string {
+	text := fmt.Sprintf("degraded (brownout): %v", b.Latency.Round(time.Millisecond))
+	if b.Fallback != "" {
+		text += fmt.Sprintf(", far slower than %s (%v)", b.Fallback, b.FallbackLatency.Round(time.Millisecond))
+	}
+	if !b.Since.IsZero() {
+		text += ", for " + ago(now, b.Since)
+	}
+	return text
 }
 
 // healthText says in a few words what health from call outcomes thinks of a pool.

@@ -337,3 +337,37 @@ func TestStatusHandlerShowsDirectedReads(t *testing.T) {
 		t.Errorf("JSON form:\n%s", doc)
 	}
 }
+
+// The page says why a degraded endpoint is not available (its latency against its
+// fallback's, since when) and shows every endpoint's latency in its group, "-" when unknown
+// or when brownout detection is off.
+func TestStatusPageBrownoutText(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	st := spannerme.Status{At: now,
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "b:1", Endpoints: []spannerme.EndpointStatus{
+			{Endpoint: "a:1", State: spannerme.Unavailable, Brownout: &spannerme.BrownoutStatus{Degraded: true,
+				Since: now.Add(-12 * time.Second), Latency: 402 * time.Millisecond, Fallback: "b:1", FallbackLatency: 21 * time.Millisecond}},
+			{Endpoint: "b:1", Priority: 1, State: spannerme.Available, Brownout: &spannerme.BrownoutStatus{Latency: 21 * time.Millisecond}},
+			{Endpoint: "c:1", Priority: 2, State: spannerme.Available}}}},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}, {Endpoint: "b:1", Connectivity: "READY"},
+			{Endpoint: "c:1", Connectivity: "READY"}}}
+	eps := newPageView(st).Groups[0].Endpoints
+	if want := "degraded (brownout): 402ms, far slower than b:1 (21ms), for 12s"; eps[0].Reason != want || !eps[0].Degraded {
+		t.Errorf("degraded endpoint: reason %q (degraded %v), want %q", eps[0].Reason, eps[0].Degraded, want)
+	}
+	for i, want := range []string{"402ms", "21ms", "-"} {
+		if eps[i].Latency != want {
+			t.Errorf("%s: latency shown %q, want %q", eps[i].Endpoint, eps[i].Latency, want)
+		}
+	}
+	if eps[1].Reason != "" || eps[1].Degraded {
+		t.Errorf("available endpoint: reason %q, degraded %v", eps[1].Reason, eps[1].Degraded)
+	}
+	var b strings.Builder
+	if err := statusPage.Execute(&b, newPageView(st)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `<span class="badge degraded">degraded</span>`) {
+		t.Errorf("page lacks the degraded badge:\n%s", b.String())
+	}
+}
