@@ -31,11 +31,12 @@ func TestConnectionChurnCutsNoQuery(t *testing.T) {
 		fastSettings(nil))
 	fe.SetLatency(latency)
 
-	// Warm-up: the frontend has ended the first connection of each channel (DefaultPoolSize of
-	// them), and each channel has connected again and replaced that connection once.
+	// Warm-up: the frontend has ended each channel's connections three times (channels that
+	// connected together end together, and such ends are one sample: three rounds teach the
+	// age), and the channels have connected again each time.
 	warm := startLoad(client, workers, time.Minute)
-	eventually(t, 30*time.Second, "two new connections per channel", func() bool {
-		return fe.Stats().Accepted >= 3*DefaultPoolSize
+	eventually(t, 30*time.Second, "three new connections per channel", func() bool {
+		return fe.Stats().Accepted >= 4*DefaultPoolSize
 	})
 	warm.end()
 	if n := warm.failed.Load(); n != 0 {

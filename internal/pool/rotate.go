@@ -41,10 +41,19 @@ import (
 // current connection that leaves READY first, ends the attempt; the next READY connection of
 // the channel is timed again. Without an agreed age nothing rotates: connections are then
 // exactly grpcgcp's.
+//
+// One event that ends several connections at once (a frontend restart, a network blip, an idle
+// timeout of channels that connected together) is one sample, not one per connection: a sample
+// within rotationTogether of its lifetime after the previous one is dropped, so that three
+// connections dialed together and ended together do not agree on an age that is merely the
+// pool's uptime. A replacement that fails to connect is tried again rotationRetry of the age
+// later while its connection is still READY.
 const (
-	rotationSamples = 3
-	rotationSpread  = 1.25
-	rotationExpiry  = 1.5
+	rotationSamples  = 3
+	rotationSpread   = 1.25
+	rotationExpiry   = 1.5
+	rotationTogether = 0.1
+	rotationRetry    = 0.1
 )
 
 // connRole is what one gRPC SubConn is to its channel.
@@ -152,8 +161,9 @@ func (b *poolBalancer) setTimer(c *conn, d time.Duration, f func(c *conn, gen ui
 // by the poolBalancer's mu.
 type lifetimes struct {
 	samples [rotationSamples]time.Duration
-	n       int // samples held, up to rotationSamples
-	next    int // where the next sample goes
+	n       int       // samples held, up to rotationSamples
+	next    int       // where the next sample goes
+	lastAt  time.Time // when the last sample was taken; zero if none
 }
 
 // add records a lifetime.
@@ -258,6 +268,13 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case connectivity.TransientFailure, connectivity.Idle, connectivity.Shutdown:
 			if ch.next == c {
 				ch.next = nil
+				// The connection it was to replace would meet the server's end as if
+				// nothing rotated: try again soon while it is still READY.
+				if cur := ch.cur.Load(); cur.state == connectivity.Ready && !ch.shut && !b.closed {
+					if age := b.lives.age(); age > 0 {
+						b.setTimer(cur, time.Duration(rotationRetry*float64(age)), b.rotate)
+					}
+				}
 			}
 			if st != connectivity.Shutdown {
 				a.shut(c.sc)
@@ -359,12 +376,17 @@ func (b *poolBalancer) expire(c *conn, gen uint64) {
 	c.sc.Shutdown()
 }
 
-// learnLocked records the lifetime d of a connection the server ended; when that makes an age
-// agreed, the READY current connections are timed. b.mu must be held.
+// learnLocked records the lifetime d of a connection the server ended at now, unless the
+// previous sample was taken within rotationTogether of d before (the same event); when that
+// makes an age agreed, the READY current connections are timed. b.mu must be held.
 func (b *poolBalancer) learnLocked(d time.Duration, now time.Time) {
 	if d <= 0 {
 		return
 	}
+	if last := b.lives.lastAt; !last.IsZero() && now.Sub(last) < time.Duration(rotationTogether*float64(d)) {
+		return
+	}
+	b.lives.lastAt = now
 	had := b.lives.age() > 0
 	b.lives.add(d)
 	if had || b.lives.age() <= 0 {

@@ -113,13 +113,19 @@ type rotationRig struct {
 
 func newRotationRig(t *testing.T) *rotationRig {
 	t.Helper()
+	return newRotationRigN(t, 1)
+}
+
+// newRotationRigN is newRotationRig with n channels.
+func newRotationRigN(t *testing.T, n int) *rotationRig {
+	t.Helper()
 	r := &rotationRig{t: t, clk: clock.NewFake(time.Time{}), cc: &fakeClientConn{}}
 	r.watch = NewWatch("e1:443", r.clk, &recordingObserver{})
 	t.Cleanup(r.watch.Release)
 	r.b = poolBalancerBuilder{}.Build(r.cc, balancer.BuildOptions{})
 	t.Cleanup(r.b.Close)
 	cfg, err := poolBalancerBuilder{}.ParseConfig([]byte(fmt.Sprintf(
-		`{"watch":"%d","child":{"channelPool":{"minSize":1,"maxSize":1}}}`, r.watch.id)))
+		`{"watch":"%d","child":{"channelPool":{"minSize":%d,"maxSize":%d}}}`, r.watch.id, n, n)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +135,8 @@ func newRotationRig(t *testing.T) *rotationRig {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(r.cc.subConns()); n != 1 {
-		t.Fatalf("%d SubConns after the first addresses, want 1 (minSize 1)", n)
+	if got := len(r.cc.subConns()); got != n {
+		t.Fatalf("%d SubConns after the first addresses, want %d (minSize)", got, n)
 	}
 	return r
 }
@@ -181,6 +187,38 @@ func (r *rotationRig) learn(lifetimes ...time.Duration) {
 		if after, _ := sc.counts(); after != before+1 {
 			r.t.Fatalf("grpc_gcp did not reconnect the channel after the server ended it")
 		}
+	}
+}
+
+// Connections the server ends together (a restart ending every channel dialed at the same
+// moment) are one sample: three channels dialed together and ended together agree on no age,
+// and nothing rotates; ends apart in time count each.
+func TestConnectionsEndedTogetherAreOneSample(t *testing.T) {
+	r := newRotationRigN(t, 3)
+	subs := r.cc.subConns()
+	for _, sc := range subs {
+		r.ready(sc)
+	}
+	r.clk.Advance(time.Second)
+	for _, sc := range subs {
+		r.state(sc, connectivity.Idle) // one restart ends all three at once
+	}
+	for _, sc := range subs {
+		r.ready(sc)
+	}
+	r.clk.Advance(time.Second)
+	if n := len(r.cc.subConns()); n != 3 {
+		t.Fatalf("%d SubConns, want 3: one event taught an age and connections were replaced", n)
+	}
+	// Three ends a whole lifetime apart agree: the age is learned and each READY connection
+	// is replaced at half of it.
+	for range 2 {
+		r.state(subs[0], connectivity.Idle)
+		r.ready(subs[0])
+		r.clk.Advance(time.Second)
+	}
+	if n := len(r.cc.subConns()); n <= 3 {
+		t.Fatalf("%d SubConns, want replacements once three separate ends agree", n)
 	}
 }
 
@@ -309,7 +347,8 @@ func TestUnconfirmedAgeIsForgotten(t *testing.T) {
 
 // A connection that leaves READY before its replacement is ready keeps the channel: grpc_gcp
 // reconnects it, and the replacement is shut down; a replacement that fails to connect is shut
-// down and the channel keeps its connection.
+// down, the channel keeps its connection, and a new replacement is tried a tenth of the age
+// later.
 func TestReplacementAbandoned(t *testing.T) {
 	t.Run("the connection ended first", func(t *testing.T) {
 		r := newRotationRig(t)
@@ -347,13 +386,16 @@ func TestReplacementAbandoned(t *testing.T) {
 		if got := r.picked(); got != sc1 {
 			t.Fatalf("picked %v, want sc1", got)
 		}
-		// The channel's next connection is timed again.
-		r.clk.Advance(20 * time.Millisecond)
-		r.state(sc1, connectivity.Idle)
-		r.ready(sc1)
-		r.clk.Advance(20 * time.Millisecond)
-		if n := len(r.cc.subConns()); n != 3 {
-			t.Fatalf("%d SubConns, want 3: the reconnected channel gets a replacement at half the age", n)
+		// The replacement is tried again a tenth of the age later, while sc1 is READY.
+		r.clk.Advance(3 * time.Millisecond)
+		if n := len(r.cc.subConns()); n != 2 {
+			t.Fatalf("%d SubConns 3ms after the failure, want 2: the retry waits a tenth of the age (4ms)", n)
+		}
+		r.clk.Advance(time.Millisecond)
+		sc3 := r.sub(3)
+		r.ready(sc3)
+		if got := r.picked(); got != sc3 {
+			t.Fatalf("picked %v, want the retried replacement sc3", got)
 		}
 	})
 }
