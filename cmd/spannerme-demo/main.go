@@ -52,7 +52,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	fs.DurationVar(&f.recoveryTimeout, "recovery-timeout", 0, "override every group's RecoveryTimeout (0: keep the file's)")
 	fs.DurationVar(&f.switchingDelay, "switching-delay", 0, "override every group's SwitchingDelay (0: keep the file's)")
 	fs.DurationVar(&f.reconnectMax, "reconnect-max-delay", 500*time.Millisecond, "Settings.ReconnectMaxDelay: the longest wait between reconnect attempts to a down endpoint")
-	fs.BoolVar(&f.verbose, "v", false, "also print spannerme's own log lines")
+	fs.BoolVar(&f.verbose, "v", false, "also print spannerme's INFO log lines (WARN and above are always printed)")
 	fs.StringVar(&f.http, "http", "127.0.0.1:8080", "serve the live status page (package spannerme/statuspage) on this address; \"\" turns it off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spannerme-demo [flags]\n\n"+
