@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,6 +406,60 @@ func TestStreamsQueuedBehindTheStreamLimitAreNoTimeouts(t *testing.T) {
 	// interceptor, F28) in the first SendMsg.
 	for name, cfg := range map[string]*pb.ApiConfig{"no affinity": NoAffinityConfig(1), "session affinity": SessionAffinityConfig(1)} {
 		t.Run(name, func(t *testing.T) { testStreamsQueuedAreNoTimeouts(t, cfg) })
+	}
+}
+
+// A health probe that waits behind the calls it judges (every stream of the pool busy) until
+// its deadline was never sent and decides nothing: an endpoint whose one stream a call holds
+// longer than ProbeInterval is probed, the probe finds no free stream, and the endpoint, idle
+// but healthy, is not ejected. With or without session affinity (where the stream opens at
+// the first SendMsg).
+func TestProbeQueuedBehindTheStreamLimitDecidesNothing(t *testing.T) {
+	for name, cfg := range map[string]*pb.ApiConfig{"no affinity": NoAffinityConfig(1), "session affinity": SessionAffinityConfig(1)} {
+		t.Run(name, func(t *testing.T) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer(grpc.MaxConcurrentStreams(1))
+			testpb.RegisterTestServiceServer(srv, stallServer{})
+			done := make(chan struct{})
+			go func() { defer close(done); _ = srv.Serve(lis) }()
+			t.Cleanup(func() { srv.Stop(); <-done })
+			addr := lis.Addr().String()
+
+			var probes atomic.Int32
+			s := fastSettings(nil)
+			s.Health.ProbeInterval, s.Health.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+			s.Health.Brownout.Disabled = true
+			s.Health.Probe = func(ctx context.Context, conn grpc.ClientConnInterface) error {
+				probes.Add(1)
+				return UnimplementedMethodProbe(ctx, conn)
+			}
+			o := options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)})
+			o.GRPCgcpConfig = cfg
+			gme := newGME(t, o, s)
+			client := testpb.NewTestServiceClient(gme)
+
+			hold, cancelHold := context.WithTimeout(context.Background(), time.Minute)
+			defer cancelHold()
+			held, err := client.StreamingOutputCall(hold, &testpb.StreamingOutputCallRequest{
+				ResponseParameters: []*testpb.ResponseParameters{{}}}, grpc.WaitForReady(true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := held.Header(); err != nil {
+				t.Fatal(err)
+			}
+			from := probes.Load()
+			ejected := func() bool { p, _ := poolOf(gme, addr); return p.Health.Ejected }
+			eventually(t, 20*time.Second, "three probes while the stream is held, or an ejection", func() bool {
+				return probes.Load() >= from+3 || ejected()
+			})
+			if p, _ := poolOf(gme, addr); p.Health.Ejected {
+				t.Fatalf("a probe that found no free stream ejected the endpoint: %+v", p.Health)
+			}
+		})
 	}
 }
 

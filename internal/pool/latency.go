@@ -107,13 +107,16 @@ func (p *Pool) measureLatency() (time.Duration, bool) {
 	ctx, cancel := context.WithTimeout(p.probes.ctx, l.timeout)
 	defer cancel()
 	start := p.clock.Now()
-	err := l.probe(ctx, p.conn)
+	conn := &sentConn{cc: p.conn}
+	err := l.probe(ctx, conn)
 	d := p.clock.Now().Sub(start)
 	switch {
 	case p.probes.ctx.Err() != nil:
 		return 0, false
 	case err == nil:
 		return d, true
+	case !conn.sent.Load():
+		return 0, false // it waited behind the pool's calls for a free stream: no latency of the endpoint
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return max(d, l.timeout), true // at least that slow
 	}

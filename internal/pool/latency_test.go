@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
@@ -80,13 +81,18 @@ func (s *scriptedProbe) count() int {
 
 // readyPool returns a pool over a loopback gRPC server, with latency probes on clk, once its
 // connection is READY, and a function that stops the server.
-func readyPool(t *testing.T, clk *clock.Fake, obs Observer, lo LatencyOptions) (*Pool, func()) {
+func readyPool(t *testing.T, clk *clock.Fake, obs Observer, lo LatencyOptions, sopts ...grpc.ServerOption) (*Pool, func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	// Every method hangs until its caller gives up: a probe that was sent and got no answer.
+	hang := func(_ any, ss grpc.ServerStream) error {
+		<-ss.Context().Done()
+		return ss.Context().Err()
+	}
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.UnknownServiceHandler(hang)}, sopts...)...)
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -173,11 +179,7 @@ func TestLatencyProbeTimeoutIsASample(t *testing.T) {
 	const interval, timeout = time.Second, 50 * time.Millisecond
 	clk := clock.NewFake(time.Time{})
 	obs := &latencyObserver{}
-	probe := func(ctx context.Context, _ grpc.ClientConnInterface) error {
-		<-ctx.Done() // the real deadline of the probe's context
-		return status.Error(codes.DeadlineExceeded, ctx.Err().Error())
-	}
-	p, _ := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: timeout, Probe: probe})
+	p, _ := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: timeout, Probe: hangingProbe})
 	clk.Advance(interval)
 	if got, known := p.Latency(); !known || got != timeout {
 		t.Fatalf("latency after a probe that timed out: %v (known %v), want %v", got, known, timeout)
@@ -221,5 +223,48 @@ func TestLatencyForgottenWithoutAReadyConnection(t *testing.T) {
 	}
 	if n := obs.count() - reports; n != 1 {
 		t.Fatalf("%d latency reports for the loss of the samples, want 1", n)
+	}
+}
+
+// hangingProbe sends a call that the server of readyPool never answers, so it ends at the
+// deadline of ctx.
+func hangingProbe(ctx context.Context, conn grpc.ClientConnInterface) error {
+	return conn.Invoke(ctx, "/spannerme.test.Hang/Call", &emptypb.Empty{}, &emptypb.Empty{})
+}
+
+// A latency probe that waited behind the calls in front of it for a free stream (the server
+// allows one, and a call holds it) until its deadline was never sent: it is no sample, while
+// one that was sent and got no answer is (TestLatencyProbeTimeoutIsASample).
+func TestLatencyProbeWaitingForAStreamIsNoSample(t *testing.T) {
+	const interval, timeout = time.Second, 50 * time.Millisecond
+	clk := clock.NewFake(time.Time{})
+	p, _ := readyPool(t, clk, &latencyObserver{}, LatencyOptions{Interval: interval, Timeout: timeout, Probe: hangingProbe},
+		grpc.MaxConcurrentStreams(1))
+	hold, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held, err := p.conn.NewStream(hold, &grpc.StreamDesc{ServerStreams: true}, "/spannerme.test.Hang/Hold")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.SendMsg(&emptypb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	// The server's SETTINGS (one stream) reach the client after the connection is READY:
+	// wait until a second stream is refused a slot, as the probe will be.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, c := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := p.conn.NewStream(ctx, &grpc.StreamDesc{}, "/spannerme.test.Hang/Other")
+		c()
+		if status.Code(err) == codes.DeadlineExceeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's one-stream limit never applied: %v", err)
+		}
+	}
+	clk.Advance(interval)
+	if got, known := p.Latency(); known {
+		t.Fatalf("latency %v from a probe that never got a stream, want none", got)
 	}
 }

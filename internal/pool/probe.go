@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -62,7 +63,8 @@ func (p *Pool) probe(seq uint64) {
 		}
 		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
 		start := p.clock.Now()
-		err := p.probes.probe(ctx, p.conn)
+		conn := &sentConn{cc: p.conn}
+		err := p.probes.probe(ctx, conn)
 		latency := p.clock.Now().Sub(start)
 		cancel()
 		if p.probes.ctx.Err() != nil {
@@ -70,6 +72,11 @@ func (p *Pool) probe(seq uint64) {
 		}
 		switch {
 		case err == nil:
+		case !conn.sent.Load():
+			// It never left: every stream of the pool's connections was busy until its
+			// deadline (gRPC holds a new stream until the server's stream limit frees one).
+			// A probe judges the endpoint, not the calls in front of it.
+			err = fmt.Errorf("%w: no free stream on the endpoint's connections: %v", health.ErrProbeSkipped, err)
 		case p.State() != connectivity.Ready:
 			err = fmt.Errorf("%w: the pool lost its ready connection: %v", health.ErrProbeSkipped, err)
 		case status.Code(err) == codes.Canceled || health.Classify(err, false, false) == health.ConnectionLost:
@@ -103,4 +110,55 @@ func (p *Pool) stopHealth() {
 	}
 	p.haltHealth()
 	p.probes.wg.Wait()
+}
+
+// sentConn is the connection a probe function is given: the pool's, recording whether the
+// probe's request left the client. gRPC holds a new stream, in NewStream (or, under grpcgcp's
+// session affinity, in the first SendMsg, where its interceptor opens the real stream) until
+// the server's limit of concurrent streams on a connection leaves one free; a probe that waited
+// there until its deadline was never sent, and says nothing of the endpoint, only of the calls
+// ahead of it (grpc-go internal/transport/http2_client.go, NewStream's wait for stream quota).
+// A request that was sent and then got no answer (a hung or blackholed endpoint) is sent.
+type sentConn struct {
+	cc   grpc.ClientConnInterface
+	sent atomic.Bool // a first message was handed to a stream without error
+}
+
+// unaryDesc is the stream description of a unary call, as grpc-go's Invoke uses.
+var unaryDesc = &grpc.StreamDesc{}
+
+// Invoke runs a unary call as grpc-go's own Invoke does (a stream, one message each way), so
+// that it can tell whether the request was sent.
+func (c *sentConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	cs, err := c.NewStream(ctx, unaryDesc, method, opts...)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(args); err != nil {
+		return err
+	}
+	return cs.RecvMsg(reply)
+}
+
+// NewStream opens a stream whose first successful SendMsg marks the probe sent.
+func (c *sentConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := c.cc.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &sentStream{ClientStream: cs, sent: &c.sent}, nil
+}
+
+// sentStream is a probe's stream: see sentConn.
+type sentStream struct {
+	grpc.ClientStream
+	sent *atomic.Bool
+}
+
+func (s *sentStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if err == nil {
+		s.sent.Store(true)
+	}
+	return err
 }
