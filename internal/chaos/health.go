@@ -24,7 +24,14 @@ var healthSettings = spannerme.HealthSettings{
 	BaseEjectionTime: 2 * time.Second,
 	MaxEjectionTime:  20 * time.Second,
 	ProbeInterval:    time.Second,
+	// Brownout detection keeps its defaults (Ratio 4, Margin 200ms, latency probes every 2s);
+	// the Window is spelled out because the plan's brownouts are drawn from it.
+	Brownout: spannerme.BrownoutSettings{Window: brownoutWindow},
 }
+
+// brownoutWindow is the client's BrownoutSettings.Window during a run (its default): how long
+// an endpoint must be far slower than its fallback before it is degraded.
+const brownoutWindow = 10 * time.Second
 
 // healthProbeTimeout is the probe timeout in force (HealthSettings.ProbeTimeout's default).
 const healthProbeTimeout = 2 * time.Second

@@ -177,6 +177,11 @@ const (
 	faultMin, faultMax     = 300 * time.Millisecond, 5 * time.Second
 	gapMin, gapMax         = 200 * time.Millisecond, 1500 * time.Millisecond
 	allDownMin, allDownMax = 500 * time.Millisecond, 2500 * time.Millisecond
+	// A brownout holds long enough for the client to degrade the endpoint (brownoutWindow,
+	// then a probe or two) and to move traffic away for a while. It is drawn only where the
+	// phase leaves it room (see eligible), so it is never cut short by an all-down phase or
+	// the cool-down; a 20s run's phases (at most 10s) never do.
+	brownoutMin, brownoutMax = brownoutWindow + 8*time.Second, brownoutWindow + 16*time.Second
 	// A phase in which every group keeps a healthy endpoint lasts between 30% and 100% of
 	// min(phaseMax, Duration/2).
 	phaseMax = 30 * time.Second
@@ -200,6 +205,7 @@ var weights = map[Kind]int{
 	KindFrontendRestart:      4,
 	KindFrontendCommitFail:   6,
 	KindFrontendPartialReset: 4,
+	KindFrontendBrownout:     6,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -229,6 +235,8 @@ type planner struct {
 	plan  *Plan
 	state State
 	heals []Step // pending heals, in no order
+	// phaseEnd is when the current phase, in which every group keeps a healthy endpoint, ends.
+	phaseEnd time.Duration
 }
 
 func (g *planner) between(lo, hi time.Duration) time.Duration {
@@ -241,6 +249,7 @@ func (g *planner) run() {
 	t := warmup
 	for t < end {
 		phaseEnd := min(end, t+time.Duration(float64(phaseCap)*(0.3+0.7*g.rng.Float64())))
+		g.phaseEnd = phaseEnd
 		for t < phaseEnd {
 			g.healDue(t)
 			g.pick(t)
@@ -334,7 +343,7 @@ func (g *planner) pick(t time.Duration) {
 		}
 		var eps []int
 		if k != KindReconfigure {
-			eps = g.eligible(k)
+			eps = g.eligible(k, t)
 			if len(eps) == 0 {
 				continue
 			}
@@ -358,20 +367,41 @@ func (g *planner) pick(t time.Duration) {
 	e := o.eps[g.rng.IntN(len(o.eps))]
 	f := g.params(o.kind)
 	s := Step{At: t, Kind: o.kind, Endpoint: e, Fault: f}
-	if kinds[o.kind].heal != 0 {
+	switch {
+	case o.kind == KindFrontendBrownout:
+		s.For = g.between(brownoutMin, min(brownoutMax, g.phaseEnd-t))
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case kinds[o.kind].heal != 0:
 		s.For = g.between(faultMin, faultMax)
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
-	} else {
+	default:
 		s.Fault = Fault{}
 	}
 	g.emit(s)
 }
 
-// eligible returns the endpoints that fault kind k can hit now: the layer is free (for reset:
-// the endpoint forwards), and a hard fault leaves every group a healthy endpoint.
-func (g *planner) eligible(k Kind) []int {
+// eligible returns the endpoints that fault kind k can hit at t: the layer is free (for reset:
+// the endpoint forwards), and a hard fault leaves every group a healthy endpoint. A brownout
+// also needs the phase to leave it room (brownoutMin before phaseEnd), no other brownout in
+// force, and a group that lists its endpoint with another one (a fallback to compare it with).
+func (g *planner) eligible(k Kind, t time.Duration) []int {
+	if k == KindFrontendBrownout {
+		if g.phaseEnd-t < brownoutMin {
+			return nil
+		}
+		for e := range NumEndpoints {
+			if g.state.Frontend[e].Kind == KindFrontendBrownout {
+				return nil
+			}
+		}
+	}
 	var out []int
 	for e := range NumEndpoints {
+		if k == KindFrontendBrownout && !slices.ContainsFunc(g.state.Groups[:], func(eps []int) bool {
+			return len(eps) > 1 && slices.Contains(eps, e)
+		}) {
+			continue
+		}
 		switch kinds[k].layer {
 		case layerTCP:
 			cur := g.state.TCP[e].Kind
@@ -415,6 +445,8 @@ func (g *planner) params(k Kind) Fault {
 		}
 	case KindFrontendLatency:
 		f.Latency = g.between(10*time.Millisecond, 300*time.Millisecond).Round(time.Millisecond)
+	case KindFrontendBrownout:
+		f.Latency = g.between(350*time.Millisecond, 600*time.Millisecond).Round(time.Millisecond)
 	case KindFrontendPartial:
 		f.Fraction = partialFractions[g.rng.IntN(len(partialFractions))]
 	}

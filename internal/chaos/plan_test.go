@@ -114,6 +114,9 @@ func checkPlan(t *testing.T, p *Plan) {
 				want.Frontend[s.Endpoint] = Fault{}
 			}
 		}
+		if s.Kind == KindFrontendBrownout {
+			checkBrownout(t, where, p, i)
+		}
 		if fmt.Sprint(want) != fmt.Sprint(s.After) {
 			t.Fatalf("%s: step %d (%v): state %+v, want %+v", where, i, s, s.After, want)
 		}
@@ -139,6 +142,30 @@ func checkPlan(t *testing.T, p *Plan) {
 	if f := state.faults(); f != "none" {
 		t.Fatalf("%s: faults in force at the end: %s", where, f)
 	}
+}
+
+// checkBrownout checks the brownout of step i: 350-600ms, held brownoutMin to brownoutMax by
+// its own heal (never cut short by an all-down phase or the end), the only one in force.
+func checkBrownout(t *testing.T, where string, p *Plan, i int) {
+	t.Helper()
+	s := p.Steps[i]
+	if s.Fault.Latency < 350*time.Millisecond || s.Fault.Latency > 600*time.Millisecond || s.For < brownoutMin || s.For > brownoutMax {
+		t.Fatalf("%s: step %d (%v): want 350-600ms for %v-%v", where, i, s, brownoutMin, brownoutMax)
+	}
+	for e := range NumEndpoints {
+		if f := s.After.Frontend[e]; e != s.Endpoint && f.Kind == KindFrontendBrownout {
+			t.Fatalf("%s: step %d (%v) while %s has %v", where, i, s, endpointName(e), f)
+		}
+	}
+	for _, h := range p.Steps[i+1:] {
+		if h.Kind == KindFrontendPass && h.Endpoint == s.Endpoint {
+			if h.At != s.At+s.For || h.Phase != "" {
+				t.Fatalf("%s: step %d (%v) healed at %v [%s], want %v", where, i, s, h.At, h.Phase, s.At+s.For)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s: step %d (%v) never healed", where, i, s)
 }
 
 func TestPlanHasAllDownPhases(t *testing.T) {

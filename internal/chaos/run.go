@@ -439,7 +439,8 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	if be.Emulator {
 		p("    (read-write transactions run one at a time: the emulator fails concurrent ones)")
 	}
-	p("  faults: one drawn every %v-%v; each holds %v-%v; odds per draw (kinds that cannot apply are left out of that draw):", gapMin, gapMax, faultMin, faultMax)
+	p("  faults: one drawn every %v-%v; each holds %v-%v (fe-brownout %v-%v, only where the phase leaves it room); odds per draw (kinds that cannot apply are left out of that draw):",
+		gapMin, gapMax, faultMin, faultMax, brownoutMin, brownoutMax)
 	total := 0
 	var ks []Kind
 	for k, w := range weights {
