@@ -237,6 +237,35 @@ type planner struct {
 	heals []Step // pending heals, in no order
 	// phaseEnd is when the current phase, in which every group keeps a healthy endpoint, ends.
 	phaseEnd time.Duration
+	// brown is the brownout in force until brown.until (zero: none), see shielded.
+	brown struct {
+		e, fallback int
+		until       time.Duration
+	}
+}
+
+// shielded reports whether endpoint e takes no step at t: it is the endpoint of the brownout
+// in force or the fallback drawn for it. The client degrades an endpoint only if a fast
+// available endpoint of its group was measured at every latency probe for the whole Window
+// and its own latency was known throughout (a pool that loses its connection forgets its
+// latency); with a fault drawn every second on any endpoint, that would almost never hold.
+func (g *planner) shielded(e int, t time.Duration) bool {
+	return t < g.brown.until && (e == g.brown.e || e == g.brown.fallback)
+}
+
+// fallbacks returns the endpoints that can be the fallback of a brownout on e: free of
+// faults on both layers, not the GOAWAY storm's, listed with e in a group.
+func (g *planner) fallbacks(e int) []int {
+	var out []int
+	for f := range NumEndpoints {
+		if f == e || f == g.plan.Storm.Endpoint || g.state.TCP[f].active() || g.state.Frontend[f].active() {
+			continue
+		}
+		if slices.ContainsFunc(g.state.Groups[:], func(eps []int) bool { return slices.Contains(eps, e) && slices.Contains(eps, f) }) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (g *planner) between(lo, hi time.Duration) time.Duration {
@@ -359,7 +388,7 @@ func (g *planner) pick(t time.Duration) {
 		}
 	}
 	if o.kind == KindReconfigure {
-		if groups, ok := g.reconfiguration(); ok {
+		if groups, ok := g.reconfiguration(t); ok {
 			g.emit(Step{At: t, Kind: KindReconfigure, Endpoint: -1, Groups: groups})
 		}
 		return
@@ -370,6 +399,8 @@ func (g *planner) pick(t time.Duration) {
 	switch {
 	case o.kind == KindFrontendBrownout:
 		s.For = g.between(brownoutMin, min(brownoutMax, g.phaseEnd-t))
+		fbs := g.fallbacks(e)
+		g.brown.e, g.brown.fallback, g.brown.until = e, fbs[g.rng.IntN(len(fbs))], t+s.For
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
 	case kinds[o.kind].heal != 0:
 		s.For = g.between(faultMin, faultMax)
@@ -380,26 +411,21 @@ func (g *planner) pick(t time.Duration) {
 	g.emit(s)
 }
 
-// eligible returns the endpoints that fault kind k can hit at t: the layer is free (for reset:
-// the endpoint forwards), and a hard fault leaves every group a healthy endpoint. A brownout
-// also needs the phase to leave it room (brownoutMin before phaseEnd), no other brownout in
-// force, and a group that lists its endpoint with another one (a fallback to compare it with).
+// eligible returns the endpoints that kind k can hit at t: not shielded by a brownout, the
+// layer is free (for reset: the endpoint forwards), and a hard fault leaves every group a
+// healthy endpoint. A brownout also needs the phase to leave it room (brownoutMin before
+// phaseEnd), no other brownout in force, an endpoint with no fault on either layer and not
+// the GOAWAY storm's (its latency must stay known), and a fallback (see fallbacks).
 func (g *planner) eligible(k Kind, t time.Duration) []int {
-	if k == KindFrontendBrownout {
-		if g.phaseEnd-t < brownoutMin {
-			return nil
-		}
-		for e := range NumEndpoints {
-			if g.state.Frontend[e].Kind == KindFrontendBrownout {
-				return nil
-			}
-		}
+	if k == KindFrontendBrownout && (g.phaseEnd-t < brownoutMin || t < g.brown.until) {
+		return nil
 	}
 	var out []int
 	for e := range NumEndpoints {
-		if k == KindFrontendBrownout && !slices.ContainsFunc(g.state.Groups[:], func(eps []int) bool {
-			return len(eps) > 1 && slices.Contains(eps, e)
-		}) {
+		if g.shielded(e, t) {
+			continue
+		}
+		if k == KindFrontendBrownout && (e == g.plan.Storm.Endpoint || g.state.TCP[e].active() || len(g.fallbacks(e)) == 0) {
 			continue
 		}
 		switch kinds[k].layer {
@@ -454,9 +480,10 @@ func (g *planner) params(k Kind) Fault {
 }
 
 // reconfiguration draws a configuration in which every group lists 1 to 3 endpoints in a
-// random order, including a healthy one; one draw in four restores the initial one. It
-// reports false when 20 draws found none.
-func (g *planner) reconfiguration() (Groups, bool) {
+// random order, including a healthy one, and, while a brownout holds at t, a group lists its
+// endpoint and its fallback; one draw in four restores the initial one. It reports false when
+// 20 draws found none.
+func (g *planner) reconfiguration(t time.Duration) (Groups, bool) {
 	for range 20 {
 		var next Groups
 		if g.rng.IntN(4) == 0 {
@@ -468,6 +495,11 @@ func (g *planner) reconfiguration() (Groups, bool) {
 		}
 		s := g.state
 		s.Groups = next
+		if t < g.brown.until && !slices.ContainsFunc(next[:], func(eps []int) bool {
+			return slices.Contains(eps, g.brown.e) && slices.Contains(eps, g.brown.fallback)
+		}) {
+			continue
+		}
 		if s.allGroupsHealthy() {
 			return next, true
 		}
