@@ -253,5 +253,9 @@ func (b *brownoutLog) summary() string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, n))
 	}
 	sort.Strings(parts)
-	return fmt.Sprintf("%d degradations (%s), %d ended", len(b.degradations), strings.Join(parts, ", "), b.recoveries)
+	noun := "degradations"
+	if len(b.degradations) == 1 {
+		noun = "degradation"
+	}
+	return fmt.Sprintf("%d %s (%s), %d ended", len(b.degradations), noun, strings.Join(parts, ", "), b.recoveries)
 }
