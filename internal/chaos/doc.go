@@ -16,7 +16,8 @@
 // the TCP fakes forward straight to the backend. Two groups: default = [e1 e2 e3] and
 // west = [e3 e1] at first (reconfigurations change both); RecoveryTimeout 500ms,
 // SwitchingDelay 1s; health from call outcomes on, with ejection times and intervals
-// compressed like the schedule (healthSettings).
+// compressed like the schedule (healthSettings); brownout detection on with its defaults
+// (Ratio 4, Margin 200ms, Window 10s, latency probes every 2s).
 //
 // # Load
 //
@@ -51,6 +52,14 @@
 //	                   (instant; a load balancer recycling some)
 //	fe-commit-fail     every Commit answered UNAVAILABLE, every other call passes (silent: a
 //	                   gray failure, writes refused and reads fine)
+//	fe-brownout        350-600ms before each call, held 18-26s (Window+8s to Window+16s, not
+//	                   300ms-5s), so that the client degrades the endpoint; calls succeed
+//	                   (neither hard nor silent); at most one at a time, only where the
+//	                   phase leaves it the room (never cut short, so never in a 20s run:
+//	                   phases of 10s at most). While it holds, its endpoint and a fallback
+//	                   (fault-free, listed with it) take no other step and reconfigurations
+//	                   keep them in one group, neither being the GOAWAY storm's: the client
+//	                   degrades only against a fast fallback measured throughout the Window
 //	reconfigure        UpdateMultiEndpoints: each group 1-3 endpoints in a random order
 //	                   (one draw in four restores the first configuration)
 //
@@ -60,7 +69,9 @@
 //
 // "Hard" faults leave an endpoint unable to serve; "silent" ones do so on READY
 // connections, where connectivity alone never fails a group over: only outcome-based health
-// (issue 8) does. Ejections and readmissions are printed as they happen (">>" lines).
+// (issue 8) does. Ejections and readmissions are printed as they happen (">>" lines), and so
+// are brownout degradations and their ends (Status is polled every 200ms; BrownoutStatus.Since
+// dates them).
 //
 // # Invariants
 //
@@ -87,6 +98,10 @@
 //   - with HealthDetection, every ejection happened while a fault was in force on that
 //     endpoint, or within 5s after one ended (justifyLookback): resets, fe-restart,
 //     fe-partial-reset and the GOAWAY storm are connectivity's and never justify one;
+//   - every brownout degradation (an endpoint degraded in a group) happened while a slow
+//     fault (fe-brownout, fe-latency, slow) was in force on that endpoint, or within 15s
+//     (Window+5s, degradeLookback) after one ended: no degradation without a slow fault;
+//     the row counts the degradations;
 //   - goroutines back to their baseline after Close (goleak), heap after Close and GC within
 //     16 MiB of its baseline; with -race, no race (cmd/spannerme-chaos counts the race
 //     detector's reports on its stderr).

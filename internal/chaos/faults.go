@@ -35,6 +35,9 @@ const (
 	// KindFrontendPartialReset: instant: the frontend drops half of its connections (a load
 	// balancer recycling some), with the calls in flight on them.
 	KindFrontendPartialReset
+	// KindFrontendBrownout: every call delayed 350-600ms, held longer than the client's
+	// brownout Window, so that the client degrades the endpoint (docs/health.md, Brownout).
+	KindFrontendBrownout
 	// Configuration.
 	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
 	numKinds
@@ -84,7 +87,9 @@ var kinds = [numKinds]kindInfo{
 	// endpoint for reads), but silent (READY connections, failing writes).
 	KindFrontendCommitFail:   {name: "fe-commit-fail", layer: layerFrontend, silent: true, heal: KindFrontendPass},
 	KindFrontendPartialReset: {name: "fe-partial-reset", layer: layerFrontend, instant: true},
-	KindReconfigure:          {name: "reconfigure", layer: layerConfig},
+	// Calls succeed, slowly: neither hard nor silent; only brownout detection moves traffic.
+	KindFrontendBrownout: {name: "fe-brownout", layer: layerFrontend, heal: KindFrontendPass},
+	KindReconfigure:      {name: "reconfigure", layer: layerConfig},
 }
 
 func (k Kind) String() string {
@@ -101,7 +106,8 @@ const hardPartial = 0.5
 // Fault is one fault in force on one layer of one endpoint, with its parameters.
 type Fault struct {
 	Kind Kind
-	// Latency is the added one-way latency (KindSlow) or per-call delay (KindFrontendLatency).
+	// Latency is the added one-way latency (KindSlow) or per-call delay (KindFrontendLatency,
+	// KindFrontendBrownout).
 	Latency time.Duration
 	// Bandwidth is KindSlow's limit in bytes per second per direction; 0 means none.
 	Bandwidth int
@@ -125,6 +131,12 @@ func (f Fault) hard() bool {
 	return kinds[f.Kind].hard
 }
 
+// slow reports whether f only delays calls through its endpoint: a brownout, a frontend
+// latency or a slow TCP path. Only such a fault may make the client degrade the endpoint.
+func (f Fault) slow() bool {
+	return f.Kind == KindFrontendBrownout || f.Kind == KindFrontendLatency || f.Kind == KindSlow
+}
+
 // silent reports whether f can fail calls on READY connections (see kindInfo.silent).
 func (f Fault) silent() bool { return f.active() && kinds[f.Kind].silent }
 
@@ -141,7 +153,7 @@ func (f Fault) String() string {
 			fmt.Fprintf(&b, ", %d KiB/s", f.Bandwidth>>10)
 		}
 		b.WriteString(")")
-	case KindFrontendLatency:
+	case KindFrontendLatency, KindFrontendBrownout:
 		fmt.Fprintf(&b, "(%v)", f.Latency)
 	case KindFrontendPartial:
 		fmt.Fprintf(&b, "(%.0f%%)", 100*f.Fraction)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +25,14 @@ var healthSettings = spannerme.HealthSettings{
 	BaseEjectionTime: 2 * time.Second,
 	MaxEjectionTime:  20 * time.Second,
 	ProbeInterval:    time.Second,
+	// Brownout detection keeps its defaults (Ratio 4, Margin 200ms, latency probes every 2s);
+	// the Window is spelled out because the plan's brownouts are drawn from it.
+	Brownout: spannerme.BrownoutSettings{Window: brownoutWindow},
 }
+
+// brownoutWindow is the client's BrownoutSettings.Window during a run (its default): how long
+// an endpoint must be far slower than its fallback before it is degraded.
+const brownoutWindow = 10 * time.Second
 
 // healthProbeTimeout is the probe timeout in force (HealthSettings.ProbeTimeout's default).
 const healthProbeTimeout = 2 * time.Second
@@ -113,4 +121,141 @@ func (h *healthLog) unjustified(tl *faultTimeline) (out []string, n int) {
 		}
 	}
 	return out, len(evs)
+}
+
+// degradeLookback is how long after a slow fault ended a degradation may still be its doing:
+// the rule needs Window of slow samples, and the median of three probes stays slow for up to
+// two probes after the heal; 5s of slack covers those and a loaded machine.
+const degradeLookback = brownoutWindow + 5*time.Second
+
+// degradation is one time an endpoint became degraded (brownout) in a group.
+type degradation struct {
+	group, endpoint string // endpoint: e1, e2, e3
+	at              time.Time
+	why             string // latency against the fallback's
+}
+
+// brownoutLog watches the client's Status for endpoints degraded by brownout detection
+// (EndpointStatus.Brownout), prints each change (">>" lines, like healthLog) and keeps the
+// degradations. There is no brownout hook: Status is polled every brownoutPoll, and
+// BrownoutStatus.Since dates each change (the rule's Window is seconds, far longer than a
+// poll, so no change is missed).
+type brownoutLog struct {
+	out   io.Writer
+	name  func(addr string) string
+	start time.Time
+	gme   *spannerme.GCPMultiEndpoint
+
+	quit, done chan struct{}
+
+	mu           sync.Mutex // guards degradations, recoveries and degraded
+	degradations []degradation
+	recoveries   int
+	degraded     map[[2]string]bool // group, endpoint address: degraded at the last poll
+}
+
+const brownoutPoll = 200 * time.Millisecond
+
+func startBrownoutLog(out io.Writer, start time.Time, topo *topology, gme *spannerme.GCPMultiEndpoint) *brownoutLog {
+	b := &brownoutLog{out: out, name: topo.name, start: start, gme: gme, quit: make(chan struct{}), done: make(chan struct{}),
+		degraded: map[[2]string]bool{}}
+	go func() {
+		defer close(b.done)
+		tick := time.NewTicker(brownoutPoll)
+		defer tick.Stop()
+		for {
+			b.poll()
+			select {
+			case <-b.quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return b
+}
+
+// stop polls a last time and stops.
+func (b *brownoutLog) stop() {
+	close(b.quit)
+	<-b.done
+}
+
+func (b *brownoutLog) poll() {
+	for _, g := range b.gme.Status().Groups {
+		for _, e := range g.Endpoints {
+			if e.Brownout == nil {
+				continue
+			}
+			key := [2]string{g.Name, e.Endpoint}
+			b.mu.Lock()
+			was := b.degraded[key]
+			b.degraded[key] = e.Brownout.Degraded
+			var line string
+			switch {
+			case e.Brownout.Degraded && !was:
+				why := fmt.Sprintf("%v against %s's %v", e.Brownout.Latency.Round(time.Millisecond), b.name(e.Brownout.Fallback), e.Brownout.FallbackLatency.Round(time.Millisecond))
+				b.degradations = append(b.degradations, degradation{group: g.Name, endpoint: b.name(e.Endpoint), at: e.Brownout.Since, why: why})
+				line = fmt.Sprintf("%7.1fs >> %s degraded in %s (brownout: %s)", e.Brownout.Since.Sub(b.start).Seconds(), b.name(e.Endpoint), g.Name, why)
+			case !e.Brownout.Degraded && was:
+				b.recoveries++
+				line = fmt.Sprintf("%7.1fs >> %s no longer degraded in %s", e.Brownout.Since.Sub(b.start).Seconds(), b.name(e.Endpoint), g.Name)
+			}
+			b.mu.Unlock()
+			if line != "" {
+				fmt.Fprintln(b.out, line)
+			}
+		}
+	}
+}
+
+// unjustified returns a line for each degradation of an endpoint on which no slow fault (a
+// brownout, a frontend latency, a slow TCP path) was in force within degradeLookback before
+// it.
+func (b *brownoutLog) unjustified(tl *faultTimeline) (out []string) {
+	b.mu.Lock()
+	ds := append([]degradation(nil), b.degradations...)
+	b.mu.Unlock()
+	for _, d := range ds {
+		e := -1
+		for i := range NumEndpoints {
+			if endpointName(i) == d.endpoint {
+				e = i
+			}
+		}
+		justified := e < 0 // an endpoint outside the topology: nothing to hold it against
+		for _, s := range tl.during(d.at.Add(-degradeLookback), d.at) {
+			if e >= 0 && (s.TCP[e].slow() || s.Frontend[e].slow()) {
+				justified = true
+			}
+		}
+		if !justified {
+			out = append(out, fmt.Sprintf("%7.1fs %s degraded in %s with no brownout or latency fault on it in the %v before: %s",
+				d.at.Sub(tl.start).Seconds(), d.endpoint, d.group, degradeLookback, d.why))
+		}
+	}
+	return out
+}
+
+// summary is "2 degradations (e1 in default 1, e1 in west 1), 2 ended", or "none".
+func (b *brownoutLog) summary() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.degradations) == 0 {
+		return "no degradation"
+	}
+	counts := map[string]int{}
+	for _, d := range b.degradations {
+		counts[d.endpoint+" in "+d.group]++
+	}
+	var parts []string
+	for k, n := range counts {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(parts)
+	noun := "degradations"
+	if len(b.degradations) == 1 {
+		noun = "degradation"
+	}
+	return fmt.Sprintf("%d %s (%s), %d ended", len(b.degradations), noun, strings.Join(parts, ", "), b.recoveries)
 }

@@ -177,6 +177,11 @@ const (
 	faultMin, faultMax     = 300 * time.Millisecond, 5 * time.Second
 	gapMin, gapMax         = 200 * time.Millisecond, 1500 * time.Millisecond
 	allDownMin, allDownMax = 500 * time.Millisecond, 2500 * time.Millisecond
+	// A brownout holds long enough for the client to degrade the endpoint (brownoutWindow,
+	// then a probe or two) and to move traffic away for a while. It is drawn only where the
+	// phase leaves it room (see eligible), so it is never cut short by an all-down phase or
+	// the cool-down; a 20s run's phases (at most 10s) never do.
+	brownoutMin, brownoutMax = brownoutWindow + 8*time.Second, brownoutWindow + 16*time.Second
 	// A phase in which every group keeps a healthy endpoint lasts between 30% and 100% of
 	// min(phaseMax, Duration/2).
 	phaseMax = 30 * time.Second
@@ -200,6 +205,7 @@ var weights = map[Kind]int{
 	KindFrontendRestart:      4,
 	KindFrontendCommitFail:   6,
 	KindFrontendPartialReset: 4,
+	KindFrontendBrownout:     6,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -229,6 +235,37 @@ type planner struct {
 	plan  *Plan
 	state State
 	heals []Step // pending heals, in no order
+	// phaseEnd is when the current phase, in which every group keeps a healthy endpoint, ends.
+	phaseEnd time.Duration
+	// brown is the brownout in force until brown.until (zero: none), see shielded.
+	brown struct {
+		e, fallback int
+		until       time.Duration
+	}
+}
+
+// shielded reports whether endpoint e takes no step at t: it is the endpoint of the brownout
+// in force or the fallback drawn for it. The client degrades an endpoint only if a fast
+// available endpoint of its group was measured at every latency probe for the whole Window
+// and its own latency was known throughout (a pool that loses its connection forgets its
+// latency); with a fault drawn every second on any endpoint, that would almost never hold.
+func (g *planner) shielded(e int, t time.Duration) bool {
+	return t < g.brown.until && (e == g.brown.e || e == g.brown.fallback)
+}
+
+// fallbacks returns the endpoints that can be the fallback of a brownout on e: free of
+// faults on both layers, not the GOAWAY storm's, listed with e in a group.
+func (g *planner) fallbacks(e int) []int {
+	var out []int
+	for f := range NumEndpoints {
+		if f == e || f == g.plan.Storm.Endpoint || g.state.TCP[f].active() || g.state.Frontend[f].active() {
+			continue
+		}
+		if slices.ContainsFunc(g.state.Groups[:], func(eps []int) bool { return slices.Contains(eps, e) && slices.Contains(eps, f) }) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (g *planner) between(lo, hi time.Duration) time.Duration {
@@ -241,6 +278,7 @@ func (g *planner) run() {
 	t := warmup
 	for t < end {
 		phaseEnd := min(end, t+time.Duration(float64(phaseCap)*(0.3+0.7*g.rng.Float64())))
+		g.phaseEnd = phaseEnd
 		for t < phaseEnd {
 			g.healDue(t)
 			g.pick(t)
@@ -334,7 +372,7 @@ func (g *planner) pick(t time.Duration) {
 		}
 		var eps []int
 		if k != KindReconfigure {
-			eps = g.eligible(k)
+			eps = g.eligible(k, t)
 			if len(eps) == 0 {
 				continue
 			}
@@ -350,7 +388,7 @@ func (g *planner) pick(t time.Duration) {
 		}
 	}
 	if o.kind == KindReconfigure {
-		if groups, ok := g.reconfiguration(); ok {
+		if groups, ok := g.reconfiguration(t); ok {
 			g.emit(Step{At: t, Kind: KindReconfigure, Endpoint: -1, Groups: groups})
 		}
 		return
@@ -358,20 +396,38 @@ func (g *planner) pick(t time.Duration) {
 	e := o.eps[g.rng.IntN(len(o.eps))]
 	f := g.params(o.kind)
 	s := Step{At: t, Kind: o.kind, Endpoint: e, Fault: f}
-	if kinds[o.kind].heal != 0 {
+	switch {
+	case o.kind == KindFrontendBrownout:
+		s.For = g.between(brownoutMin, min(brownoutMax, g.phaseEnd-t))
+		fbs := g.fallbacks(e)
+		g.brown.e, g.brown.fallback, g.brown.until = e, fbs[g.rng.IntN(len(fbs))], t+s.For
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case kinds[o.kind].heal != 0:
 		s.For = g.between(faultMin, faultMax)
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
-	} else {
+	default:
 		s.Fault = Fault{}
 	}
 	g.emit(s)
 }
 
-// eligible returns the endpoints that fault kind k can hit now: the layer is free (for reset:
-// the endpoint forwards), and a hard fault leaves every group a healthy endpoint.
-func (g *planner) eligible(k Kind) []int {
+// eligible returns the endpoints that kind k can hit at t: not shielded by a brownout, the
+// layer is free (for reset: the endpoint forwards), and a hard fault leaves every group a
+// healthy endpoint. A brownout also needs the phase to leave it room (brownoutMin before
+// phaseEnd), no other brownout in force, an endpoint with no fault on either layer and not
+// the GOAWAY storm's (its latency must stay known), and a fallback (see fallbacks).
+func (g *planner) eligible(k Kind, t time.Duration) []int {
+	if k == KindFrontendBrownout && (g.phaseEnd-t < brownoutMin || t < g.brown.until) {
+		return nil
+	}
 	var out []int
 	for e := range NumEndpoints {
+		if g.shielded(e, t) {
+			continue
+		}
+		if k == KindFrontendBrownout && (e == g.plan.Storm.Endpoint || g.state.TCP[e].active() || len(g.fallbacks(e)) == 0) {
+			continue
+		}
 		switch kinds[k].layer {
 		case layerTCP:
 			cur := g.state.TCP[e].Kind
@@ -415,6 +471,8 @@ func (g *planner) params(k Kind) Fault {
 		}
 	case KindFrontendLatency:
 		f.Latency = g.between(10*time.Millisecond, 300*time.Millisecond).Round(time.Millisecond)
+	case KindFrontendBrownout:
+		f.Latency = g.between(350*time.Millisecond, 600*time.Millisecond).Round(time.Millisecond)
 	case KindFrontendPartial:
 		f.Fraction = partialFractions[g.rng.IntN(len(partialFractions))]
 	}
@@ -422,9 +480,10 @@ func (g *planner) params(k Kind) Fault {
 }
 
 // reconfiguration draws a configuration in which every group lists 1 to 3 endpoints in a
-// random order, including a healthy one; one draw in four restores the initial one. It
-// reports false when 20 draws found none.
-func (g *planner) reconfiguration() (Groups, bool) {
+// random order, including a healthy one, and, while a brownout holds at t, a group lists its
+// endpoint and its fallback; one draw in four restores the initial one. It reports false when
+// 20 draws found none.
+func (g *planner) reconfiguration(t time.Duration) (Groups, bool) {
 	for range 20 {
 		var next Groups
 		if g.rng.IntN(4) == 0 {
@@ -436,6 +495,11 @@ func (g *planner) reconfiguration() (Groups, bool) {
 		}
 		s := g.state
 		s.Groups = next
+		if t < g.brown.until && !slices.ContainsFunc(next[:], func(eps []int) bool {
+			return slices.Contains(eps, g.brown.e) && slices.Contains(eps, g.brown.fallback)
+		}) {
+			continue
+		}
 		if s.allGroupsHealthy() {
 			return next, true
 		}

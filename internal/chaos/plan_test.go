@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,9 @@ func checkPlan(t *testing.T, p *Plan) {
 				want.Frontend[s.Endpoint] = Fault{}
 			}
 		}
+		if s.Kind == KindFrontendBrownout {
+			checkBrownout(t, where, p, i)
+		}
 		if fmt.Sprint(want) != fmt.Sprint(s.After) {
 			t.Fatalf("%s: step %d (%v): state %+v, want %+v", where, i, s, s.After, want)
 		}
@@ -139,6 +143,57 @@ func checkPlan(t *testing.T, p *Plan) {
 	if f := state.faults(); f != "none" {
 		t.Fatalf("%s: faults in force at the end: %s", where, f)
 	}
+}
+
+// checkBrownout checks the brownout of step i: 350-600ms, held brownoutMin to brownoutMax by
+// its own heal (never cut short by an all-down phase or the end), the only one in force, on an
+// endpoint with no other fault that takes no other step meanwhile, and with a fallback: an
+// endpoint with no fault that takes no step meanwhile and that a group lists with it in every
+// configuration in force.
+func checkBrownout(t *testing.T, where string, p *Plan, i int) {
+	t.Helper()
+	s := p.Steps[i]
+	if s.Fault.Latency < 350*time.Millisecond || s.Fault.Latency > 600*time.Millisecond || s.For < brownoutMin || s.For > brownoutMax {
+		t.Fatalf("%s: step %d (%v): want 350-600ms for %v-%v", where, i, s, brownoutMin, brownoutMax)
+	}
+	for e := range NumEndpoints {
+		if f := s.After.Frontend[e]; e != s.Endpoint && f.Kind == KindFrontendBrownout {
+			t.Fatalf("%s: step %d (%v) while %s has %v", where, i, s, endpointName(e), f)
+		}
+	}
+	if s.After.TCP[s.Endpoint].active() || s.Endpoint == p.Storm.Endpoint {
+		t.Fatalf("%s: step %d (%v) on an endpoint with %v, or the GOAWAY storm's", where, i, s, s.After.TCP[s.Endpoint])
+	}
+	var fallbacks []int // fault-free now, listed with it
+	for f := range NumEndpoints {
+		if f != s.Endpoint && !s.After.TCP[f].active() && !s.After.Frontend[f].active() {
+			fallbacks = append(fallbacks, f)
+		}
+	}
+	together := func(g Groups, f int) bool {
+		return slices.ContainsFunc(g[:], func(eps []int) bool { return slices.Contains(eps, s.Endpoint) && slices.Contains(eps, f) })
+	}
+	fallbacks = slices.DeleteFunc(fallbacks, func(f int) bool { return !together(s.After.Groups, f) })
+	for j, h := range p.Steps[i+1:] {
+		if h.Kind == KindFrontendPass && h.Endpoint == s.Endpoint {
+			if h.At != s.At+s.For || h.Phase != "" {
+				t.Fatalf("%s: step %d (%v) healed at %v [%s], want %v", where, i, s, h.At, h.Phase, s.At+s.For)
+			}
+			if len(fallbacks) == 0 {
+				t.Fatalf("%s: step %d (%v) had no fallback left alone throughout", where, i, s)
+			}
+			return
+		}
+		if h.Kind == KindReconfigure {
+			fallbacks = slices.DeleteFunc(fallbacks, func(f int) bool { return !together(h.Groups, f) })
+			continue
+		}
+		if h.Endpoint == s.Endpoint {
+			t.Fatalf("%s: step %d (%v) during the brownout of step %d (%v)", where, i+1+j, h, i, s)
+		}
+		fallbacks = slices.DeleteFunc(fallbacks, func(f int) bool { return f == h.Endpoint })
+	}
+	t.Fatalf("%s: step %d (%v) never healed", where, i, s)
 }
 
 func TestPlanHasAllDownPhases(t *testing.T) {

@@ -258,6 +258,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	health.mu.Unlock()
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
+	brown := startBrownoutLog(out, start, topo, gme)
 
 	interrupted := x.run(ctx, start)
 	settled, settleErr := settle(ctx, gme, topo)
@@ -269,6 +270,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	}
 	l.halt()
 	tl.stop()
+	brown.stop()
 	fmt.Fprintf(out, "%7.1fs ** load stopped; verifying through a direct client\n", time.Since(start).Seconds())
 
 	vctx, vcancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -297,6 +299,15 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 		}
 		r.Invariants = append(r.Invariants, inv)
 	}
+	bad := brown.unjustified(&x.timeline)
+	inv := Invariant{Name: "every degradation while a brownout/latency fault was on it", Status: Pass,
+		Result: fmt.Sprintf("%s, %d fe-brownout applied; %d with no fe-brownout, fe-latency or slow on their endpoint in force or ended within %v (Window+5s) before",
+			brown.summary(), r.Applied[KindFrontendBrownout], len(bad), degradeLookback),
+		Details: firstLines(bad, 20)}
+	if len(bad) > 0 {
+		inv.Status = Fail
+	}
+	r.Invariants = append(r.Invariants, inv)
 	return r, nil // the deferred closes run before Run's leak check
 }
 
@@ -439,7 +450,8 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	if be.Emulator {
 		p("    (read-write transactions run one at a time: the emulator fails concurrent ones)")
 	}
-	p("  faults: one drawn every %v-%v; each holds %v-%v; odds per draw (kinds that cannot apply are left out of that draw):", gapMin, gapMax, faultMin, faultMax)
+	p("  faults: one drawn every %v-%v; each holds %v-%v (fe-brownout %v-%v, only where the phase leaves it room); odds per draw (kinds that cannot apply are left out of that draw):",
+		gapMin, gapMax, faultMin, faultMax, brownoutMin, brownoutMax)
 	total := 0
 	var ks []Kind
 	for k, w := range weights {

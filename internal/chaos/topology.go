@@ -128,7 +128,7 @@ func (t *topology) apply(s Step) error {
 		e.fe.Hang()
 	case KindFrontendPartial:
 		return e.fe.FailFraction(s.Fault.Fraction, codes.Unavailable)
-	case KindFrontendLatency:
+	case KindFrontendLatency, KindFrontendBrownout:
 		e.fe.SetLatency(s.Fault.Latency)
 	case KindFrontendRestart:
 		e.fe.DropConnections()
