@@ -106,16 +106,16 @@ func (p *Pool) measureLatency() (time.Duration, bool) {
 	l := p.latency
 	ctx, cancel := context.WithTimeout(p.probes.ctx, l.timeout)
 	defer cancel()
+	ctx, sent := withSentFlag(ctx)
 	start := p.clock.Now()
-	conn := &sentConn{cc: p.conn}
-	err := l.probe(ctx, conn)
+	err := l.probe(ctx, p.probes.conn)
 	d := p.clock.Now().Sub(start)
 	switch {
 	case p.probes.ctx.Err() != nil:
 		return 0, false
 	case err == nil:
 		return d, true
-	case !conn.sent.Load():
+	case !sent.Load():
 		return 0, false // it waited behind the pool's calls for a free stream: no latency of the endpoint
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return max(d, l.timeout), true // at least that slow

@@ -20,6 +20,7 @@ type prober struct {
 	// Set by startHealth before the pool is shared, never changed after.
 	timeout time.Duration
 	probe   func(ctx context.Context, conn grpc.ClientConnInterface) error
+	conn    *sentConn       // the pool's connection, as every probe of the pool is given it
 	ctx     context.Context // cancelled by haltHealth
 	cancel  context.CancelFunc
 
@@ -31,6 +32,7 @@ type prober struct {
 // startHealth gives p its detector, before p is shared.
 func (p *Pool) startHealth(o HealthOptions) {
 	p.probes.timeout, p.probes.probe, p.overloadIsFailure = o.ProbeTimeout, o.Probe, o.OverloadIsFailure
+	p.probes.conn = &sentConn{cc: p.conn}
 	p.probes.ctx, p.probes.cancel = context.WithCancel(context.Background())
 	var probe func(uint64)
 	if o.Probe != nil {
@@ -62,9 +64,9 @@ func (p *Pool) probe(seq uint64) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
+		ctx, sent := withSentFlag(ctx)
 		start := p.clock.Now()
-		conn := &sentConn{cc: p.conn}
-		err := p.probes.probe(ctx, conn)
+		err := p.probes.probe(ctx, p.probes.conn)
 		latency := p.clock.Now().Sub(start)
 		cancel()
 		if p.probes.ctx.Err() != nil {
@@ -72,7 +74,7 @@ func (p *Pool) probe(seq uint64) {
 		}
 		switch {
 		case err == nil:
-		case !conn.sent.Load():
+		case !sent.Load():
 			// It never left: every stream of the pool's connections was busy until its
 			// deadline (gRPC holds a new stream until the server's stream limit frees one).
 			// A probe judges the endpoint, not the calls in front of it.
@@ -112,16 +114,26 @@ func (p *Pool) stopHealth() {
 	p.probes.wg.Wait()
 }
 
-// sentConn is the connection a probe function is given: the pool's, recording whether the
-// probe's request left the client. gRPC holds a new stream, in NewStream (or, under grpcgcp's
+// sentConn is the connection a probe function is given: the pool's (one sentConn per pool, so
+// that a probe function sees the same connection at every probe), recording, in the flag the
+// probe's ctx carries (withSentFlag), whether the probe's request left the client. gRPC holds a new stream, in NewStream (or, under grpcgcp's
 // session affinity, in the first SendMsg, where its interceptor opens the real stream) until
 // the server's limit of concurrent streams on a connection leaves one free; a probe that waited
 // there until its deadline was never sent, and says nothing of the endpoint, only of the calls
 // ahead of it (grpc-go internal/transport/http2_client.go, NewStream's wait for stream quota).
 // A request that was sent and then got no answer (a hung or blackholed endpoint) is sent.
 type sentConn struct {
-	cc   grpc.ClientConnInterface
-	sent atomic.Bool // a first message was handed to a stream without error
+	cc grpc.ClientConnInterface
+}
+
+// sentKey is the context key of a probe's sent flag.
+type sentKey struct{}
+
+// withSentFlag returns ctx carrying a new flag that sentConn sets once the probe's request
+// was handed to a stream without error, and the flag.
+func withSentFlag(ctx context.Context) (context.Context, *atomic.Bool) {
+	sent := new(atomic.Bool)
+	return context.WithValue(ctx, sentKey{}, sent), sent
 }
 
 // unaryDesc is the stream description of a unary call, as grpc-go's Invoke uses.
@@ -140,13 +152,17 @@ func (c *sentConn) Invoke(ctx context.Context, method string, args, reply any, o
 	return cs.RecvMsg(reply)
 }
 
-// NewStream opens a stream whose first successful SendMsg marks the probe sent.
+// NewStream opens a stream whose first successful SendMsg sets the sent flag of ctx, if any.
 func (c *sentConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	cs, err := c.cc.NewStream(ctx, desc, method, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &sentStream{ClientStream: cs, sent: &c.sent}, nil
+	sent, _ := ctx.Value(sentKey{}).(*atomic.Bool)
+	if sent == nil {
+		return cs, nil
+	}
+	return &sentStream{ClientStream: cs, sent: sent}, nil
 }
 
 // sentStream is a probe's stream: see sentConn.
