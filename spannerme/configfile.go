@@ -856,8 +856,8 @@ func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
 						return err
 					}
 					v, err := strconv.ParseFloat(sc.Value, 64)
-					if err != nil || !(v >= 1 && !math.IsInf(v, 1)) {
-						return d.errAt(sc, p, "want a number of at least 1 (how many times slower than the fallback), got %q", sc.Value)
+					if err != nil || !(v >= 1 && !math.IsInf(v, 1)) || (sc.Tag != "!!float" && sc.Tag != "!!int") {
+						return d.errAt(sc, p, "want a number of at least 1 (how many times slower than the fallback), got %q%s", sc.Value, quotedNumber(sc))
 					}
 					b.Ratio = v
 					return nil

@@ -92,7 +92,11 @@ type HealthSettings struct {
 	// must return once ctx is done (Close waits for it). It is called concurrently for
 	// different endpoints, and at most twice at a time per endpoint: one health probe and
 	// one latency probe (Brownout; its ctx also carries ProbeTimeout). Probes go to the pool
-	// directly, not through routing, and are not counted as calls. Nil means SpannerProbe for
+	// directly, not through routing, and are not counted as calls. conn sends a unary call as
+	// a stream of one message each way (as gRPC's own Invoke does), so it goes through the
+	// pool's stream interceptors, not its unary ones: that is how a probe that waited for a
+	// free stream behind the calls is told from one that was sent (such a probe decides
+	// nothing, and its latency runs from when it was sent). Nil means SpannerProbe for
 	// NewMultiEndpointClient* and NewGCPMultiEndpointForSpanner (of the database they are
 	// given: one probe serves every client and database over the GCPMultiEndpoint), and
 	// UnimplementedMethodProbe for NewGCPMultiEndpoint*.
@@ -134,8 +138,9 @@ type BrownoutSettings struct {
 	// endpoint is degraded, and how long the recovery condition must hold before it is no
 	// longer degraded. Zero means 10s.
 	Window time.Duration
-	// ProbeInterval is the time between two latency probes of one endpoint (from the end
-	// of one to the start of the next). Zero means 2s: 30 probes per minute per endpoint.
+	// ProbeInterval is the time between two latency probes of one endpoint (from the start
+	// of one to the start of the next; one that takes longer is followed by the next at
+	// once). Zero means 2s: 30 probes per minute per endpoint.
 	ProbeInterval time.Duration
 }
 

@@ -18,7 +18,10 @@
 //     at every evaluation for at least Window (hysteresis: between the two bounds nothing
 //     changes, so a latency near a threshold cannot flap);
 //   - with no such F (a single endpoint, or every other one down or unmeasured) E is not
-//     degraded, at once: a degraded endpoint is still better than none.
+//     degraded, at once: a degraded endpoint is still better than none;
+//   - while E's own latency is unknown (its pool lost its connection and forgot its samples)
+//     its verdict stands: a degraded E that reconnects stays degraded until it has been
+//     measured fast for Window.
 package brownout
 
 import (
@@ -99,8 +102,13 @@ func (g *Group) Evaluate(now time.Time, samples []Sample) []Verdict {
 		}
 		was := st.degraded
 		switch {
-		case best < 0 || !s.Known:
+		case best < 0:
 			st.degraded, st.since = false, time.Time{}
+		case !s.Known:
+			// E's own latency is gone (its pool lost its connection, or has not measured
+			// since): its verdict stands until it is measured again, so a degraded endpoint
+			// that reconnects is not taken back before it has been fast for a Window.
+			st.since = time.Time{}
 		default:
 			f := samples[best].Latency
 			v.Fallback, v.FallbackLatency = samples[best].Endpoint, f

@@ -137,3 +137,36 @@ func TestChangedOncePerTransition(t *testing.T) {
 		t.Fatalf("changes = %d, want 3 (in, out, in)", changes)
 	}
 }
+
+// A degraded endpoint whose latency becomes unknown (its pool lost its connection and its
+// samples) stays degraded, and after it reconnects still slow it stays degraded; only a Window
+// of fast samples takes it back.
+func TestDegradedStaysDegradedWhileUnmeasured(t *testing.T) {
+	const ms = time.Millisecond
+	g := NewGroup(Rule{Ratio: 4, Margin: 200 * ms, Window: 10 * time.Second})
+	now := time.Time{}.Add(time.Hour)
+	eval := func(lat time.Duration, known bool) bool {
+		v := g.Evaluate(now, []Sample{{Endpoint: "e1", Latency: lat, Known: known, Available: true},
+			{Endpoint: "e2", Latency: 20 * ms, Known: true, Available: true}})
+		now = now.Add(2 * time.Second)
+		return v[0].Degraded
+	}
+	for range 7 {
+		eval(time.Second, true)
+	}
+	if !eval(time.Second, true) {
+		t.Fatal("e1, 1s against 20ms for 14s, is not degraded")
+	}
+	if !eval(0, false) {
+		t.Fatal("e1 stopped being degraded when its latency became unknown")
+	}
+	if !eval(time.Second, true) {
+		t.Fatal("e1, reconnected and still slow, is not degraded")
+	}
+	for range 6 {
+		eval(20*ms, true)
+	}
+	if eval(20*ms, true) {
+		t.Fatal("e1, fast again for 12s, is still degraded")
+	}
+}

@@ -17,7 +17,7 @@ import (
 // endpoint every Interval, so that the latencies of a group's endpoints compare like for like
 // (brownout detection, DESIGN.md § "Endpoint health from call outcomes", Brownout).
 type LatencyOptions struct {
-	// Interval is the time from the end of one latency probe to the start of the next (a
+	// Interval is the time from the start of one latency probe to the start of the next (a
 	// probe that took longer than Interval is followed by the next at once); it must be
 	// positive.
 	Interval time.Duration
@@ -106,19 +106,23 @@ func (p *Pool) measureLatency() (time.Duration, bool) {
 	l := p.latency
 	ctx, cancel := context.WithTimeout(p.probes.ctx, l.timeout)
 	defer cancel()
-	ctx, sent := withSentFlag(ctx)
+	ctx, sent := withSentFlag(ctx, p.clock)
 	start := p.clock.Now()
 	err := l.probe(ctx, p.probes.conn)
-	d := p.clock.Now().Sub(start)
+	end := p.clock.Now()
+	// The latency runs from when the request left: the time it waited behind the pool's
+	// calls for a free stream is the calls', not the endpoint's.
+	at, wasSent := sent.at(start)
+	wait := at.Sub(start)
 	switch {
 	case p.probes.ctx.Err() != nil:
 		return 0, false
 	case err == nil:
-		return d, true
-	case !sent.Load():
-		return 0, false // it waited behind the pool's calls for a free stream: no latency of the endpoint
+		return end.Sub(at), true
+	case !wasSent, wait > l.timeout/2:
+		return 0, false // it waited (most of its timeout) for a free stream: no latency of the endpoint
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return max(d, l.timeout), true // at least that slow
+		return max(end.Sub(at), l.timeout-wait), true // at least that slow
 	}
 	return 0, false
 }

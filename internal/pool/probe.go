@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
@@ -64,21 +65,27 @@ func (p *Pool) probe(seq uint64) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
-		ctx, sent := withSentFlag(ctx)
+		ctx, sent := withSentFlag(ctx, p.clock)
 		start := p.clock.Now()
 		err := p.probes.probe(ctx, p.probes.conn)
-		latency := p.clock.Now().Sub(start)
+		end := p.clock.Now()
 		cancel()
 		if p.probes.ctx.Err() != nil {
 			return // stopped: the detector is closed
 		}
+		at, wasSent := sent.at(start)
 		switch {
 		case err == nil:
-		case !sent.Load():
+		case !wasSent:
 			// It never left: every stream of the pool's connections was busy until its
 			// deadline (gRPC holds a new stream until the server's stream limit frees one).
 			// A probe judges the endpoint, not the calls in front of it.
 			err = fmt.Errorf("%w: no free stream on the endpoint's connections: %v", health.ErrProbeSkipped, err)
+		case status.Code(err) == codes.DeadlineExceeded && at.Sub(start) > p.probes.timeout/2:
+			// It waited more than half its timeout for a free stream: what was left is too
+			// short to judge the endpoint by.
+			err = fmt.Errorf("%w: it waited %v of its %v for a free stream: %v", health.ErrProbeSkipped,
+				at.Sub(start).Round(time.Millisecond), p.probes.timeout, err)
 		case p.State() != connectivity.Ready:
 			err = fmt.Errorf("%w: the pool lost its ready connection: %v", health.ErrProbeSkipped, err)
 		case status.Code(err) == codes.Canceled || health.Classify(err, false, false) == health.ConnectionLost:
@@ -86,7 +93,7 @@ func (p *Pool) probe(seq uint64) {
 			// CANCEL) or whose connection went away says nothing about the endpoint.
 			err = fmt.Errorf("%w: %v", health.ErrProbeSkipped, err)
 		}
-		p.health.ProbeDone(seq, err, latency)
+		p.health.ProbeDone(seq, err, end.Sub(at))
 	}()
 }
 
@@ -126,14 +133,38 @@ type sentConn struct {
 	cc grpc.ClientConnInterface
 }
 
-// sentKey is the context key of a probe's sent flag.
+// sentKey is the context key of a probe's sentFlag.
 type sentKey struct{}
 
-// withSentFlag returns ctx carrying a new flag that sentConn sets once the probe's request
-// was handed to a stream without error, and the flag.
-func withSentFlag(ctx context.Context) (context.Context, *atomic.Bool) {
-	sent := new(atomic.Bool)
-	return context.WithValue(ctx, sentKey{}, sent), sent
+// sentFlag records when a probe's request was first handed to a stream without error: the
+// probe's latency runs from then, not from the time it waited for a free stream.
+type sentFlag struct {
+	clk    clock.Clock
+	sentAt atomic.Pointer[time.Time] // nil until sent
+}
+
+// mark records now as the time the request left, unless it was recorded before.
+func (f *sentFlag) mark() {
+	if f.sentAt.Load() == nil {
+		t := f.clk.Now()
+		f.sentAt.CompareAndSwap(nil, &t)
+	}
+}
+
+// at returns when the request left and true, or start and false if it has not (or went
+// another way than through sentConn).
+func (f *sentFlag) at(start time.Time) (time.Time, bool) {
+	if t := f.sentAt.Load(); t != nil {
+		return *t, true
+	}
+	return start, false
+}
+
+// withSentFlag returns ctx carrying a new flag that sentConn marks, on clk, once the probe's
+// request was handed to a stream without error, and the flag.
+func withSentFlag(ctx context.Context, clk clock.Clock) (context.Context, *sentFlag) {
+	f := &sentFlag{clk: clk}
+	return context.WithValue(ctx, sentKey{}, f), f
 }
 
 // unaryDesc is the stream description of a unary call, as grpc-go's Invoke uses.
@@ -158,7 +189,7 @@ func (c *sentConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method 
 	if err != nil {
 		return nil, err
 	}
-	sent, _ := ctx.Value(sentKey{}).(*atomic.Bool)
+	sent, _ := ctx.Value(sentKey{}).(*sentFlag)
 	if sent == nil {
 		return cs, nil
 	}
@@ -168,13 +199,13 @@ func (c *sentConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method 
 // sentStream is a probe's stream: see sentConn.
 type sentStream struct {
 	grpc.ClientStream
-	sent *atomic.Bool
+	sent *sentFlag
 }
 
 func (s *sentStream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err == nil {
-		s.sent.Store(true)
+		s.sent.mark()
 	}
 	return err
 }
