@@ -371,3 +371,15 @@ func TestStatusPageBrownoutText(t *testing.T) {
 		t.Errorf("page lacks the degraded badge:\n%s", b.String())
 	}
 }
+
+// The page says how many Spanner clients and database/sql configurators share the
+// GCPMultiEndpoint (Status.Clients, Status.Configurators).
+func TestStatusPageShowsClients(t *testing.T) {
+	st := spannerme.Status{At: time.Now(), Default: "g", Clients: 3, Configurators: 1,
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Available}}}},
+		Pools:  []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}}}
+	_, page := get(t, Handler(cannedSource(st)), http.MethodGet, "/", "")
+	if want := `<span id="clients">3 Spanner clients, 1 database/sql configurators</span>`; !strings.Contains(page, want) {
+		t.Errorf("page lacks %q", want)
+	}
+}
