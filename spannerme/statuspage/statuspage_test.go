@@ -379,7 +379,7 @@ func TestStatusPageShowsClients(t *testing.T) {
 		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Available}}}},
 		Pools:  []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}}}
 	_, page := get(t, Handler(cannedSource(st)), http.MethodGet, "/", "")
-	if want := `<span id="clients">3 Spanner clients, 1 database/sql configurators</span>`; !strings.Contains(page, want) {
+	if want := `<span id="clients">Spanner clients: 3, database/sql configurators: 1</span>`; !strings.Contains(page, want) {
 		t.Errorf("page lacks %q", want)
 	}
 }
