@@ -707,7 +707,10 @@ func TestCase_F25_CommitsFailingReadsFine(t *testing.T) {
 	e1, e2 := b.fes[0], b.fes[1]
 	tl := newEventLog()
 	s := tl.settings(fastSettings(nil))
-	s.Health = healthSettings(3*time.Second, time.Second)
+	// The ejection outlasts the measured window (writes started 3s to 7s after the fault):
+	// the readmission probe, a GetSession, passes while commits still fail, so an ejection
+	// over within the window (3s, as this test once had) let writes back onto E1 in it.
+	s.Health = healthSettings(8*time.Second, time.Second)
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(rt, sd, e1.Addr(), e2.Addr()),
 	}), s)
