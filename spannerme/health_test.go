@@ -417,16 +417,7 @@ func TestStreamsQueuedBehindTheStreamLimitAreNoTimeouts(t *testing.T) {
 func TestProbeQueuedBehindTheStreamLimitDecidesNothing(t *testing.T) {
 	for name, cfg := range map[string]*pb.ApiConfig{"no affinity": NoAffinityConfig(1), "session affinity": SessionAffinityConfig(1)} {
 		t.Run(name, func(t *testing.T) {
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := grpc.NewServer(grpc.MaxConcurrentStreams(1))
-			testpb.RegisterTestServiceServer(srv, stallServer{})
-			done := make(chan struct{})
-			go func() { defer close(done); _ = srv.Serve(lis) }()
-			t.Cleanup(func() { srv.Stop(); <-done })
-			addr := lis.Addr().String()
+			addr := startOneStreamServer(t)
 
 			var probes atomic.Int32
 			s := fastSettings(nil)
@@ -441,16 +432,7 @@ func TestProbeQueuedBehindTheStreamLimitDecidesNothing(t *testing.T) {
 			gme := newGME(t, o, s)
 			client := testpb.NewTestServiceClient(gme)
 
-			hold, cancelHold := context.WithTimeout(context.Background(), time.Minute)
-			defer cancelHold()
-			held, err := client.StreamingOutputCall(hold, &testpb.StreamingOutputCallRequest{
-				ResponseParameters: []*testpb.ResponseParameters{{}}}, grpc.WaitForReady(true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := held.Header(); err != nil {
-				t.Fatal(err)
-			}
+			holdTheOneStream(t, client)
 			from := probes.Load()
 			ejected := func() bool { p, _ := poolOf(gme, addr); return p.Health.Ejected }
 			eventually(t, 20*time.Second, "three probes while the stream is held, or an ejection", func() bool {
@@ -463,10 +445,10 @@ func TestProbeQueuedBehindTheStreamLimitDecidesNothing(t *testing.T) {
 	}
 }
 
-// testStreamsQueuedAreNoTimeouts holds the one stream of a one-channel pool (cfg) and checks
-// that the streams queued behind it, which end with DEADLINE_EXCEEDED without reaching the
-// server, count for nothing.
-func testStreamsQueuedAreNoTimeouts(t *testing.T, cfg *pb.ApiConfig) {
+// startOneStreamServer starts a server that allows one concurrent stream per connection and
+// answers nothing until its caller gives up (stallServer); it returns its address.
+func startOneStreamServer(t *testing.T) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -476,17 +458,15 @@ func testStreamsQueuedAreNoTimeouts(t *testing.T, cfg *pb.ApiConfig) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })
-	addr := lis.Addr().String()
+	return lis.Addr().String()
+}
 
-	o := options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)})
-	o.GRPCgcpConfig = cfg // one channel: its one stream is the pool's limit
-	gme := newGME(t, o, fastSettings(nil))
-	client := testpb.NewTestServiceClient(gme)
-	health := func() PoolHealth { p, _ := poolOf(gme, addr); return p.Health }
-
-	// One stream holds the only slot (answered: its header arrives), until cancelled.
-	hold, cancelHold := context.WithTimeout(context.Background(), time.Minute) // bounded if the test fails early
-	defer cancelHold()
+// holdTheOneStream opens a stream that the server answers with its header and then holds
+// until the test ends: the one stream of a one-channel pool on startOneStreamServer.
+func holdTheOneStream(t *testing.T, client testpb.TestServiceClient) {
+	t.Helper()
+	hold, cancel := context.WithTimeout(context.Background(), time.Minute) // bounded if the test fails early
+	t.Cleanup(cancel)
 	held, err := client.StreamingOutputCall(hold, &testpb.StreamingOutputCallRequest{
 		ResponseParameters: []*testpb.ResponseParameters{{}}}, grpc.WaitForReady(true))
 	if err != nil {
@@ -495,6 +475,21 @@ func testStreamsQueuedAreNoTimeouts(t *testing.T, cfg *pb.ApiConfig) {
 	if _, err := held.Header(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testStreamsQueuedAreNoTimeouts holds the one stream of a one-channel pool (cfg) and checks
+// that the streams queued behind it, which end with DEADLINE_EXCEEDED without reaching the
+// server, count for nothing.
+func testStreamsQueuedAreNoTimeouts(t *testing.T, cfg *pb.ApiConfig) {
+	addr := startOneStreamServer(t)
+
+	o := options("a", map[string]*multiendpoint.MultiEndpointOptions{"a": group(0, 0, addr)})
+	o.GRPCgcpConfig = cfg // one channel: its one stream is the pool's limit
+	gme := newGME(t, o, fastSettings(nil))
+	client := testpb.NewTestServiceClient(gme)
+	health := func() PoolHealth { p, _ := poolOf(gme, addr); return p.Health }
+
+	holdTheOneStream(t, client) // answered: its header arrives
 	// Streams queued behind it end with DEADLINE_EXCEEDED without reaching the server.
 	for range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
