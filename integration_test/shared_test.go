@@ -86,23 +86,7 @@ func (p *probeStreams) pools() (probed, most int) {
 // through 20 database/sql driver lifetimes under another client's queries without a failure or a
 // leaked goroutine; after gme.Close every client fails at once with CANCELED.
 func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
-	emu := emulator.Shared(t) // skips (or fails under CI=true) without the binary
-	ddl, err := fixture.Schema()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dbs []string
-	for range 3 {
-		b := backend{name: "emulator", addr: emu.Addr(), database: emu.NewDatabase(t, ddl), writers: 1}
-		seed(t, b)
-		dbs = append(dbs, b.database)
-	}
-	var eps []*spannermetest.Endpoint
-	var addrs []string
-	for range 3 {
-		e := spannermetest.NewEndpointTB(t, emu.Addr())
-		eps, addrs = append(eps, e), append(addrs, e.Addr())
-	}
+	dbs, eps, addrs := emulatorDatabases(t, 3)
 	logs := &syncBuffer{}
 	probes := &probeStreams{inFlight: map[grpc.ClientConnInterface]int{}, most: map[grpc.ClientConnInterface]int{}}
 	settings := spannerme.Settings{
@@ -336,23 +320,7 @@ func liveHeap() int64 {
 // (logged). The emulator is another process, so the goroutines are the clients' and the fake
 // endpoints' (in this process).
 func TestSharedGCPMultiEndpoint_EmulatorResources(t *testing.T) {
-	emu := emulator.Shared(t) // skips (or fails under CI=true) without the binary
-	ddl, err := fixture.Schema()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dbs []string
-	for range 3 {
-		b := backend{name: "emulator", addr: emu.Addr(), database: emu.NewDatabase(t, ddl), writers: 1}
-		seed(t, b)
-		dbs = append(dbs, b.database)
-	}
-	var eps []*spannermetest.Endpoint
-	var addrs []string
-	for range 2 {
-		e := spannermetest.NewEndpointTB(t, emu.Addr())
-		eps, addrs = append(eps, e), append(addrs, e.Addr())
-	}
+	dbs, eps, addrs := emulatorDatabases(t, 2)
 	o := options(map[string]*multiendpointOptions{"default": group(recoveryTimeout, switchingDelay, addrs...)})
 	settings := spannerme.Settings{ReconnectMaxDelay: 200 * time.Millisecond, MinConnectTimeout: minConnectTimeout,
 		Logger: slog.New(slog.NewTextHandler(&syncBuffer{}, nil))}
@@ -449,4 +417,26 @@ func TestSharedGCPMultiEndpoint_EmulatorResources(t *testing.T) {
 	if shared.goroutines >= separate.goroutines {
 		t.Errorf("goroutines: shared %d, separate %d; want fewer shared", shared.goroutines, separate.goroutines)
 	}
+}
+
+// emulatorDatabases creates three seeded databases in the shared emulator's instance and n
+// fake PSC endpoints in front of the emulator; it returns the databases' paths, the endpoints
+// and their addresses. It skips the test (or fails it under CI=true) without the emulator.
+func emulatorDatabases(t *testing.T, n int) (dbs []string, eps []*spannermetest.Endpoint, addrs []string) {
+	t.Helper()
+	emu := emulator.Shared(t)
+	ddl, err := fixture.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		b := backend{name: "emulator", addr: emu.Addr(), database: emu.NewDatabase(t, ddl), writers: 1}
+		seed(t, b)
+		dbs = append(dbs, b.database)
+	}
+	for range n {
+		e := spannermetest.NewEndpointTB(t, emu.Addr())
+		eps, addrs = append(eps, e), append(addrs, e.Addr())
+	}
+	return dbs, eps, addrs
 }
