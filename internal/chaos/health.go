@@ -103,19 +103,7 @@ func (h *healthLog) unjustified(tl *faultTimeline) (out []string, n int) {
 	evs := append([]ejection(nil), h.ejections...)
 	h.mu.Unlock()
 	for _, ev := range evs {
-		e := -1
-		for i := range NumEndpoints {
-			if endpointName(i) == ev.endpoint {
-				e = i
-			}
-		}
-		justified := e < 0 // an endpoint outside the topology: nothing to hold it against
-		for _, s := range tl.during(ev.at.Add(-justifyLookback), ev.at) {
-			if e >= 0 && (s.TCP[e].active() || s.Frontend[e].active()) {
-				justified = true
-			}
-		}
-		if !justified {
+		if !tl.faultOn(ev.endpoint, ev.at.Add(-justifyLookback), ev.at, Fault.active) {
 			out = append(out, fmt.Sprintf("%7.1fs %s ejected with no fault in force on it in the %v before: %s",
 				ev.at.Sub(tl.start).Seconds(), ev.endpoint, justifyLookback, ev.why))
 		}
@@ -217,19 +205,7 @@ func (b *brownoutLog) unjustified(tl *faultTimeline) (out []string) {
 	ds := append([]degradation(nil), b.degradations...)
 	b.mu.Unlock()
 	for _, d := range ds {
-		e := -1
-		for i := range NumEndpoints {
-			if endpointName(i) == d.endpoint {
-				e = i
-			}
-		}
-		justified := e < 0 // an endpoint outside the topology: nothing to hold it against
-		for _, s := range tl.during(d.at.Add(-degradeLookback), d.at) {
-			if e >= 0 && (s.TCP[e].slow() || s.Frontend[e].slow()) {
-				justified = true
-			}
-		}
-		if !justified {
+		if !tl.faultOn(d.endpoint, d.at.Add(-degradeLookback), d.at, Fault.slow) {
 			out = append(out, fmt.Sprintf("%7.1fs %s degraded in %s with no brownout or latency fault on it in the %v before: %s",
 				d.at.Sub(tl.start).Seconds(), d.endpoint, d.group, degradeLookback, d.why))
 		}
@@ -258,4 +234,25 @@ func (b *brownoutLog) summary() string {
 		noun = "degradation"
 	}
 	return fmt.Sprintf("%d %s (%s), %d ended", len(b.degradations), noun, strings.Join(parts, ", "), b.recoveries)
+}
+
+// faultOn reports whether a fault for which is holds was in force, on either layer, on the
+// endpoint named endpoint at some time from from to to; true for a name outside the topology
+// (nothing to hold an event on it against).
+func (tl *faultTimeline) faultOn(endpoint string, from, to time.Time, is func(Fault) bool) bool {
+	e := -1
+	for i := range NumEndpoints {
+		if endpointName(i) == endpoint {
+			e = i
+		}
+	}
+	if e < 0 {
+		return true
+	}
+	for _, s := range tl.during(from, to) {
+		if is(s.TCP[e]) || is(s.Frontend[e]) {
+			return true
+		}
+	}
+	return false
 }
