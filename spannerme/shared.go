@@ -72,7 +72,8 @@ func NewGCPMultiEndpointForSpanner(database string, config spanner.ClientConfig,
 // closed after gme is closed closes nothing more.
 //
 // Safe for concurrent use. config is not modified. Errors: ErrClosed if gme is closed (or a
-// zero value); a *ConfigError wrapping ErrInvalidConfig naming a refused config setting, or
+// zero value); a *ConfigError wrapping ErrInvalidConfig for a database that is not
+// projects/P/instances/I/databases/D (refused before anything is sent), naming a refused config setting, or
 // a pool setting (NumChannels, DynamicChannelPoolConfig, Compression, Type OMNI's transport)
 // other than the one gme's pools were built with (none for NewGCPMultiEndpoint*); any error
 // of spanner.NewClientWithConfig.
