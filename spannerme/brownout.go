@@ -155,19 +155,18 @@ func (b *brownouts) degradedSet() map[string]map[string]bool {
 	return out
 }
 
-// sampleBrownouts evaluates the brownout rule for every group of the current routing that
-// lists p's endpoint (when p still serves it), logs each change of an endpoint's degraded
-// state (in the order of the changes) and publishes the availability of the endpoints whose
-// state changed. Called on a pool's goroutines with no lock held.
-func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
-	b := gme.brown
+// sample evaluates the brownout rule for every group of the routing snapshot s that lists
+// p's endpoint (when p still serves it in s), logs each change of an endpoint's degraded
+// state through logChange (in the order of the changes) and returns the changes, whose
+// endpoints' availability the caller publishes. Nil when brownout detection is off, s is nil
+// (closed) or p is retired. Called on a pool's goroutines with no lock held.
+func (b *brownouts) sample(s *snapshot, p *pool.Pool, clk clock.Clock, logChange func(brownoutChange)) []brownoutChange {
 	if !b.on {
-		return
+		return nil
 	}
-	s := gme.snap.Load()
 	endpoint := p.Endpoint()
 	if s == nil || s.pools[endpoint] != p {
-		return // closed, or a retired pool
+		return nil // closed, or a retired pool
 	}
 	var changes []brownoutChange
 	for name, me := range s.groups {
@@ -184,17 +183,10 @@ func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 			samples = append(samples, smp)
 		}
 		if listed {
-			changes = append(changes, b.evaluate(name, gme.pl.clock, samples, gme.obs.brownout)...)
+			changes = append(changes, b.evaluate(name, clk, samples, logChange)...)
 		}
 	}
-	for _, c := range changes {
-		if p := s.pools[c.v.Endpoint]; p != nil {
-			gme.publish(p)
-		}
-	}
-	if len(changes) > 0 {
-		gme.changed.signal()
-	}
+	return changes
 }
 
 // brownout logs one change of an endpoint's degraded state in a group: WARN when it becomes

@@ -2,6 +2,8 @@ package spannerme
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -37,14 +39,14 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		return err
 	}
 	defer p.Release()
-	dr := gme.directedReads()
+	dr := gme.snap.Load().directedReads()
 	if dro := dr[me.Name()]; dro != nil {
-		args = gme.withDirectedReads(args, dro)
+		args = gme.roTxns.withDirectedReads(args, dro)
 	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
 	if err == nil && dr != nil {
-		gme.noteReadOnlyBegin(method, args, reply)
+		gme.roTxns.noteBegin(method, args, reply)
 	}
 	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
@@ -199,4 +201,41 @@ func (gme *GCPMultiEndpoint) unknownCounter(name string) (c *atomic.Int64, fresh
 	gme.unknown.Store(name, c)
 	gme.unknownNames.Add(1)
 	return c, true
+}
+
+// cannotConnect returns the error a call on group me, whose pool p is not ready, fails
+// with at once instead of waiting for a connection: FAILED_PRECONDITION (which neither the
+// Spanner client nor gax retries, so the Spanner client's session creation fails with it
+// and the caller sees it) naming the group, each endpoint and its connection error, when no
+// endpoint of me is available and every one of them has failed its connection attempts
+// since it was last ready with an error that retrying does not fix (permanentConnError).
+// Nil otherwise: the call waits, or goes to gRPC, as before. It allocates nothing unless
+// p's own error is such an error (then it reads the group's status, under the group's
+// lock).
+func (gme *GCPMultiEndpoint) cannotConnect(me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
+	if c, ok := p.DownCause(); !ok || !permanentConnError(c.Kind) {
+		return nil
+	}
+	s := gme.snap.Load()
+	if s == nil {
+		return nil
+	}
+	var causes []string
+	for _, e := range me.Status().Endpoints {
+		q := s.pools[e.Endpoint]
+		if q == nil || q.Available() {
+			return nil
+		}
+		c, ok := q.DownCause()
+		if !ok || !permanentConnError(c.Kind) {
+			return nil
+		}
+		causes = append(causes, fmt.Sprintf("endpoint %s: %s: %s", e.Endpoint, c.Kind, c.Message))
+	}
+	if len(causes) == 0 {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"spannerme: group %q cannot connect, and retrying will not fix it (check the transport settings: TLS or plaintext, the authority, the certificates): %s",
+		me.Name(), strings.Join(causes, "; "))
 }

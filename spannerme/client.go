@@ -75,7 +75,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := gme.newClient(ctx, database, config, opts, ownerFront)
+	client, err := newClient(ctx, gme, database, config, opts, ownerFront)
 	if err != nil {
 		gme.Close() // closes the front too
 		return nil, nil, err

@@ -101,7 +101,8 @@ func LoadConfig(path string) (*FileConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseConfigFile(data, path)
+	c, _, err := parseConfigFile(data, path)
+	return c, err
 }
 
 func readConfigFile(path string) ([]byte, error) {
@@ -133,30 +134,41 @@ func readConfigFile(path string) ([]byte, error) {
 // endpoint. Errors are *ConfigFileError, naming the line, the column when known, and the
 // field.
 func ParseConfig(data []byte) (*FileConfig, error) {
-	return parseConfigFile(data, "")
-}
-
-// parseConfigFile is ParseConfig of the content of the file at path ("" for none): a path
-// ending in ".json" is read as JSON, and its errors name the file.
-func parseConfigFile(data []byte, path string) (*FileConfig, error) {
-	c, err := parseConfigData(data, strings.EqualFold(filepath.Ext(path), ".json"))
-	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
-		fe.File = path
-	}
+	c, _, err := parseConfigFile(data, "")
 	return c, err
 }
 
-func parseConfigData(data []byte, isJSON bool) (*FileConfig, error) {
+// parseConfigFile is ParseConfig of the content of the file at path ("" for none): a path
+// ending in ".json" is read as JSON, and its errors name the file. It also returns the
+// parsed form of what it validated, which a watcher applies as is.
+func parseConfigFile(data []byte, path string) (*FileConfig, *parsedFile, error) {
+	c, parsed, err := parseConfigData(data, strings.EqualFold(filepath.Ext(path), ".json"))
+	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
+		fe.File = path
+	}
+	return c, parsed, err
+}
+
+func parseConfigData(data []byte, isJSON bool) (*FileConfig, *parsedFile, error) {
 	sum := sha256.Sum256(data)
 	d := &fileDecoder{}
 	if err := d.decode(data, isJSON); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := &FileConfig{Options: d.options, Settings: d.settings, Hash: hex.EncodeToString(sum[:])}
-	if err := d.validate(); err != nil {
-		return nil, err
+	parsed, err := d.validate()
+	if err != nil {
+		return nil, nil, err
 	}
-	return c, nil
+	return c, parsed, nil
+}
+
+// parsedFile is a configuration file's validated content in the form UpdateMultiEndpoints
+// applies: the groups, the endpoint options and the directed read policies, parsed once.
+type parsedFile struct {
+	cfg          *config
+	endpointOpts endpointOptions
+	directed     directedReads
 }
 
 // fileDecoder walks the YAML node tree of a configuration file. It records where each group
@@ -870,15 +882,24 @@ func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
 	})
 }
 
-// validate runs NewGCPMultiEndpoint's validation and places its error in the file.
-func (d *fileDecoder) validate() error {
-	_, err := parseConfig(d.options)
+// validate runs NewGCPMultiEndpoint's validation, places its error in the file, and returns
+// the parsed form of the file's content.
+func (d *fileDecoder) validate() (*parsedFile, error) {
+	var f parsedFile
+	var err error
+	f.cfg, err = parseConfig(d.options)
 	if err == nil {
-		_, err = parseEndpointOptions(d.settings.EndpointOptions)
+		f.endpointOpts, err = parseEndpointOptions(d.settings.EndpointOptions)
+	}
+	if err == nil {
+		f.directed, err = parseDirectedReads(d.settings.DirectedReads)
+	}
+	if err == nil {
+		return &f, nil
 	}
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
-		return err
+		return nil, err
 	}
 	path := ""
 	switch {
@@ -897,5 +918,5 @@ func (d *fileDecoder) validate() error {
 	if n := d.nodes[path]; n != nil {
 		fe.Line, fe.Column = n.Line, n.Column
 	}
-	return fe
+	return nil, fe
 }

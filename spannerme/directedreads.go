@@ -156,22 +156,13 @@ func (t *readOnlyTxns) has(session string, id []byte) bool {
 	return ok
 }
 
-// directedReads returns the policies of the routing snapshot in force (nil when no group
-// has one, and after Close). It allocates nothing; indexing the nil map costs no hashing.
-func (gme *GCPMultiEndpoint) directedReads() directedReads {
-	if s := gme.snap.Load(); s != nil {
-		return s.directed
-	}
-	return nil
-}
-
 // readOnlySelector reports whether a request with transaction selector sel runs in a
 // read-only transaction: single-use read-only (or none: Spanner's default for queries and
 // reads is a temporary read-only transaction, spanner.proto ExecuteSqlRequest.transaction),
 // one it begins read-only, or one named by the ID of a remembered read-only transaction.
-func (gme *GCPMultiEndpoint) readOnlySelector(session string, sel *spannerpb.TransactionSelector) bool {
+func (t *readOnlyTxns) readOnlySelector(session string, sel *spannerpb.TransactionSelector) bool {
 	if id := sel.GetId(); id != nil {
-		return gme.roTxns.has(session, id)
+		return t.has(session, id)
 	}
 	return readOnly(sel)
 }
@@ -181,17 +172,17 @@ func (gme *GCPMultiEndpoint) readOnlySelector(session string, sel *spannerpb.Tra
 // read-only (readOnlySelector); otherwise req itself. The caller's message is never
 // modified (the Spanner client reuses it, on retries among others): the result is a shallow
 // copy sharing every other field with it, which gRPC only reads.
-func (gme *GCPMultiEndpoint) withDirectedReads(req any, dro *spannerpb.DirectedReadOptions) any {
+func (t *readOnlyTxns) withDirectedReads(req any, dro *spannerpb.DirectedReadOptions) any {
 	switch r := req.(type) {
 	case *spannerpb.ExecuteSqlRequest:
-		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Session, r.Transaction) {
+		if r == nil || r.DirectedReadOptions != nil || !t.readOnlySelector(r.Session, r.Transaction) {
 			return req
 		}
 		c := shallowCopy(r)
 		c.DirectedReadOptions = dro
 		return c
 	case *spannerpb.ReadRequest:
-		if r == nil || r.DirectedReadOptions != nil || !gme.readOnlySelector(r.Session, r.Transaction) {
+		if r == nil || r.DirectedReadOptions != nil || !t.readOnlySelector(r.Session, r.Transaction) {
 			return req
 		}
 		c := shallowCopy(r)
@@ -228,21 +219,21 @@ func beginsReadOnly(req any) (session string, ok bool) {
 	return "", false
 }
 
-// noteReadOnlyBegin remembers the ID of the read-only transaction a successful unary call
+// noteBegin remembers the ID of the read-only transaction a successful unary call
 // began: a BeginTransaction with read-only options, or a query or read that begins one
 // inline. It is called only while some group has a policy.
-func (gme *GCPMultiEndpoint) noteReadOnlyBegin(method string, req, reply any) {
+func (t *readOnlyTxns) noteBegin(method string, req, reply any) {
 	switch method {
 	case methodBeginTransaction:
 		if r, ok := req.(*spannerpb.BeginTransactionRequest); ok && r.GetOptions().GetReadOnly() != nil {
 			if tx, ok := reply.(*spannerpb.Transaction); ok {
-				gme.roTxns.add(r.GetSession(), tx.GetId())
+				t.add(r.GetSession(), tx.GetId())
 			}
 		}
 	case methodExecuteSQL, methodRead:
 		if session, ok := beginsReadOnly(req); ok {
 			if rs, ok := reply.(*spannerpb.ResultSet); ok {
-				gme.roTxns.add(session, rs.GetMetadata().GetTransaction().GetId())
+				t.add(session, rs.GetMetadata().GetTransaction().GetId())
 			}
 		}
 	}
@@ -254,8 +245,8 @@ func (gme *GCPMultiEndpoint) noteReadOnlyBegin(method string, req, reply any) {
 // response. gRPC allows SendMsg and RecvMsg to run on two goroutines at once.
 type directedStream struct {
 	grpc.ClientStream
-	gme *GCPMultiEndpoint
-	dro *spannerpb.DirectedReadOptions
+	txns *readOnlyTxns
+	dro  *spannerpb.DirectedReadOptions
 	// learn holds the session of a request that begins a read-only transaction, until
 	// RecvMsg has read the transaction's ID from the first response; nil otherwise.
 	learn atomic.Pointer[string]
@@ -266,7 +257,7 @@ func (s *directedStream) SendMsg(m any) error {
 	if session, ok := beginsReadOnly(m); ok {
 		s.learn.Store(&session)
 	}
-	return s.ClientStream.SendMsg(s.gme.withDirectedReads(m, s.dro))
+	return s.ClientStream.SendMsg(s.txns.withDirectedReads(m, s.dro))
 }
 
 // RecvMsg receives m and, for the first response of a stream that begins a read-only
@@ -278,7 +269,7 @@ func (s *directedStream) RecvMsg(m any) error {
 	}
 	if session := s.learn.Swap(nil); session != nil {
 		if prs, ok := m.(*spannerpb.PartialResultSet); ok {
-			s.gme.roTxns.add(*session, prs.GetMetadata().GetTransaction().GetId())
+			s.txns.add(*session, prs.GetMetadata().GetTransaction().GetId())
 		}
 	}
 	return err

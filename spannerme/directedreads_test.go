@@ -132,7 +132,7 @@ func TestWithDirectedReadsRequestKinds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := proto.Clone(tc.req)
-			got := gme.withDirectedReads(tc.req, westReadOnly)
+			got := gme.roTxns.withDirectedReads(tc.req, westReadOnly)
 			if !proto.Equal(tc.req, before) {
 				t.Fatalf("the caller's message was modified: %v", tc.req)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -42,43 +41,6 @@ type ConfigError = multiendpoint.ConfigError
 // itself (a server restarting, a name being published, a network blip), so calls wait for
 // it; see docs/failure-semantics.md.
 func permanentConnError(k pool.ConnErrorKind) bool { return k == pool.KindTLS }
-
-// cannotConnect returns the error a call on group me, whose pool p is not ready, fails
-// with at once instead of waiting for a connection: FAILED_PRECONDITION (which neither the
-// Spanner client nor gax retries, so the Spanner client's session creation fails with it
-// and the caller sees it) naming the group, each endpoint and its connection error, when no
-// endpoint of me is available and every one of them has failed its connection attempts
-// since it was last ready with an error that retrying does not fix (permanentConnError).
-// Nil otherwise: the call waits, or goes to gRPC, as before. It allocates nothing unless
-// p's own error is such an error (then it reads the group's status, under the group's
-// lock).
-func (gme *GCPMultiEndpoint) cannotConnect(me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
-	if c, ok := p.DownCause(); !ok || !permanentConnError(c.Kind) {
-		return nil
-	}
-	s := gme.snap.Load()
-	if s == nil {
-		return nil
-	}
-	var causes []string
-	for _, e := range me.Status().Endpoints {
-		q := s.pools[e.Endpoint]
-		if q == nil || q.Available() {
-			return nil
-		}
-		c, ok := q.DownCause()
-		if !ok || !permanentConnError(c.Kind) {
-			return nil
-		}
-		causes = append(causes, fmt.Sprintf("endpoint %s: %s: %s", e.Endpoint, c.Kind, c.Message))
-	}
-	if len(causes) == 0 {
-		return nil
-	}
-	return status.Errorf(codes.FailedPrecondition,
-		"spannerme: group %q cannot connect, and retrying will not fix it (check the transport settings: TLS or plaintext, the authority, the certificates): %s",
-		me.Name(), strings.Join(causes, "; "))
-}
 
 // waitEndedError is the error of a call whose context ended while it waited for the pool p,
 // of group me, to connect: the context's code (DEADLINE_EXCEEDED or CANCELED, as

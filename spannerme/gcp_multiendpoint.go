@@ -145,6 +145,15 @@ func (s *snapshot) sessionGroup() *multiendpoint.MultiEndpoint {
 	return s.def
 }
 
+// directedReads returns the policies of s (nil when no group has one, and for a nil s: after
+// Close). It allocates nothing; indexing the nil map costs no hashing.
+func (s *snapshot) directedReads() directedReads {
+	if s == nil {
+		return nil
+	}
+	return s.directed
+}
+
 func (s *snapshot) defaultNameOrEmpty() string {
 	if s == nil {
 		return ""
@@ -312,6 +321,14 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 
 // zero reports whether gme is a zero value (not made by a constructor): it serves nothing.
 func (gme *GCPMultiEndpoint) zero() bool { return gme.stop == nil }
+
+// logger is gme's logger, or slog's default for a nil or zero-value gme.
+func (gme *GCPMultiEndpoint) logger() *slog.Logger {
+	if gme == nil || gme.log == nil {
+		return slog.Default()
+	}
+	return gme.log
+}
 
 // GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size
 // included; nil for a zero-value GCPMultiEndpoint.

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 
@@ -81,7 +80,7 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 	if gme == nil {
 		return nil, ErrClosed
 	}
-	return gme.newClient(ctx, database, config, opts, clientFront)
+	return newClient(ctx, gme, database, config, opts, clientFront)
 }
 
 // Configurator returns a function with the signature of go-sql-spanner's
@@ -126,7 +125,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 		if config == nil || opts == nil {
 			return // go-sql-spanner always passes both; nothing to configure otherwise
 		}
-		tr, err := gme.planClient(*config)
+		tr, err := planClient(gme, *config)
 		if err == nil {
 			once.Do(func() { front, errFront = newFrontPool(gme, configuratorFront) })
 			err = errFront
@@ -150,21 +149,13 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 	}
 }
 
-// logger is gme's logger, or slog's default for a nil or zero-value gme.
-func (gme *GCPMultiEndpoint) logger() *slog.Logger {
-	if gme == nil || gme.log == nil {
-		return slog.Default()
-	}
-	return gme.log
-}
-
 // newClient creates a Spanner client over gme with a front of kind ownerFront or
-// clientFront.
-func (gme *GCPMultiEndpoint) newClient(ctx context.Context, database string, config spanner.ClientConfig, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
+// clientFront: the core of NewMultiEndpointClient* and NewClient.
+func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, config spanner.ClientConfig, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
 	if err := checkDatabase(database); err != nil {
 		return nil, err
 	}
-	tr, err := gme.planClient(config)
+	tr, err := planClient(gme, config)
 	if err != nil {
 		return nil, err
 	}
@@ -180,10 +171,10 @@ func (gme *GCPMultiEndpoint) newClient(ctx context.Context, database string, con
 	return client, nil
 }
 
-// planClient checks config for a Spanner client over gme and returns its planTransport,
-// whose notices it logs. Errors: ErrClosed; a *ConfigError for a refused setting or a pool
+// planClient checks config for a Spanner client over gme (NewMultiEndpointClient*, NewClient,
+// Configurator) and returns its planTransport, whose notices it logs. Errors: ErrClosed; a *ConfigError for a refused setting or a pool
 // setting other than gme's.
-func (gme *GCPMultiEndpoint) planClient(config spanner.ClientConfig) (*clientTransport, error) {
+func planClient(gme *GCPMultiEndpoint, config spanner.ClientConfig) (*clientTransport, error) {
 	if gme == nil || gme.zero() {
 		return nil, ErrClosed
 	}
@@ -191,7 +182,7 @@ func (gme *GCPMultiEndpoint) planClient(config spanner.ClientConfig) (*clientTra
 	if err != nil {
 		return nil, err
 	}
-	if err := gme.checkPoolSettings(config); err != nil {
+	if err := checkPoolSettings(gme.pl.poolSettings, config); err != nil {
 		return nil, err
 	}
 	for _, n := range tr.infos {
@@ -247,11 +238,11 @@ func poolSettingsOf(c spanner.ClientConfig) []poolSetting {
 	}
 }
 
-// checkPoolSettings refuses a config whose pool settings differ from those gme's pools were
-// built with (a zero ClientConfig's for NewGCPMultiEndpoint*): a client cannot change
-// shared pools. The error is a *ConfigError naming the first setting that differs.
-func (gme *GCPMultiEndpoint) checkPoolSettings(config spanner.ClientConfig) error {
-	built := gme.pl.poolSettings
+// checkPoolSettings refuses a config whose pool settings differ from built, those a
+// GCPMultiEndpoint's pools were built with (nil: a zero ClientConfig's, for
+// NewGCPMultiEndpoint*): a client cannot change shared pools. The error is a *ConfigError
+// naming the first setting that differs.
+func checkPoolSettings(built []poolSetting, config spanner.ClientConfig) error {
 	how := "NewGCPMultiEndpointForSpanner or NewMultiEndpointClient*"
 	if built == nil {
 		built = poolSettingsOf(spanner.ClientConfig{})

@@ -39,8 +39,8 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		return nil, withRequestID(notConnectedError(err, me, p), id)
 	}
 	if directedStreamMethod(method) {
-		if dro := gme.directedReads()[me.Name()]; dro != nil {
-			cs = &directedStream{ClientStream: cs, gme: gme, dro: dro}
+		if dro := gme.snap.Load().directedReads()[me.Name()]; dro != nil {
+			cs = &directedStream{ClientStream: cs, txns: &gme.roTxns, dro: dro}
 		}
 	}
 	return cs, nil

@@ -289,15 +289,15 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 	return gme.updateWithSettings(meOpts, eo, nil, true)
 }
 
-// updateFromFile is updateWithEndpointOptions that also replaces the directed read policies
-// (Settings.DirectedReads) with dr, from the next call on: a watched file's reload. Errors as
-// for updateWithEndpointOptions, and a *ConfigError naming the group for dr.
-func (gme *GCPMultiEndpoint) updateFromFile(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions, dr map[string]*spannerpb.DirectedReadOptions) (stale []string, err error) {
-	return gme.updateWithSettings(meOpts, eo, dr, false)
+// updateFromFile is updateWithEndpointOptions of a watched file's parsed content f, that
+// also replaces the directed read policies (Settings.DirectedReads) with f's, from the next
+// call on. Errors as for UpdateMultiEndpoints (f is valid: a dial error, or ErrClosed).
+func (gme *GCPMultiEndpoint) updateFromFile(f *parsedFile) (stale []string, err error) {
+	return gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false)
 }
 
-// updateWithSettings applies meOpts with the endpoint options eo and, unless keepDirected,
-// the directed read policies dr; on error nothing changes.
+// updateWithSettings parses meOpts, the endpoint options eo and the directed read policies
+// dr, then applies them as updateParsed does; on error nothing changes.
 func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpointOptions, eo map[string]EndpointOptions,
 	dr map[string]*spannerpb.DirectedReadOptions, keepDirected bool) (stale []string, err error) {
 	if gme.zero() {
@@ -314,6 +314,17 @@ func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpoint
 	directed, err := parseDirectedReads(dr)
 	if err != nil {
 		return nil, err
+	}
+	return gme.updateParsed(cfg, opts, directed, keepDirected)
+}
+
+// updateParsed applies the validated cfg (which it modifies) with the endpoint options opts
+// and, unless keepDirected, the directed read policies directed; on error nothing changes.
+// It returns, sorted, the configured endpoints whose pool was dialed with options other than
+// opts', Name aside.
+func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, keepDirected bool) (stale []string, err error) {
+	if gme.zero() {
+		return nil, ErrClosed
 	}
 	cfg.collapseTo(gme.pl.emulator)
 	gme.updateMu.Lock()
@@ -349,4 +360,20 @@ func initialState(p *pool.Pool) multiendpoint.State {
 		return multiendpoint.Unavailable
 	}
 	return multiendpoint.Recovering
+}
+
+// sampleBrownouts evaluates the brownout rule at a latency sample or an availability change
+// of p (brownouts.sample) and publishes the availability of the endpoints whose degraded
+// state changed. Called on a pool's goroutines with no lock held.
+func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
+	s := gme.snap.Load()
+	changes := gme.brown.sample(s, p, gme.pl.clock, gme.obs.brownout)
+	for _, c := range changes {
+		if q := s.pools[c.v.Endpoint]; q != nil {
+			gme.publish(q)
+		}
+	}
+	if len(changes) > 0 {
+		gme.changed.signal()
+	}
 }

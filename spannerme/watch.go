@@ -216,7 +216,7 @@ func (w *ConfigWatcher) reload() error {
 	if err != nil {
 		return w.fail(err)
 	}
-	fc, err := parseConfigFile(data, w.path)
+	fc, parsed, err := parseConfigFile(data, w.path)
 	w.mu.Lock()
 	unchanged := w.status.Applied > 0 && fc != nil && fc.Hash == w.status.Hash
 	if unchanged {
@@ -230,7 +230,7 @@ func (w *ConfigWatcher) reload() error {
 	if err != nil {
 		return w.fail(err)
 	}
-	stale, err := w.gme.updateFromFile(fc.Options, fc.Settings.EndpointOptions, fc.Settings.DirectedReads)
+	stale, err := w.gme.updateFromFile(parsed)
 	if err != nil {
 		return w.fail(fmt.Errorf("spannerme configuration: %s: applying: %w", w.path, err))
 	}
