@@ -417,10 +417,14 @@ func poolStatusOf(s pool.Status) PoolStatus {
 // value), when only the waiting calls are observed.
 func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	v := metricsView{waiting: gme.waiting.Load()}
-	if gme.snap.Load() == nil {
+	if gme.zero() {
 		return v, false
 	}
 	gme.mu.Lock()
+	if gme.closed {
+		gme.mu.Unlock()
+		return v, false
+	}
 	pools := gme.allPoolsLocked()
 	v.names = gme.namesLocked()
 	for p := range gme.retired {
