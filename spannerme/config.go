@@ -117,7 +117,7 @@ func parseConfig(o *grpcgcp.GCPMultiEndpointOptions) (*config, error) {
 			return nil, configErr(name, "", -1, "no endpoints")
 		}
 		if err := multiendpoint.ValidateDurations(name, meo.RecoveryTimeout, meo.SwitchingDelay); err != nil {
-			return nil, err
+			return nil, fromStateMachine(err)
 		}
 		g := groupConfig{name: name, recoveryTimeout: meo.RecoveryTimeout, switchingDelay: meo.SwitchingDelay}
 		seen := make(map[string]int, len(meo.Endpoints))

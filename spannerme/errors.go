@@ -24,15 +24,49 @@ var ErrInvalidConfig = multiendpoint.ErrInvalidConfig
 // the Spanner client does not retry: a closed GCPMultiEndpoint does not reopen.
 var ErrClosed = errors.New("spannerme: GCPMultiEndpoint is closed")
 
-// ConfigError describes one configuration mistake; use errors.As to get it. Its fields:
-//
-//	Group    string // the group (MultiEndpoint) name; "" when the mistake is not in a group
-//	Endpoint string // the offending endpoint, as given, if any
-//	Index    int    // the endpoint's position in the group's list, or -1
-//	Problem  string // what is wrong
-//
-// It wraps ErrInvalidConfig.
-type ConfigError = multiendpoint.ConfigError
+// ConfigError describes one configuration mistake; use errors.As to get it. It wraps
+// ErrInvalidConfig. Its text names the group and the endpoint, as in
+// `invalid MultiEndpoint configuration: group "east": endpoint 1 "psc-west2:443": duplicate
+// endpoint (same as "psc-west2:443" at position 0)`.
+type ConfigError struct {
+	// Group is the group (MultiEndpoint) name; "" when the mistake is not in a group.
+	Group string
+	// Endpoint is the offending endpoint as given, if the mistake concerns one.
+	Endpoint string
+	// Index is the endpoint's position in the group's list, or -1 when the mistake is not
+	// in a list.
+	Index int
+	// Problem says what is wrong, e.g. "duplicate endpoint (same as ...)"; for a setting,
+	// it starts with the setting's name.
+	Problem string
+}
+
+// Error returns ErrInvalidConfig's text, then the group, the endpoint and the problem.
+func (e *ConfigError) Error() string {
+	msg := ErrInvalidConfig.Error() + ": "
+	if e.Group != "" {
+		msg += fmt.Sprintf("group %q: ", e.Group)
+	}
+	if e.Index >= 0 {
+		msg += fmt.Sprintf("endpoint %d %q: ", e.Index, e.Endpoint)
+	} else if e.Endpoint != "" {
+		msg += fmt.Sprintf("endpoint %q: ", e.Endpoint)
+	}
+	return msg + e.Problem
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// fromStateMachine returns err, an error of internal/multiendpoint, with its *ConfigError
+// converted to this package's; any other error unchanged.
+func fromStateMachine(err error) error {
+	var ce *multiendpoint.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	return &ConfigError{Group: ce.Group, Endpoint: ce.Endpoint, Index: ce.Index, Problem: ce.Problem}
+}
 
 // permanentConnError reports whether a connection error of kind k is one that retrying the
 // connection does not fix: a TLS handshake that fails (a plaintext server dialed with TLS, a

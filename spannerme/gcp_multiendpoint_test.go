@@ -492,6 +492,10 @@ func TestConfigErrors(t *testing.T) {
 			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q, want ErrInvalidConfig containing %q", err, tc.want)
 			}
+			var ce *ConfigError // this package's, whichever part found the mistake
+			if !errors.As(err, &ce) || ce.Error() != err.Error() {
+				t.Fatalf("error %q (%T) is not a *spannerme.ConfigError", err, err)
+			}
 		})
 	}
 }

@@ -111,7 +111,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 				me.Close()
 			}
 			closeFresh()
-			return err
+			return fromStateMachine(err)
 		}
 		created[g.name] = me
 	}
