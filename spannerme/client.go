@@ -37,17 +37,12 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 // built from gmeCfg, and returns both. Use the GCPMultiEndpoint to reconfigure endpoints at
 // runtime and to read their status; route a call to a group with NewMEContext.
 //
-//   - Transport (docs/transport.md is the full account): opts (credentials, TLS, user
-//     agent, dial options, ...) apply to every endpoint's pool, dialed with gtransport.Dial
-//     and option.WithEndpoint(endpoint), and their dial options win over this package's.
-//     config's transport settings apply to every pool or are refused with a *ConfigError
-//     naming the setting; the dynamic channel pool and OMNI's location-aware routing are
-//     turned off with a logged notice.
-//   - Channels: each endpoint's pool keeps MinSize channels connected and grows up to
-//     MaxSize under load; each call goes to the channel with the fewest active streams (no
-//     session affinity: the client's one multiplexed session would pin every call to one
-//     channel). config.NumChannels sets MinSize when GRPCgcpConfig does not; DefaultPoolSize
-//     states the whole rule. The Spanner client itself sees one connection.
+//   - Transport: opts (credentials, TLS, user agent, dial options, ...) apply to every
+//     endpoint's pool, and config's transport settings apply to every pool or are refused
+//     with a *ConfigError naming the setting (docs/transport.md is the account of each).
+//   - Channels: each endpoint's pool is sized by the rule of DefaultPoolSize
+//     (config.NumChannels sets MinSize when GRPCgcpConfig does not), with no session
+//     affinity (docs/channels.md). The Spanner client itself sees one connection.
 //   - GRPCgcpConfig is used as given (copied), its pool sizes completed by that rule; a
 //     Method list in it applies affinity as grpcgcp does (SessionAffinityConfig is
 //     upstream's).

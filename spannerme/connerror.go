@@ -37,9 +37,8 @@ const (
 	// address accepts nothing, or accepts TCP and never answers.
 	ConnTimeout ConnErrorKind = "timeout"
 	// ConnTLS: the TLS handshake failed: certificate not trusted, wrong server name, a TLS
-	// alert, or a server that does not speak TLS. Retrying does not fix it: while every
-	// endpoint of a group fails so, its calls fail at once with FAILED_PRECONDITION naming
-	// them (docs/failure-semantics.md); every other kind is waited for.
+	// alert, or a server that does not speak TLS. Retrying does not fix it, so calls may
+	// fail fast on it (docs/failure-semantics.md, "Errors that name their cause").
 	ConnTLS ConnErrorKind = "tls"
 	// ConnHandshake: the HTTP/2 handshake failed after the connection was made (the server
 	// closed it, or did not speak HTTP/2, e.g. a TLS server dialed in plaintext).

@@ -41,56 +41,28 @@
 //
 // # Sessions and routing
 //
-// The Spanner client creates, refreshes and deletes its sessions (with multiplexed sessions,
-// one session per client) on its own contexts, which name no group. Those session calls use
-// the Default group while its current endpoint is available, and otherwise the first group,
-// by name, whose current endpoint is (the Default group when none is); a session call whose
-// context names a group uses that group. Queries, reads, DML, transactions and mutations use
-// the group of the context they are given, with that session: a session is valid through
-// every endpoint of one Spanner instance. So a client that starts while the Default group is
-// down creates its session through another group, and calls routed to a group that is up
-// are served.
-//
-// Routing picks the network path, not the replica: which replica serves a read-only request
-// is Spanner's choice unless the request carries DirectedReadOptions
-// (https://cloud.google.com/spanner/docs/directed-reads). A group with a policy
-// (Settings.DirectedReads, the configuration file's directedReads) adds it to the read-only
-// queries and reads routed through it that carry none of their own: single-use ones, those
-// of read-only transactions (begun by the request, or seen beginning read-only through this
-// GCPMultiEndpoint), and partitioned queries. Read-write transactions, DML and partitioned
-// DML go without it, as Spanner refuses directed reads there; a request's own options always
-// win; groups without a policy send every request unchanged. GroupStatus.DirectedReads and
-// the status page show each group's policy.
+// A call uses the group its context names (NewMEContext), else the Default group. The Spanner
+// client's own session calls name no group: they go to the Default group while its current
+// endpoint is available, else to another group whose endpoint is, so a client that starts
+// while the Default group is down still gets its session (docs/failure-semantics.md,
+// "Sessions"). Routing picks the network path, not the replica; a group can also pick the
+// replicas of its read-only requests (Settings.DirectedReads; docs/configuration.md,
+// "Directed reads per group").
 //
 // # Failure semantics
 //
-//   - Failover: while the current endpoint is down and before RecoveryTimeout has passed,
-//     calls to it fail fast with UNAVAILABLE (or wait while it is reconnecting), which the
-//     Spanner client retries; after RecoveryTimeout, calls go to the next available endpoint.
-//     A call never moves to another endpoint in the middle: a stream that breaks is resumed
-//     by the Spanner client on the current endpoint.
-//   - Removal by UpdateMultiEndpoints: the endpoint's pool takes no new calls, its in-flight
-//     calls (unary and streams) complete, and it is closed when they are done or after
-//     Settings.DrainTimeout.
-//   - Close: calls in flight end with CANCELED, as on a closed grpc.ClientConn. Closing the
-//     Spanner client of NewMultiEndpointClient* closes the GCPMultiEndpoint and its pools.
-//   - Several databases: clients of NewClient and Configurator (database/sql through
-//     go-sql-spanner) share one GCPMultiEndpoint of NewGCPMultiEndpointForSpanner, its pools,
-//     probes, metrics and status; their Close leaves it open, and only gme.Close closes it
-//     (docs/quickstart.md, "Several databases, and database/sql").
-//   - Configuration errors never half-apply: the previous configuration stays in force.
+// What happens on failover, switch-back, flapping, silent death, removal by
+// UpdateMultiEndpoints and Close, and what a call returns while no endpoint of its group can
+// connect, is in docs/failure-semantics.md. In short: a call in flight is never moved to
+// another endpoint: it completes, or fails with an error the Spanner client retries (with
+// CANCELED after Close); a configuration error never half-applies.
 //
 // # Channels and load
 //
-// Each endpoint's pool keeps MinSize channels (gRPC connections) connected, sends each call to
-// the channel with the fewest active streams, and adds a channel, up to MaxSize, whenever
-// every channel carries 100 streams (the limit per connection of Google's front ends); see
-// DefaultPoolSize for the sizing rule. There is no session affinity by default: the Spanner
-// client's calls all carry its one multiplexed session, and binding them to the session's
-// channel would carry 100 concurrent queries per endpoint at most (measured: 64 concurrent
-// queries use 4 of 4 channels; 450 concurrent streams through a 100-stream frontend open a
-// fifth). ClientConfig.NumChannels is the number of channels each endpoint keeps connected,
-// not a cap. SessionAffinityConfig gives upstream's affinity.
+// Each endpoint's channel pool sends each call to the channel with the fewest streams and
+// grows under load (DefaultPoolSize is the sizing rule); there is no session affinity by
+// default (SessionAffinityConfig gives upstream's). Why, and what ClientConfig.NumChannels
+// means here: docs/channels.md.
 //
 // # The Spanner client's transport
 //
@@ -126,11 +98,8 @@
 //
 // # Testing and offline use
 //
-// Package spannermetest provides fake PSC endpoints (fault-injecting TCP proxies) to test
-// failover configurations on one machine, and starts offline backends for them: an in-memory
-// Spanner (NewSpanner) or the installed emulator (StartEmulator). A client built without
-// credentials and network access can hang or fail looking for credentials for its built-in
-// metrics: give it option.WithoutAuthentication() and
-// spanner.ClientConfig{DisableNativeMetrics: true}. SPANNER_EMULATOR_HOST collapses every
-// group to the emulator, so failover is not exercised (docs/transport.md).
+// Package spannermetest provides fake PSC endpoints (fault-injecting TCP proxies) and offline
+// backends for them (an in-memory Spanner, the installed emulator), to test a failover
+// configuration on one machine; what an offline client needs is in docs/testing.md, "Offline
+// clients".
 package spannerme

@@ -205,13 +205,11 @@ func NewGCPMultiEndpoint(gmeCfg *grpcgcp.GCPMultiEndpointOptions, opts ...grpc.D
 // NewGCPMultiEndpointWithSettings is NewGCPMultiEndpoint with Settings beyond upstream's.
 //
 // gmeCfg is not modified and not retained. GRPCgcpConfig may be nil; its channel pool is
-// sized by the rule of DefaultPoolSize (MinSize 4 connected, growing up to 10 under load).
-// DialFunc, if set, dials each pool (it receives the endpoint and the dial options);
-// otherwise grpc.NewClient does. opts come after this package's dial options (grpc_gcp
-// balancer, reconnect backoff, keepalive, no channel idleness), so they win; a resolver in
-// opts (grpc.WithResolvers, for the dns scheme too) is used. A grpc.WaitForReady(true) among
-// the default call options of opts (grpc.WithDefaultCallOptions) applies to every call as if
-// the call gave it (see Invoke); default call options that only a DialFunc adds are not seen.
+// sized by the rule of DefaultPoolSize. DialFunc, if set, dials each pool (it receives the
+// endpoint and the dial options); otherwise grpc.NewClient does. opts come after this
+// package's dial options, so they win, and a grpc.WaitForReady(true) among their default
+// call options applies to every call as if the call gave it (see Invoke); which options, and
+// what a resolver or a DialFunc in them changes: docs/transport.md, "Dial options: yours win".
 //
 // Each pool tracks its calls' outcomes and probes its endpoint (settings.Health, with
 // UnimplementedMethodProbe unless settings.Health.Probe is set): an endpoint whose calls fail

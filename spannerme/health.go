@@ -20,19 +20,10 @@ import (
 // lost connection), and it is readmitted when a probe passes. It is on by default; the zero
 // value takes every default. Settings are fixed when the GCPMultiEndpoint is created.
 //
-// What counts: UNAVAILABLE answered on a live connection (by the backend or a frontend, or
-// HTTP 502/503/504 from a proxy) and a stream reset are failures; a call whose deadline passed
-// before any answer is a timeout, which only makes the endpoint suspect (a probe decides);
-// everything else the backend answered is a success, application errors included (NOT_FOUND,
-// INVALID_ARGUMENT, ABORTED, ALREADY_EXISTS, FAILED_PRECONDITION, PERMISSION_DENIED, ...); a
-// call the caller cancelled counts for nothing, and so does a call that failed while the
-// endpoint's pool had no ready connection (the connectivity monitor handles that). A call
-// whose connection went away (the UNAVAILABLE gRPC's transport gives it: "transport is
-// closing", "error reading from server: ...", "connection error: desc = ...", GOAWAY, "the
-// connection is draining") counts for nothing either: one frontend restart with 40 streams in
-// flight is one connectivity event, not 40 failures, and an endpoint whose connections keep
-// failing is the connectivity monitor's (RecoveryTimeout). A probe answered CANCELED, or whose
-// connection went away, decides nothing: it is sent again after ProbeInterval.
+// What counts as a failure (UNAVAILABLE answered on a live connection, a stream reset), as
+// a timeout (a deadline passed before any answer: the endpoint becomes suspect and a probe
+// decides) or as nothing (a lost connection, a call the caller cancelled), per gRPC code and
+// transport error: docs/health.md, "What a call counts as". Application errors are successes.
 //
 // Calls are counted in classes, each against the thresholds on its own: reads, writes
 // (Commit, DML, batch DML, read-write BeginTransaction), session calls, and other calls
@@ -106,22 +97,12 @@ type HealthSettings struct {
 	Brownout BrownoutSettings
 }
 
-// BrownoutSettings tunes brownout detection (docs/health.md, "Brownout"). Every endpoint is
-// sent a latency probe (HealthSettings.Probe, the same RPC on every endpoint, the current
-// one included) every ProbeInterval; an endpoint's latency is the median of its last three
-// successful latency probes (a probe that reaches HealthSettings.ProbeTimeout counts as that
-// long; a failed one counts for nothing, here or as a call outcome).
-//
-// In each group, endpoint E is degraded once, at every latency sample for at least Window,
-// lat(E) >= Ratio x F and lat(E) - F >= Margin, where F is the lowest latency of the group's
-// OTHER endpoints that are available (connected, not ejected) and measured. It is no longer
-// degraded once lat(E) < max(1, Ratio/2) x F or lat(E) - F < Margin/2 has held for Window
-// (hysteresis), or at once when there is no such F (a degraded endpoint is better than
-// none). A degraded endpoint is not available to that group: RecoveryTimeout, then failover,
-// as for a lost connection; back after SwitchingDelay once it is no longer degraded. Both a
-// ratio and a margin are required, so that an endpoint that is merely farther (60ms against
-// 20ms) or slow like every other endpoint never moves traffic. The rule is
-// internal/brownout's.
+// BrownoutSettings tunes brownout detection: every endpoint is sent a latency probe
+// (HealthSettings.Probe) every ProbeInterval, and in each group an endpoint at least Ratio
+// times and at least Margin slower than the fastest other available endpoint, for Window, is
+// degraded: not available to that group (RecoveryTimeout, then failover, as for a lost
+// connection) until it is fast again. The rule, its hysteresis and its cost are in
+// docs/health.md, "Brownout" (the rule is internal/brownout's).
 //
 // The zero value takes every default. A Ratio below 1 (other than 0), NaN or infinite, and
 // negative durations are configuration errors (*ConfigError naming the field).

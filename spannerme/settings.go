@@ -61,26 +61,19 @@ type Settings struct {
 	// read-only query and read routed through the group (unary and streaming ExecuteSql and
 	// Read, partitioned queries included) that has none of its own, so that, say, the "west"
 	// group's readers read west replicas, or an analytics group reads only READ_ONLY ones.
-	// Read-only means: a single-use read-only transaction (or none: Spanner's default), a
-	// read-only transaction the request begins, or one named by the ID of a read-only
-	// transaction this GCPMultiEndpoint saw begin (by BeginTransaction, or inline through a
-	// group with a policy; the latest 8192 are remembered). Read-write transactions, DML,
-	// partitioned DML and every other request are sent unchanged (Spanner refuses directed
-	// reads in read-write transactions), and a request's own DirectedReadOptions always win.
-	// The caller's request messages are never modified. A group without an entry, and every
-	// group when DirectedReads is nil, sends its requests unchanged at no cost. Entries of
+	// Which requests count as read-only, and what is sent unchanged (read-write
+	// transactions, DML, a request with options of its own): docs/configuration.md,
+	// "Directed reads per group". The caller's request messages are never modified. A group
+	// without an entry, and every group when DirectedReads is nil, sends its requests
+	// unchanged at no cost. Entries of
 	// groups not configured (yet) are allowed; they apply once such a group exists. The
 	// options are copied when the GCPMultiEndpoint is created (and at each reload of a watched
 	// file, which replaces them with the file's). Each entry must set includeReplicas or
 	// excludeReplicas with 1 to MaxReplicaSelections selections, each naming a location, a
 	// type (READ_ONLY or READ_WRITE) or both; else a *ConfigError naming the group.
 	DirectedReads map[string]*spannerpb.DirectedReadOptions
-	// Logger receives one line per transition, never one per call: an endpoint down (Warn,
-	// with the classified connection error), up (Info), a failed connection attempt while it
-	// is down (Warn, once per kind of error), each ejection (Warn) and readmission (Info) of an
-	// endpoint by health from call outcomes (HealthSettings), each switch of a group's current
-	// endpoint (Info), unknown group names (Warn, once per name) and pool retirement. Nil means
-	// slog.Default().
+	// Logger receives one line per transition, never one per call (docs/observability.md,
+	// "Logs", lists them). Nil means slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives the OpenTelemetry metrics (docs/observability.md lists the instruments,
 	// under Observability). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider

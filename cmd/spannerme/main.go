@@ -3,18 +3,10 @@
 //	spannerme check --config FILE --database projects/P/instances/I/databases/D [--json]
 //	spannerme query --config FILE --database D [--group NAME] --sql "SELECT 1"
 //
-// check tests every endpoint of every group, step by step: name resolution, TCP connect, TLS
-// handshake (with the endpoint's authority as server name), gRPC ready, one Spanner call
-// (GetSession of a session that does not exist: NOT_FOUND means the backend answered), and the
-// database (a session created in it, SELECT 1 in that session, the session deleted: it fails
-// for a database that does not exist or that the credentials may not use; nothing is
-// written), each with its latency and error. It prints a table, or JSON with --json. Exit
-// status: 0 when every group has a working endpoint (one whose every step passed), 1 when a
-// group has none, 2 on a bad configuration file or bad flags.
-//
-// query runs one SQL query through a group, as an application would, and prints the rows and
-// the endpoint that served them. Exit status: 0 on success, 1 when the query fails, 2 on a
-// bad configuration file or bad flags.
+// check tests every endpoint of every group step by step (name resolution, TCP, TLS, gRPC,
+// one Spanner call, the database) and prints a table, or JSON with --json. query runs one SQL
+// query through a group, as an application would, and prints the rows and the endpoint that
+// served them. docs/cli.md describes each step, the output and the exit status.
 //
 // Both use Application Default Credentials and TLS unless --no-auth (no credentials) and
 // --plaintext (no TLS) say otherwise, as for the Cloud Spanner emulator.

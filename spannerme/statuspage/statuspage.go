@@ -35,11 +35,8 @@ type Source interface {
 }
 
 // Handler returns an http.Handler that serves src's Status: as one HTML page a person
-// reads at a glance (each group with its current endpoint, each endpoint's state and the
-// reason it is down, each pool, and a timeline of the recent switches of each group; the
-// page refreshes itself every 2 seconds; an endpoint with a name, EndpointOptions.Name, is
-// shown by its name next to its address, and by its name alone on the timeline's lanes),
-// and as JSON (the encoding/json form of
+// reads at a glance (docs/observability.md, "Status page", says what it shows), which
+// refreshes itself every 2 seconds, and as JSON (the encoding/json form of
 // spannerme.Status, indented) when the request asks for it with ?format=json, a path ending
 // in ".json", or an Accept header that prefers application/json (it names application/json
 // and not text/html); ?format= with any other value asks for the page. Both are sent with
