@@ -43,16 +43,7 @@ type ConfigError struct {
 
 // Error returns ErrInvalidConfig's text, then the group, the endpoint and the problem.
 func (e *ConfigError) Error() string {
-	msg := ErrInvalidConfig.Error() + ": "
-	if e.Group != "" {
-		msg += fmt.Sprintf("group %q: ", e.Group)
-	}
-	if e.Index >= 0 {
-		msg += fmt.Sprintf("endpoint %d %q: ", e.Index, e.Endpoint)
-	} else if e.Endpoint != "" {
-		msg += fmt.Sprintf("endpoint %q: ", e.Endpoint)
-	}
-	return msg + e.Problem
+	return multiendpoint.ConfigErrorText(e.Group, e.Endpoint, e.Index, e.Problem)
 }
 
 // Unwrap returns ErrInvalidConfig.

@@ -124,17 +124,22 @@ type ConfigError struct {
 	Problem string
 }
 
-func (e *ConfigError) Error() string {
+func (e *ConfigError) Error() string { return ConfigErrorText(e.Group, e.Endpoint, e.Index, e.Problem) }
+
+// ConfigErrorText is the text of a configuration mistake: ErrInvalidConfig's, then the
+// group (when not ""), the endpoint (with its index when index >= 0) and the problem. Every
+// ConfigError type of this module writes its text with it.
+func ConfigErrorText(group, endpoint string, index int, problem string) string {
 	msg := ErrInvalidConfig.Error() + ": "
-	if e.Group != "" {
-		msg += fmt.Sprintf("group %q: ", e.Group)
+	if group != "" {
+		msg += fmt.Sprintf("group %q: ", group)
 	}
-	if e.Index >= 0 {
-		msg += fmt.Sprintf("endpoint %d %q: ", e.Index, e.Endpoint)
-	} else if e.Endpoint != "" {
-		msg += fmt.Sprintf("endpoint %q: ", e.Endpoint)
+	if index >= 0 {
+		msg += fmt.Sprintf("endpoint %d %q: ", index, endpoint)
+	} else if endpoint != "" {
+		msg += fmt.Sprintf("endpoint %q: ", endpoint)
 	}
-	return msg + e.Problem
+	return msg + problem
 }
 
 // Unwrap returns ErrInvalidConfig.
