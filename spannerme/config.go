@@ -25,7 +25,10 @@ import (
 //     channels is configured via MaxSize");
 //   - only MinSize set: MaxSize = max(MinSize, DefaultMaxPoolSize);
 //   - neither: MinSize = ClientConfig.NumChannels if set (client constructors), else
-//     DefaultPoolSize; MaxSize = max(MinSize, DefaultMaxPoolSize);
+//     DefaultPoolSize; MaxSize = max(MinSize, DefaultMaxPoolSize). With
+//     ClientConfig.DynamicChannelPoolConfig.DCPEnabled (which is then turned off), its
+//     DCPInitialChannels, if set, stands for DefaultPoolSize and its DCPMaxChannels, if
+//     set, for DefaultMaxPoolSize;
 //   - MaxConcurrentStreamsLowWatermark 0: DefaultStreamsPerChannel.
 //
 // So an endpoint carries up to MaxSize x 100 concurrent calls before calls queue for a

@@ -61,7 +61,8 @@ type HealthSettings struct {
 	// MaxEjectionTime means 300s (both gRFC A50's defaults).
 	BaseEjectionTime time.Duration
 	MaxEjectionTime  time.Duration
-	// ProbeTimeout is the deadline of one probe. Zero means 2s.
+	// ProbeTimeout is the deadline of one probe. Zero means 2s: a probe is one small RPC, and
+	// 2s tolerates a loaded backend.
 	ProbeTimeout time.Duration
 	// ProbeInterval: an endpoint that had no successful call for this long is probed (a
 	// standby, or an idle current endpoint), so that a standby whose path silently died is

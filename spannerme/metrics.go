@@ -33,7 +33,8 @@ const (
 	AttrEndpointState = "spannerme.endpoint.state"
 	// AttrSwitchReason is a SwitchReason: fallback, recovery or reconfiguration.
 	AttrSwitchReason = "spannerme.switch.reason"
-	// AttrEjectionReason says why outcome-based health ejected an endpoint.
+	// AttrEjectionReason says why outcome-based health ejected an endpoint: an EjectionReason
+	// in its String form (EjectionReason lists the values).
 	AttrEjectionReason = "spannerme.ejection.reason"
 	// AttrGRPCStatusCode is the call's gRPC status code as an integer (0 is OK), as in the
 	// OpenTelemetry semantic conventions for gRPC.

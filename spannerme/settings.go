@@ -75,8 +75,8 @@ type Settings struct {
 	// Logger receives one line per transition, never one per call (docs/observability.md,
 	// "Logs", lists them). Nil means slog.Default().
 	Logger *slog.Logger
-	// MeterProvider receives the OpenTelemetry metrics (docs/observability.md lists the instruments,
-	// under Observability). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider
+	// MeterProvider receives the OpenTelemetry metrics (docs/observability.md, "Metrics", lists
+	// the instruments). Nil means the Spanner client's ClientConfig.OpenTelemetryMeterProvider
 	// for NewMultiEndpointClient*, else otel.GetMeterProvider() (a no-op until an SDK is
 	// installed there). Pass noop.NewMeterProvider() to record nothing. Two
 	// GCPMultiEndpoints with the same group names should not share a provider: their

@@ -35,9 +35,9 @@ import (
 // stream however many clients and databases use it.
 //
 // config's settings that shape the pools (NumChannels, DynamicChannelPoolConfig, Compression,
-// and Type OMNI's UsePlainText, TLS files, Username and Password) are fixed here: every
-// client over the GCPMultiEndpoint must ask for the same ones (NewClient). Its other settings
-// are the clients' own. config and gmeCfg are not modified.
+// Type OMNI or not, and OMNI's UsePlainText, TLS files, Username and Password) are fixed
+// here: every client over the GCPMultiEndpoint must ask for the same ones (NewClient). Its
+// other settings are the clients' own. config and gmeCfg are not modified.
 //
 // Errors: those of NewMultiEndpointClientWithSettings but spanner.NewClientWithConfig's. On
 // error every pool dialed so far is closed.
