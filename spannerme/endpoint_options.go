@@ -29,8 +29,9 @@ type EndpointOptions struct {
 	// means no name: every place shows the address alone.
 	//
 	// Unlike Authority, a new Name takes effect at once, for a pool already dialed too, when
-	// a ConfigWatcher applies a file edit that changes it: it needs no restart. Metric
-	// series of the endpoint continue under the new name from then on. A retired pool
+	// a ConfigWatcher applies a file edit that changes it: it needs no restart. From then on
+	// the endpoint's metrics are recorded under the new name (AttrEndpointName), which starts
+	// new series; those under the old name stop. A retired pool
 	// (draining after its endpoint was removed) keeps the name it had.
 	Name string
 }

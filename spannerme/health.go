@@ -53,7 +53,10 @@ type HealthSettings struct {
 	// At most 100.
 	FailurePercentage int
 	// MinimumCalls is the call volume FailurePercentage needs within one Interval. Zero
-	// means 20.
+	// means 20: with FailurePercentage 50 that is at least 11 failures, about as many as
+	// ConsecutiveFailures asks, while one endpoint of one Spanner client may carry a few
+	// calls per second (Envoy's default, 50, is sized for hosts of a large cluster:
+	// failure_percentage_request_volume, envoy/config/cluster/v3/outlier_detection.proto).
 	MinimumCalls int
 	// BaseEjectionTime is how long a first ejection lasts; the n-th lasts n times longer
 	// (n shrinks after healthy intervals), at most MaxEjectionTime. Then the endpoint is
