@@ -322,7 +322,7 @@ func (gme *GCPMultiEndpoint) zero() bool { return gme.stop == nil }
 
 // logger is gme's logger, or slog's default for a nil or zero-value gme.
 func (gme *GCPMultiEndpoint) logger() *slog.Logger {
-	if gme == nil || gme.log == nil {
+	if gme == nil || gme.zero() {
 		return slog.Default()
 	}
 	return gme.log
