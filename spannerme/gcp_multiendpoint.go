@@ -328,6 +328,25 @@ func (gme *GCPMultiEndpoint) logger() *slog.Logger {
 	return gme.log
 }
 
+// addFront registers p, the front of a Spanner client over gme: Status counts it and Close
+// closes it. It returns false, registering nothing, once gme is closed (or a zero value).
+func (gme *GCPMultiEndpoint) addFront(p *frontPool) bool {
+	gme.mu.Lock()
+	defer gme.mu.Unlock()
+	if gme.closed || gme.zero() {
+		return false
+	}
+	gme.fronts[p] = struct{}{}
+	return true
+}
+
+// dropFront forgets p, a front its client closed; a no-op after Close, which closed it.
+func (gme *GCPMultiEndpoint) dropFront(p *frontPool) {
+	gme.mu.Lock()
+	delete(gme.fronts, p)
+	gme.mu.Unlock()
+}
+
 // GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size
 // included; nil for a zero-value GCPMultiEndpoint.
 func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
