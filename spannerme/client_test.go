@@ -4,6 +4,7 @@ import (
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -672,5 +673,63 @@ func TestCase_F8_UpdateKeepsEmulatorRewrite(t *testing.T) {
 	}
 	if n, err := countAccounts(NewMEContext(context.Background(), "west"), client); err != nil || n == 0 {
 		t.Errorf("query after the update: %d, %v", n, err)
+	}
+}
+
+// F8: with SPANNER_EMULATOR_HOST set, a watched configuration file keeps every group on the
+// emulator, at WatchConfig's first reading and at a later reload (both apply the file's
+// parsed form, not UpdateMultiEndpoints).
+func TestCase_F8_WatchedFileKeepsEmulatorRewrite(t *testing.T) {
+	b := startSpannerBackend(t, 1)
+	t.Setenv(emulatorHostEnv, b.eps[0].Addr())
+	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, "psc-east4.invalid:443")})
+	gme, err := NewGCPMultiEndpointForSpanner(b.database, fixture.ClientConfig(), o, fastSettings(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme.Close()
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	file := func(west string) string {
+		return "default: default\nmultiEndpoints:\n  default:\n    endpoints: [psc-east4.invalid:443, psc-east4-b.invalid:443]\n" +
+			"  west:\n    endpoints: [" + west + "]\n"
+	}
+	writeFile(t, path, file("psc-west2.invalid:443"))
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	onlyEmulator := func(when string) {
+		t.Helper()
+		st := gme.Status()
+		if len(st.Groups) != 2 {
+			t.Fatalf("%s: %d groups, want the file's 2", when, len(st.Groups))
+		}
+		for _, g := range st.Groups {
+			if len(g.Endpoints) != 1 || g.Endpoints[0].Endpoint != b.eps[0].Addr() {
+				t.Errorf("%s: group %s: %+v, want only the emulator", when, g.Name, g.Endpoints)
+			}
+		}
+		if len(st.Pools) != 1 || st.Pools[0].Endpoint != b.eps[0].Addr() {
+			t.Errorf("%s: pools %+v, want the emulator's only", when, st.Pools)
+		}
+	}
+	onlyEmulator("first reading")
+	edited := file("psc-west2.invalid:443, psc-west2-b.invalid:443")
+	writeByRename(t, path, edited)
+	eventually(t, 20*time.Second, "the edit applied", func() bool {
+		s := w.Status()
+		return s.Applied == 2 && s.Hash == hashOf(edited) && s.LastError == nil
+	})
+	onlyEmulator("reload")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	client, err := NewClient(ctx, b.database, gme, fixture.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if n, err := countAccounts(NewMEContext(ctx, "west"), client); err != nil || n == 0 {
+		t.Errorf("query through west after the reload: %d, %v", n, err)
 	}
 }

@@ -86,9 +86,7 @@ func (p *frontPool) Close() error {
 	case configuratorFront:
 		return nil
 	}
-	p.gme.mu.Lock()
-	delete(p.gme.fronts, p) // a no-op after gme.Close, which closed the front
-	p.gme.mu.Unlock()
+	p.gme.dropFront(p)
 	return p.conn.Close() // a second Close returns ErrClientConnClosing, ignored by the Spanner client
 }
 
@@ -117,13 +115,7 @@ func newFrontPool(gme *GCPMultiEndpoint, kind frontKind) (*frontPool, error) {
 		return nil, err
 	}
 	p := &frontPool{conn: front, gme: gme, kind: kind}
-	gme.mu.Lock()
-	closed := gme.closed || gme.zero()
-	if !closed {
-		gme.fronts[p] = struct{}{}
-	}
-	gme.mu.Unlock()
-	if closed {
+	if !gme.addFront(p) {
 		front.Close()
 		return nil, ErrClosed
 	}

@@ -322,10 +322,29 @@ func (gme *GCPMultiEndpoint) zero() bool { return gme.stop == nil }
 
 // logger is gme's logger, or slog's default for a nil or zero-value gme.
 func (gme *GCPMultiEndpoint) logger() *slog.Logger {
-	if gme == nil || gme.log == nil {
+	if gme == nil || gme.zero() {
 		return slog.Default()
 	}
 	return gme.log
+}
+
+// addFront registers p, the front of a Spanner client over gme: Status counts it and Close
+// closes it. It returns false, registering nothing, once gme is closed (or a zero value).
+func (gme *GCPMultiEndpoint) addFront(p *frontPool) bool {
+	gme.mu.Lock()
+	defer gme.mu.Unlock()
+	if gme.closed || gme.zero() {
+		return false
+	}
+	gme.fronts[p] = struct{}{}
+	return true
+}
+
+// dropFront forgets p, a front its client closed; a no-op after Close, which closed it.
+func (gme *GCPMultiEndpoint) dropFront(p *frontPool) {
+	gme.mu.Lock()
+	delete(gme.fronts, p)
+	gme.mu.Unlock()
 }
 
 // GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size

@@ -397,7 +397,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 // brownoutStatus returns endpoint's brownout status in group; nil when off (or for a zero
 // value).
 func (gme *GCPMultiEndpoint) brownoutStatus(group, endpoint string) *BrownoutStatus {
-	if gme.brown == nil {
+	if gme.zero() {
 		return nil
 	}
 	return gme.brown.statusOf(group, endpoint)

@@ -120,10 +120,7 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 	w := &ConfigWatcher{gme: gme, path: path, base: filepath.Base(path), opts: opts, log: opts.Logger,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if w.log == nil {
-		w.log = gme.log
-	}
-	if w.log == nil { // a zero-value GCPMultiEndpoint
-		w.log = slog.Default()
+		w.log = gme.logger() // slog's default for a zero-value GCPMultiEndpoint
 	}
 	w.status.Path = path
 	// The directory is watched before the first reading, so that an edit made meanwhile is
