@@ -66,11 +66,11 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 // setting, each before any endpoint is dialed; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
-	gme, err := newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
+	gme, tr, err := newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := newClient(ctx, gme, database, config, opts, ownerFront)
+	client, err := newPlannedClient(ctx, gme, database, tr, opts, ownerFront)
 	if err != nil {
 		gme.Close() // closes the front too
 		return nil, nil, err
@@ -80,17 +80,18 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 
 // newSpannerGCPMultiEndpoint builds the GCPMultiEndpoint of the client constructors: pools
 // dialed with gtransport and opts, shaped by config's transport settings, probed with
-// SpannerProbe(database) unless settings name a probe. Nothing is logged of config's
-// settings here: newClient logs them for each client. Errors: those of
-// NewMultiEndpointClientWithSettings but the client's.
+// SpannerProbe(database) unless settings name a probe. It also returns config's
+// planTransport, which a client over the GCPMultiEndpoint built with config uses as it is.
+// Nothing is logged of config's settings here: the client constructors log them for each
+// client. Errors: those of NewMultiEndpointClientWithSettings but the client's.
 func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
-	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts []option.ClientOption) (*GCPMultiEndpoint, error) {
+	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts []option.ClientOption) (*GCPMultiEndpoint, *clientTransport, error) {
 	if err := checkDatabase(database); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	parsed, err := parseConfig(gmeCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if settings.Health.Probe == nil {
 		settings.Health.Probe = SpannerProbe(database)
@@ -100,11 +101,11 @@ func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
 	}
 	s, err := settings.parse()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tr, err := planTransport(config, gmeCfg.DialFunc != nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pl := plumbing{poolSettings: poolSettingsOf(config)}
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
@@ -122,7 +123,11 @@ func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
 		pl.callDefaults = clientDefaultCallOptions(opts) // e.g. WaitForReady
 		pl.ownDialer = true
 	}
-	return newGCPMultiEndpoint(parsed, &cfg, s, pl, tr.dialOpts)
+	gme, err := newGCPMultiEndpoint(parsed, &cfg, s, pl, tr.dialOpts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return gme, tr, nil
 }
 
 // emulatorOptions returns SPANNER_EMULATOR_HOST and, when it is set, the client options the

@@ -43,7 +43,8 @@ import (
 // error every pool dialed so far is closed.
 func NewGCPMultiEndpointForSpanner(database string, config spanner.ClientConfig, gmeCfg *grpcgcp.GCPMultiEndpointOptions,
 	settings Settings, opts ...option.ClientOption) (*GCPMultiEndpoint, error) {
-	return newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
+	gme, _, err := newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
+	return gme, err
 }
 
 // NewClient creates a Spanner client for database ("projects/P/instances/I/databases/D", any
@@ -80,7 +81,7 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 	if gme == nil {
 		return nil, ErrClosed
 	}
-	return newClient(ctx, gme, database, config, opts, clientFront)
+	return newClient(ctx, gme, database, config, opts)
 }
 
 // Configurator returns a function with the signature of go-sql-spanner's
@@ -131,6 +132,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 			err = errFront
 		}
 		if err == nil {
+			logTransport(gme, tr)
 			*config, *opts = tr.client, spannerClientOptions(tr, *opts, front)
 			return
 		}
@@ -149,9 +151,9 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 	}
 }
 
-// newClient creates a Spanner client over gme with a front of kind ownerFront or
-// clientFront: the core of NewMultiEndpointClient* and NewClient.
-func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, config spanner.ClientConfig, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
+// newClient is NewClient of a non-nil gme: it checks database and config against gme, then
+// creates the client.
+func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, config spanner.ClientConfig, opts []option.ClientOption) (*spanner.Client, error) {
 	if err := checkDatabase(database); err != nil {
 		return nil, err
 	}
@@ -159,6 +161,13 @@ func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, conf
 	if err != nil {
 		return nil, err
 	}
+	return newPlannedClient(ctx, gme, database, tr, opts, clientFront)
+}
+
+// newPlannedClient creates a Spanner client for database over gme with a front of kind
+// ownerFront or clientFront, with tr, config's checked planTransport, whose notices it logs.
+func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database string, tr *clientTransport, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
+	logTransport(gme, tr)
 	front, err := newFrontPool(gme, kind)
 	if err != nil {
 		return nil, err
@@ -171,9 +180,9 @@ func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, conf
 	return client, nil
 }
 
-// planClient checks config for a Spanner client over gme (NewMultiEndpointClient*, NewClient,
-// Configurator) and returns its planTransport, whose notices it logs. Errors: ErrClosed; a *ConfigError for a refused setting or a pool
-// setting other than gme's.
+// planClient checks config for a Spanner client over gme (NewClient, Configurator) and
+// returns its planTransport. Errors: ErrClosed; a *ConfigError for a refused setting or a
+// pool setting other than gme's.
 func planClient(gme *GCPMultiEndpoint, config spanner.ClientConfig) (*clientTransport, error) {
 	if gme == nil || gme.zero() {
 		return nil, ErrClosed
@@ -185,13 +194,17 @@ func planClient(gme *GCPMultiEndpoint, config spanner.ClientConfig) (*clientTran
 	if err := checkPoolSettings(gme.pl.poolSettings, config); err != nil {
 		return nil, err
 	}
+	return tr, nil
+}
+
+// logTransport logs tr's notices on gme's logger, once for each client configured with it.
+func logTransport(gme *GCPMultiEndpoint, tr *clientTransport) {
 	for _, n := range tr.infos {
 		gme.log.Info("spannerme: " + n)
 	}
 	for _, n := range tr.notices {
 		gme.log.Warn("spannerme: " + n)
 	}
-	return tr, nil
 }
 
 // spannerClientOptions returns the options of a Spanner client over front: opts (not modified),
