@@ -23,7 +23,7 @@ import (
 // What counts as a failure (UNAVAILABLE answered on a live connection, a stream reset), as
 // a timeout (a deadline passed before any answer: the endpoint becomes suspect and a probe
 // decides) or as nothing (a lost connection, a call the caller cancelled), per gRPC code and
-// transport error: docs/health.md, "What a call counts as". Application errors are successes.
+// transport error: the table in docs/health.md. Application errors are successes.
 //
 // Calls are counted in classes, each against the thresholds on its own: reads, writes
 // (Commit, DML, batch DML, read-write BeginTransaction), session calls, and other calls
