@@ -74,8 +74,8 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// regressions are runs that once broke an invariant, replayed with their seed and duration.
-var regressions = []struct {
+// onceFailed are runs that once broke an invariant, replayed with their seed and duration.
+var onceFailed = []struct {
 	seed        uint64
 	duration    time.Duration
 	noFrontends bool
@@ -86,11 +86,11 @@ var regressions = []struct {
 		"atomically; workers now own their accounts, and sums are checked mid-run only where reads are atomic"},
 }
 
-func TestSoakRegressions(t *testing.T) {
+func TestSoakSeedsThatOnceFailed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("regression soaks take their whole duration; -short skips them")
+		t.Skip("these soaks take their whole duration; -short skips them")
 	}
-	for _, rg := range regressions {
+	for _, rg := range onceFailed {
 		t.Run(fmt.Sprintf("seed%d_%v_frontends=%v", rg.seed, rg.duration, !rg.noFrontends), func(t *testing.T) {
 			t.Logf("once failed: %s", rg.why)
 			runSoakTB(t, Config{Seed: rg.seed, Duration: rg.duration, NoFrontends: rg.noFrontends})
