@@ -109,7 +109,9 @@ func checkDirectedReadOptions(o *spannerpb.DirectedReadOptions) string {
 // seen) transaction gets no policy, which Spanner always accepts. An ID is remembered with
 // its session: Spanner documents a transaction ID as opaque, unique only within its session
 // as far as a client may know, so the same bytes in another session (of another client or
-// database sharing this GCPMultiEndpoint) never count. Safe for concurrent use.
+// database sharing this GCPMultiEndpoint) never count. Its methods judge whether a request
+// runs read-only and add a group's policy to it (withDirectedReads), and learn the IDs from
+// replies (noteBegin). Safe for concurrent use.
 type readOnlyTxns struct {
 	mu   sync.Mutex // guards ids, ring and next
 	ids  map[string]struct{}
