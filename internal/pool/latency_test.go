@@ -174,9 +174,11 @@ func TestLatencyProbesMedianOfTheLastThree(t *testing.T) {
 }
 
 // The latency probe's own deadline counts as a sample of Timeout (the endpoint is at least
-// that slow), and a pool without latency options reports no latency.
+// that slow), and a pool without latency options reports no latency. The deadline runs in
+// real time: a probe that could not even open its stream before it is no sample, so it
+// leaves a loaded machine (CI, under -race) ample time to open one.
 func TestLatencyProbeTimeoutIsASample(t *testing.T) {
-	const interval, timeout = time.Second, 50 * time.Millisecond
+	const interval, timeout = time.Second, time.Second
 	clk := clock.NewFake(time.Time{})
 	obs := &latencyObserver{}
 	p, _ := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: timeout, Probe: hangingProbe})
