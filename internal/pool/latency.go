@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
@@ -121,10 +123,25 @@ func (p *Pool) measureLatency() (time.Duration, bool) {
 		return end.Sub(at), true
 	case !wasSent, wait > l.timeout/2:
 		return 0, false // it waited (most of its timeout) for a free stream: no latency of the endpoint
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case reachedDeadline(ctx, err, l.timeout):
 		return max(end.Sub(at), l.timeout-wait), true // at least that slow
 	}
 	return 0, false
+}
+
+// reachedDeadline reports whether err, the error of a probe sent with ctx, ended it at ctx's
+// deadline: ctx ended with it, or the answer is DEADLINE_EXCEEDED with at most a tenth of
+// timeout left. The second case is the server's own answer at that deadline, which gRPC
+// sends it (grpc-timeout) and which it may enforce an instant before ctx's timer fires on
+// this side; gRPC also reads a server's RST_STREAM CANCEL as DEADLINE_EXCEEDED once the
+// deadline has passed (grpc-go internal/transport/http2_client.go, handleRSTStream). A DEADLINE_EXCEEDED with more time left is a deadline of the server's
+// own: a failure, no sample. Deadlines are real time, as context's are.
+func reachedDeadline(ctx context.Context, err error, timeout time.Duration) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(d) <= timeout/10
 }
 
 // stopLatency stops the latency probes' timer; a tick already running finishes (stopHealth

@@ -174,11 +174,9 @@ func TestLatencyProbesMedianOfTheLastThree(t *testing.T) {
 }
 
 // The latency probe's own deadline counts as a sample of Timeout (the endpoint is at least
-// that slow), and a pool without latency options reports no latency. The deadline runs in
-// real time: a probe that could not even open its stream before it is no sample, so it
-// leaves a loaded machine (CI, under -race) ample time to open one.
+// that slow), and a pool without latency options reports no latency.
 func TestLatencyProbeTimeoutIsASample(t *testing.T) {
-	const interval, timeout = time.Second, time.Second
+	const interval, timeout = time.Second, 50 * time.Millisecond
 	clk := clock.NewFake(time.Time{})
 	obs := &latencyObserver{}
 	p, _ := readyPool(t, clk, obs, LatencyOptions{Interval: interval, Timeout: timeout, Probe: hangingProbe})
@@ -225,6 +223,51 @@ func TestLatencyForgottenWithoutAReadyConnection(t *testing.T) {
 	}
 	if n := obs.count() - reports; n != 1 {
 		t.Fatalf("%d latency reports for the loss of the samples, want 1", n)
+	}
+}
+
+// A sent probe that the server answers DEADLINE_EXCEEDED at the probe's deadline, an instant
+// before the probe's own context ends (a server enforcing the grpc-timeout it was sent), is a
+// sample of Timeout; one answered DEADLINE_EXCEEDED with most of its time left (a deadline of
+// the server's own) is a failure, no sample.
+func TestLatencyProbeAnsweredDeadlineExceeded(t *testing.T) {
+	const interval, timeout = time.Second, 500 * time.Millisecond
+	// answerAt sends the probe's request, then answers DEADLINE_EXCEEDED once at most left
+	// of the probe's time remains, as the server would.
+	answerAt := func(left time.Duration) func(context.Context, grpc.ClientConnInterface) error {
+		return func(ctx context.Context, conn grpc.ClientConnInterface) error {
+			cs, err := conn.NewStream(ctx, &grpc.StreamDesc{}, "/spannerme.test.Hang/Call")
+			if err != nil {
+				return err
+			}
+			if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
+				return err
+			}
+			d, _ := ctx.Deadline()
+			select {
+			case <-time.After(time.Until(d) - left):
+			case <-ctx.Done():
+			}
+			return status.Error(codes.DeadlineExceeded, "deadline exceeded (from the server)")
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		left  time.Duration
+		known bool
+	}{
+		{"at the probe's deadline", timeout / 50, true},
+		{"with most of the time left", timeout * 9 / 10, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Time{})
+			p, _ := readyPool(t, clk, &latencyObserver{}, LatencyOptions{Interval: interval, Timeout: timeout, Probe: answerAt(tc.left)})
+			clk.Advance(interval)
+			got, known := p.Latency()
+			if known != tc.known || (known && got != timeout) {
+				t.Fatalf("latency %v (known %v), want known %v (%v)", got, known, tc.known, timeout)
+			}
+		})
 	}
 }
 
