@@ -39,30 +39,13 @@ type timedQuery struct {
 
 func startTimedLoad(t *testing.T, client *spanner.Client, workers int, deadline time.Duration) *timedLoad {
 	l := &timedLoad{}
-	ctx, stop := context.WithCancel(context.Background())
-	l.stop = stop
-	for range workers {
-		l.done.Add(1)
-		go func() {
-			defer l.done.Done()
-			for ctx.Err() == nil {
-				qctx, cancel := context.WithTimeout(context.Background(), deadline)
-				start := time.Now()
-				_, err := countAccounts(qctx, client)
-				took := time.Since(start)
-				cancel()
-				l.mu.Lock()
-				l.runs = append(l.runs, timedQuery{start: start, took: took, err: err})
-				l.mu.Unlock()
-				if err != nil {
-					select { // a failing query must not spin
-					case <-ctx.Done():
-					case <-time.After(10 * time.Millisecond):
-					}
-				}
-			}
-		}()
-	}
+	var ctx context.Context
+	ctx, l.stop = context.WithCancel(context.Background())
+	runQueries(ctx, &l.done, client, workers, deadline, func(start time.Time, took time.Duration, err error) {
+		l.mu.Lock()
+		l.runs = append(l.runs, timedQuery{start: start, took: took, err: err})
+		l.mu.Unlock()
+	})
 	t.Cleanup(l.end)
 	return l
 }

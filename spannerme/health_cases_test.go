@@ -189,34 +189,49 @@ type load struct {
 
 func startLoad(client *spanner.Client, workers int, deadline time.Duration) *load {
 	l := &load{}
-	ctx, stop := context.WithCancel(context.Background())
-	l.stop = stop
+	var ctx context.Context
+	ctx, l.stop = context.WithCancel(context.Background())
+	runQueries(ctx, &l.done, client, workers, deadline, func(_ time.Time, _ time.Duration, err error) {
+		if err == nil {
+			l.ok.Add(1)
+			return
+		}
+		l.failed.Add(1)
+		l.mu.Lock()
+		if len(l.errs) < 5 {
+			l.errs = append(l.errs, err)
+		}
+		l.mu.Unlock()
+	})
+	return l
+}
+
+// runQueries runs countAccounts on workers goroutines, added to wg, until ctx ends: each
+// query with its own deadline, each reported to record (on its goroutine) with when it
+// started, how long it took and its error. After a failed query a worker waits 10ms (or
+// for ctx), so that a failing endpoint does not make it spin.
+func runQueries(ctx context.Context, wg *sync.WaitGroup, client *spanner.Client, workers int, deadline time.Duration,
+	record func(start time.Time, took time.Duration, err error)) {
 	for range workers {
-		l.done.Add(1)
+		wg.Add(1)
 		go func() {
-			defer l.done.Done()
+			defer wg.Done()
 			for ctx.Err() == nil {
 				qctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
 				_, err := countAccounts(qctx, client)
+				took := time.Since(start)
 				cancel()
-				if err == nil {
-					l.ok.Add(1)
-					continue
-				}
-				l.failed.Add(1)
-				l.mu.Lock()
-				if len(l.errs) < 5 {
-					l.errs = append(l.errs, err)
-				}
-				l.mu.Unlock()
-				select { // a failing query must not spin
-				case <-ctx.Done():
-				case <-time.After(10 * time.Millisecond):
+				record(start, took, err)
+				if err != nil {
+					select {
+					case <-ctx.Done():
+					case <-time.After(10 * time.Millisecond):
+					}
 				}
 			}
 		}()
 	}
-	return l
 }
 
 // end stops the load and waits for its queries.
