@@ -52,8 +52,7 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     SpannerProbe(database) unless settings.Health.Probe is set (HealthSettings).
 //   - Closing the Spanner client closes the GCPMultiEndpoint and every pool (the client
 //     built it, so it owns it); closing the GCPMultiEndpoint as well is harmless. Nothing
-//     else closes them: the connection the client is given keeps working if the client
-//     closes it for reasons of its own. More clients, for any database of the instance,
+//     else closes them. More clients, for any database of the instance,
 //     can share the GCPMultiEndpoint through NewClient and Configurator; they stop working
 //     when this client closes it (build a GCPMultiEndpoint no client owns with
 //     NewGCPMultiEndpointForSpanner instead).
@@ -70,7 +69,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := newPlannedClient(ctx, gme, database, tr, opts, ownerFront)
+	client, err := newPlannedClient(ctx, gme, database, tr, ownerFront)
 	if err != nil {
 		gme.Close() // closes the front too
 		return nil, nil, err

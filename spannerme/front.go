@@ -5,43 +5,63 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"sync"
 
 	"cloud.google.com/go/spanner"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/api/option"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 )
 
-// The Spanner client is given the GCPMultiEndpoint as a gtransport.ConnPool (frontPool)
-// whose one connection (the front) never connects: its interceptors send every call into the
-// GCPMultiEndpoint. Two facts make this robust (google-cloud-go#14611 is what happens
-// otherwise):
+// How a Spanner client reaches the GCPMultiEndpoint. The client is not given a connection:
+// it is given client options (front.opts) with which it dials its own connection pool, as a
+// plain client does, so that its own dial options apply, its built-in metrics interceptors
+// among them (docs/transport.md, "What differs from a plain client"). That pool is one
+// connection, the front, which never connects: its target's scheme has a resolver of ours
+// (frontResolver) that reports no address, and its last interceptor, ours, sends every call
+// into the GCPMultiEndpoint instead of down the connection. Three facts make this robust:
 //
 //   - gRPC runs a ClientConn's interceptors before it looks at the connection's state
-//     (grpc-go v1.85, call.go Invoke and stream.go NewStream), so the front keeps working
-//     after anything closes it; closing it releases nothing of ours;
-//   - the GCPMultiEndpoint closes only when its owner's pool is closed, which the Spanner
-//     client does in Client.Close (sessionClient.close), or when gme.Close is called; the
-//     pools of NewClient and Configurator never close it. The client's other
-//     closers of pools it believes it owns, the dynamic channel pool and the location-aware
-//     endpoint clients, are turned off or refused (transport.go).
+//     (grpc-go v1.85, call.go Invoke and stream.go NewStream), so calls are never held by the
+//     front's own state;
+//   - gtransport dials with grpc.DialContext, which builds the resolver at once, and the
+//     front's idleness is off, so its resolver is built once and closed only when its
+//     connection is closed: grpc-go's ClientConn.Close runs the resolver's Close before it
+//     returns (clientconn.go, resolver_wrapper.go). frontResolver.Close is therefore the
+//     moment the client closes its pool, which the Spanner client does in Client.Close
+//     (sessionClient.close), and where the owner's front closes the GCPMultiEndpoint;
+//   - the client's other closers of connections it believes it owns, the dynamic channel
+//     pool and the location-aware endpoint clients (google-cloud-go#14611), are turned off or
+//     refused (transport.go).
+//
+// The Spanner client's request-ID interceptor is added after every client option, so it
+// would run after ours, which ends the chain: what it does (the header, the span attribute,
+// the request ID and commit marker on errors) is done here (requestID, withRequestID).
 
-// errFrontDial is what the front connection's dialer returns: it never connects.
-var errFrontDial = errors.New("spannerme: the front connection never dials; calls go through the GCPMultiEndpoint")
+// frontScheme is the scheme of the front connection's target. Its resolver is given to the
+// front's dial only (grpc.WithResolvers), never registered globally.
+const frontScheme = "spannerme-front"
 
-// frontPool is the gtransport.ConnPool given to Spanner clients: one connection, the front.
-// What its Close does depends on its kind. Safe for concurrent use.
-type frontPool struct {
-	conn *grpc.ClientConn
+// front is what one Spanner client over a GCPMultiEndpoint is given (every client of one
+// Configurator function shares one): the client options of its connection, and what the
+// closing of that connection means, by kind. Safe for concurrent use.
+type front struct {
 	gme  *GCPMultiEndpoint
 	kind frontKind
+	// opts make the Spanner client dial its front connection (see above).
+	opts []option.ClientOption
+	// released makes release run once.
+	released sync.Once
 }
 
-// frontKind says whose a front pool is, and so what its Close does.
+// frontKind says whose a front is, and so what the closing of its connection does.
 type frontKind int
 
 const (
@@ -52,95 +72,72 @@ const (
 	clientFront
 	// configuratorFront: the front of one Configurator function, shared by every client it
 	// configures (go-sql-spanner reuses the options it configured for each Spanner client
-	// and admin client of a connector); its Close does nothing, and gme.Close closes it.
+	// and admin client of a connector); the closing of their connections does nothing, and
+	// the front counts until gme.Close.
 	configuratorFront
 )
 
-var _ gtransport.ConnPool = (*frontPool)(nil)
-
-// Conn returns the front connection. The Spanner client builds its per-channel RPC clients on
-// it (sessionClient.nextClient).
-func (p *frontPool) Conn() *grpc.ClientConn { return p.conn }
-
-// Num is 1: the client sees one connection; the channels are in each endpoint's pool.
-func (p *frontPool) Num() int { return 1 }
-
-// Invoke sends a unary call through the front (and so into the GCPMultiEndpoint).
-func (p *frontPool) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return p.conn.Invoke(ctx, method, args, reply, opts...)
-}
-
-// NewStream starts a stream through the front (and so in the GCPMultiEndpoint).
-func (p *frontPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return p.conn.NewStream(ctx, desc, method, opts...)
-}
-
-// Close is what spanner.Client.Close calls. The owner's closes the GCPMultiEndpoint, its
-// pools and every front; a NewClient client's closes its front only and leaves the
-// GCPMultiEndpoint serving its other clients; a Configurator's does nothing, since the
-// driver gives the same pool to its next client. Idempotent.
-func (p *frontPool) Close() error {
-	switch p.kind {
-	case ownerFront:
-		return p.gme.Close()
-	case configuratorFront:
-		return nil
+// newFront returns the front of one Spanner client (of every client of one Configurator
+// function) over gme: calls made on its connection carry the Spanner client's request-ID
+// header (see requestID) and go into gme. The front counts in Status (Clients or
+// Configurators) until it is released. Errors: ErrClosed after gme.Close (and on a zero
+// value).
+func newFront(gme *GCPMultiEndpoint, kind frontKind) (*front, error) {
+	f := &front{gme: gme, kind: kind}
+	f.opts = []option.ClientOption{
+		option.WithEndpoint(frontScheme + ":///spannerme-multiendpoint"),
+		option.WithGRPCConnectionPool(1),
+		option.WithoutAuthentication(), // the endpoints' pools carry the credentials
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+		option.WithGRPCDialOption(grpc.WithResolvers(frontResolver{f})),
+		option.WithGRPCDialOption(grpc.WithIdleTimeout(0)), // idleness would close the resolver
+		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				id, ok := requestID(opts)
+				if !ok {
+					return gme.Invoke(ctx, method, req, reply, opts...)
+				}
+				err := gme.Invoke(withRequestIDHeader(ctx, id), method, req, reply, opts...)
+				return withRequestID(err, id)
+			})),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(
+			func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				id, ok := requestID(opts)
+				if ok {
+					ctx = withRequestIDHeader(ctx, id)
+				}
+				return gme.newStream(ctx, desc, method, id, opts)
+			})),
 	}
-	p.gme.dropFront(p)
-	return p.conn.Close() // a second Close returns ErrClientConnClosing, ignored by the Spanner client
-}
-
-// newFrontPool returns a pool to hand to one Spanner client, whose front connection sends
-// every call into gme and carries the Spanner client's request-ID header (see requestID).
-// The pool counts in Status (Clients or Configurators) until it is released; gme.Close closes
-// its front as well. Errors: ErrClosed after gme.Close (and on a zero value).
-func newFrontPool(gme *GCPMultiEndpoint, kind frontKind) (*frontPool, error) {
-	front, err := newFrontConn(
-		func(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) error {
-			id, ok := requestID(opts)
-			if !ok {
-				return gme.Invoke(ctx, method, req, reply, opts...)
-			}
-			err := gme.Invoke(withRequestIDHeader(ctx, id), method, req, reply, opts...)
-			return withRequestID(err, id)
-		},
-		func(ctx context.Context, desc *grpc.StreamDesc, method string, opts []grpc.CallOption) (grpc.ClientStream, error) {
-			id, ok := requestID(opts)
-			if ok {
-				ctx = withRequestIDHeader(ctx, id)
-			}
-			return gme.newStream(ctx, desc, method, id, opts)
-		})
-	if err != nil {
-		return nil, err
-	}
-	p := &frontPool{conn: front, gme: gme, kind: kind}
-	if !gme.addFront(p) {
-		front.Close()
+	if !gme.addFront(f) {
 		return nil, ErrClosed
 	}
-	return p, nil
+	return f, nil
 }
 
-// newFrontConn returns a connection that never connects and sends every unary call to
-// invoke and every stream to stream.
-func newFrontConn(invoke func(ctx context.Context, method string, req, reply any, opts []grpc.CallOption) error,
-	stream func(ctx context.Context, desc *grpc.StreamDesc, method string, opts []grpc.CallOption) (grpc.ClientStream, error)) (*grpc.ClientConn, error) {
-	front, err := grpc.NewClient("passthrough:///spannerme-multiendpoint",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, errFrontDial }),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			return invoke(ctx, method, req, reply, opts)
-		}),
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			return stream(ctx, desc, method, opts)
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("spannerme: front connection: %w", err)
+// release is what the closing of a connection dialed with f.opts does, by f's kind: the
+// owner's closes the GCPMultiEndpoint, a NewClient client's stops counting f, a
+// Configurator's does nothing. It is also called when the Spanner client could not be
+// created. The owner's runs gme.Close each time (it is idempotent); the others' run once.
+func (f *front) release() {
+	switch f.kind {
+	case ownerFront:
+		f.gme.Close()
+	case clientFront:
+		f.released.Do(func() { f.gme.dropFront(f) })
 	}
-	return front, nil
 }
+
+// frontResolver is the front connection's resolver: it reports no address (the front never
+// connects), and its Close, which gRPC runs when the connection is closed, releases the front.
+type frontResolver struct{ f *front }
+
+func (r frontResolver) Build(resolver.Target, resolver.ClientConn, resolver.BuildOptions) (resolver.Resolver, error) {
+	return r, nil
+}
+func (frontResolver) Scheme() string                        { return frontScheme }
+func (frontResolver) ResolveNow(resolver.ResolveNowOptions) {}
+func (r frontResolver) Close()                              { r.f.release() }
 
 // refusedPool is the gtransport.ConnPool Configurator hands to the Spanner clients it cannot
 // configure (a refused setting, a closed GCPMultiEndpoint): every call fails at once with
@@ -152,13 +149,16 @@ var _ gtransport.ConnPool = refusedPool{}
 
 // newRefusedPool returns a refusedPool failing every call with err (a gRPC status error).
 func newRefusedPool(err error) (refusedPool, error) {
-	conn, cerr := newFrontConn(
-		func(context.Context, string, any, any, []grpc.CallOption) error { return err },
-		func(context.Context, *grpc.StreamDesc, string, []grpc.CallOption) (grpc.ClientStream, error) {
+	conn, cerr := grpc.NewClient("passthrough:///spannerme-refused",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(func(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
+			return err
+		}),
+		grpc.WithStreamInterceptor(func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, grpc.Streamer, ...grpc.CallOption) (grpc.ClientStream, error) {
 			return nil, err
-		})
+		}))
 	if cerr != nil {
-		return refusedPool{}, cerr
+		return refusedPool{}, fmt.Errorf("spannerme: refusing connection: %w", cerr)
 	}
 	conn.Close()
 	return refusedPool{conn: conn}, nil
@@ -183,9 +183,9 @@ const requestIDHeader = "x-goog-spanner-request-id"
 
 // requestID finds the request ID the Spanner client passes to its own interceptor: a
 // grpc.Header call option whose metadata holds requestIDHeader. It must be read before the
-// call: gRPC writes the response headers into that metadata. This mirrors the Spanner
-// client's requestIDHeaderInjector, which is a dial option and so never reaches a connection
-// it is given.
+// call: gRPC writes the response headers into that metadata. This is what the Spanner
+// client's requestIDHeaderInjector reads; that interceptor runs after ours, which ends the
+// chain, so never.
 func requestID(opts []grpc.CallOption) (string, bool) {
 	for _, o := range opts {
 		h, ok := o.(grpc.HeaderCallOption)
@@ -208,20 +208,59 @@ func withRequestIDHeader(ctx context.Context, id string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, requestIDHeader, id)
 }
 
-// withRequestID returns err as a *spanner.Error carrying the request ID id, as the Spanner
-// client's interceptor does, except that with an empty id, and for nil, io.EOF and
-// context.Canceled, err is returned unchanged, and that a DEADLINE_EXCEEDED error is not
-// marked "transaction outcome unknown" here (the client marks a Commit's own errors so
-// itself).
+// outcomeUnknownText is what the Spanner client appends to the description of an error
+// that may have ended a Commit, and the text of *spanner.TransactionOutcomeUnknownError.
+var outcomeUnknownText = new(spanner.TransactionOutcomeUnknownError).Error()
+
+// withRequestID returns err as the Spanner client's request-ID interceptor returns it
+// (cloud.google.com/go/spanner v1.96.1, request_id_header.go augmentErrorWithRequestID):
+// nil, io.EOF and context.Canceled unchanged (and every error when id is empty); any other
+// error as a *spanner.Error carrying id; and a DEADLINE_EXCEEDED one, the caller's own
+// deadline included, on every method, marked as a potential commit, as the interceptor marks
+// it: its description ends with "transaction outcome unknown" and errors.As finds a
+// *spanner.TransactionOutcomeUnknownError in it. The client's commit paths return such an
+// error as they get it (errors.go toSpannerErrorWithCommitInfo), so a Commit that timed out
+// says its outcome is unknown, as through a plain client.
 func withRequestID(err error, id string) error {
 	if id == "" || err == nil || err == io.EOF || err == context.Canceled {
 		return err
 	}
 	//lint:ignore SA1019 the request ID lives in spanner.Error, which the Spanner client's own interceptor returns too
 	var se *spanner.Error
-	if errors.As(spanner.ToSpannerError(err), &se) && se.RequestID == "" {
+	if errors.As(err, &se) {
+		se.RequestID = id
+		return se
+	}
+	if err == context.DeadlineExceeded {
+		err = status.FromContextError(err).Err()
+	}
+	// The interceptor marks every error it sees as DEADLINE_EXCEEDED; the conversion then
+	// marks those whose status says so (an error of code Unknown is not marked).
+	if status.Code(err) != codes.DeadlineExceeded {
+		if errors.As(spanner.ToSpannerError(err), &se) {
+			se.RequestID = id
+			return se
+		}
+		return err
+	}
+	if errors.As(spanner.ToSpannerError(outcomeUnknown{cause: err}), &se) {
+		se.Desc += ", " + outcomeUnknownText
 		se.RequestID = id
 		return se
 	}
 	return err
+}
+
+// outcomeUnknown is a DEADLINE_EXCEEDED error marked as a potential commit, shaped so that
+// spanner.ToSpannerError wraps it as the Spanner client wraps its own
+// TransactionOutcomeUnknownError: the same status and text, and errors.As finds a
+// *spanner.TransactionOutcomeUnknownError and the cause. One difference, listed in
+// docs/transport.md: that TransactionOutcomeUnknownError's own Unwrap returns nil (its
+// field is unexported), where the client's returns the cause.
+type outcomeUnknown struct{ cause error }
+
+func (e outcomeUnknown) Error() string              { return outcomeUnknownText }
+func (e outcomeUnknown) GRPCStatus() *status.Status { return status.Convert(e.cause) }
+func (e outcomeUnknown) Unwrap() []error {
+	return []error{new(spanner.TransactionOutcomeUnknownError), e.cause}
 }

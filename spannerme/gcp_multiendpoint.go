@@ -100,9 +100,10 @@ type GCPMultiEndpoint struct {
 	groups  map[string]*multiendpoint.MultiEndpoint
 	pools   map[string]*pool.Pool // the pools of the configured endpoints
 	retired map[*pool.Pool]bool   // draining pools, until closed
-	// fronts are the connections given to Spanner clients (NewMultiEndpointClient*, NewClient,
-	// Configurator) not yet closed, closed with gme; len(fronts) is Status.Clients.
-	fronts    map[*frontPool]struct{}
+	// fronts are the fronts given to Spanner clients (NewMultiEndpointClient*, NewClient,
+	// Configurator) not yet released, forgotten at Close; they are counted in Status.Clients
+	// and Status.Configurators.
+	fronts    map[*front]struct{}
 	closeDone chan struct{} // closed when the first Close has finished
 	// closedAt and lastDefault are when Close was called and the default group's name
 	// then, for Status after Close.
@@ -288,7 +289,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		groups:       make(map[string]*multiendpoint.MultiEndpoint),
 		pools:        make(map[string]*pool.Pool),
 		retired:      make(map[*pool.Pool]bool),
-		fronts:       make(map[*frontPool]struct{}),
+		fronts:       make(map[*front]struct{}),
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
@@ -328,9 +329,9 @@ func (gme *GCPMultiEndpoint) logger() *slog.Logger {
 	return gme.log
 }
 
-// addFront registers p, the front of a Spanner client over gme: Status counts it and Close
-// closes it. It returns false, registering nothing, once gme is closed (or a zero value).
-func (gme *GCPMultiEndpoint) addFront(p *frontPool) bool {
+// addFront registers p, the front of a Spanner client over gme, which Status counts. It
+// returns false, registering nothing, once gme is closed (or a zero value).
+func (gme *GCPMultiEndpoint) addFront(p *front) bool {
 	gme.mu.Lock()
 	defer gme.mu.Unlock()
 	if gme.closed || gme.zero() {
@@ -340,8 +341,9 @@ func (gme *GCPMultiEndpoint) addFront(p *frontPool) bool {
 	return true
 }
 
-// dropFront forgets p, a front its client closed; a no-op after Close, which closed it.
-func (gme *GCPMultiEndpoint) dropFront(p *frontPool) {
+// dropFront forgets p, a front whose client closed its connection; a no-op after Close,
+// which forgot every front.
+func (gme *GCPMultiEndpoint) dropFront(p *front) {
 	gme.mu.Lock()
 	delete(gme.fronts, p)
 	gme.mu.Unlock()
@@ -361,8 +363,9 @@ func (gme *GCPMultiEndpoint) GCPConfig() *pb.ApiConfig {
 // goroutines, except that an OnSwitch or OnHealth call already running may still be
 // finishing (and an ejection or readmission being reported: it is then neither logged nor
 // delivered). Later calls fail with codes.Canceled carrying ErrClosed's text, those of every
-// Spanner client over gme included (NewMultiEndpointClient*, NewClient, Configurator), whose
-// connections Close closes too. Close is idempotent; it returns the first errors from
+// Spanner client over gme included (NewMultiEndpointClient*, NewClient, Configurator); each
+// such client keeps its own front connection (it never connects) until its own Close. Close
+// is idempotent; it returns the first errors from
 // closing the pools. On a zero-value GCPMultiEndpoint it does nothing and returns nil.
 //
 // Ownership: only Close closes gme, and the Spanner client of NewMultiEndpointClient*, which
@@ -393,7 +396,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 	gme.changed.signal() // waiting calls see the closed snapshot
 	close(gme.stop)
 	gme.mu.Lock()
-	groups, pools, fronts := gme.groups, gme.pools, gme.fronts
+	groups, pools := gme.groups, gme.pools
 	gme.fronts = nil
 	gme.mu.Unlock()
 	for _, me := range groups {
@@ -408,8 +411,5 @@ func (gme *GCPMultiEndpoint) Close() error {
 	}
 	gme.wg.Wait() // drains see stop and close their pools
 	gme.obs.close()
-	for f := range fronts {
-		f.conn.Close() // the Spanner client may have closed it already
-	}
 	return errors.Join(errs...)
 }

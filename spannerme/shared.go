@@ -58,8 +58,9 @@ func NewGCPMultiEndpointForSpanner(database string, config spanner.ClientConfig,
 // counts them). gme's health probe is the one it was built with, whatever databases its
 // clients use (NewGCPMultiEndpointForSpanner).
 //
-// opts are the Spanner client's own (as spanner.NewClientWithConfig's): the pools were
-// dialed with gme's options, credentials and TLS included, and opts do not reach them.
+// opts have no effect; they are taken so that code written for spanner.NewClientWithConfig
+// compiles. The pools were dialed with gme's options, credentials and TLS included, and the
+// client dials only its front connection, with options of this package (docs/transport.md).
 //
 // gme may come from NewGCPMultiEndpointForSpanner (the usual way), NewMultiEndpointClient*
 // (its own client closes it), or NewGCPMultiEndpoint* (pools dialed with gRPC dial options
@@ -81,7 +82,7 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 	if gme == nil {
 		return nil, ErrClosed
 	}
-	return newClient(ctx, gme, database, config, opts)
+	return newClient(ctx, gme, database, config)
 }
 
 // Configurator returns a function with the signature of go-sql-spanner's
@@ -94,8 +95,8 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 //		Configurator: spannerme.Configurator(gme),
 //	})
 //
-// Each call does to *config what NewClient does and appends to *opts the connection into gme,
-// which replaces any connection, endpoint or pool opts name. go-sql-spanner calls the
+// Each call does to *config what NewClient does and replaces *opts with the options of the
+// connection into gme (what opts held had no effect, as NewClient's opts). go-sql-spanner calls the
 // function once, when it creates the connector, and keeps config and opts: it creates a
 // Spanner client (and a database admin client) with them on the first Connect, closes both
 // when the last database/sql connection closes, and creates new ones with the same options
@@ -119,7 +120,7 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts *[]option.ClientOption) {
 	var (
 		once     sync.Once
-		front    *frontPool
+		fr       *front
 		errFront error
 	)
 	return func(config *spanner.ClientConfig, opts *[]option.ClientOption) {
@@ -128,12 +129,12 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 		}
 		tr, err := planClient(gme, *config)
 		if err == nil {
-			once.Do(func() { front, errFront = newFrontPool(gme, configuratorFront) })
+			once.Do(func() { fr, errFront = newFront(gme, configuratorFront) })
 			err = errFront
 		}
 		if err == nil {
 			logTransport(gme, tr)
-			*config, *opts = tr.client, spannerClientOptions(tr, *opts, front)
+			*config, *opts = tr.client, spannerClientOptions(tr, fr)
 			return
 		}
 		code := codes.FailedPrecondition
@@ -153,7 +154,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 
 // newClient is NewClient of a non-nil gme: it checks database and config against gme, then
 // creates the client.
-func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, config spanner.ClientConfig, opts []option.ClientOption) (*spanner.Client, error) {
+func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, config spanner.ClientConfig) (*spanner.Client, error) {
 	if err := checkDatabase(database); err != nil {
 		return nil, err
 	}
@@ -161,20 +162,20 @@ func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, conf
 	if err != nil {
 		return nil, err
 	}
-	return newPlannedClient(ctx, gme, database, tr, opts, clientFront)
+	return newPlannedClient(ctx, gme, database, tr, clientFront)
 }
 
 // newPlannedClient creates a Spanner client for database over gme with a front of kind
 // ownerFront or clientFront, with tr, config's checked planTransport, whose notices it logs.
-func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database string, tr *clientTransport, opts []option.ClientOption, kind frontKind) (*spanner.Client, error) {
+func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database string, tr *clientTransport, kind frontKind) (*spanner.Client, error) {
 	logTransport(gme, tr)
-	front, err := newFrontPool(gme, kind)
+	fr, err := newFront(gme, kind)
 	if err != nil {
 		return nil, err
 	}
-	client, err := spanner.NewClientWithConfig(ctx, database, tr.client, spannerClientOptions(tr, opts, front)...)
+	client, err := spanner.NewClientWithConfig(ctx, database, tr.client, spannerClientOptions(tr, fr)...)
 	if err != nil {
-		front.Close() // the owner's closes gme, as the owner's constructor would anyway
+		fr.release() // the owner's closes gme, as the owner's constructor would anyway
 		return nil, err
 	}
 	return client, nil
@@ -207,13 +208,12 @@ func logTransport(gme *GCPMultiEndpoint, tr *clientTransport) {
 	}
 }
 
-// spannerClientOptions returns the options of a Spanner client over front: opts (not modified),
-// the emulator's when SPANNER_EMULATOR_HOST is set, tr's client options, and front, which
-// replaces any connection or pool in opts (gtransport refuses both at once).
-func spannerClientOptions(tr *clientTransport, opts []option.ClientOption, front *frontPool) []option.ClientOption {
-	_, eopts := emulatorOptions()
-	return append(append(append(append([]option.ClientOption(nil), opts...), eopts...), tr.clientOpts...),
-		option.WithGRPCConn(nil), gtransport.WithConnPool(front))
+// spannerClientOptions returns the options of a Spanner client over fr: tr's client options,
+// then fr's, with which the client dials its front connection. The caller's client options
+// are not among them: they shape the endpoints' pools, and on the front connection its dial
+// options would run twice (interceptors) or hold it (grpc.WithBlock).
+func spannerClientOptions(tr *clientTransport, fr *front) []option.ClientOption {
+	return append(append([]option.ClientOption(nil), tr.clientOpts...), fr.opts...)
 }
 
 // poolSetting is one ClientConfig setting that shapes the endpoints' pools, as text.

@@ -232,45 +232,6 @@ func TestCase_F20_DynamicChannelPoolKeepsServing(t *testing.T) {
 	t.Logf("%d queries over 20s, all served", n)
 }
 
-// The Spanner client may close the connection it was given (it closes connections it
-// believes it owns: google-cloud-go#14611). That must not stop it or close the
-// GCPMultiEndpoint; only Client.Close does.
-func TestFront_ClosedByTheClientKeepsServing(t *testing.T) {
-	b := startSpannerBackend(t, 1)
-	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
-	client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), b.database, fixture.ClientConfig(), o, fastSettings(nil), clientOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gme.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := countAccounts(ctx, client); err != nil {
-		t.Fatal(err)
-	}
-	gme.mu.Lock()
-	var front *grpc.ClientConn
-	for f := range gme.fronts {
-		front = f.conn
-	}
-	gme.mu.Unlock()
-	if err := front.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 10 {
-		if _, err := countAccounts(ctx, client); err != nil {
-			t.Fatalf("query %d after the front was closed: %v", i, err)
-		}
-	}
-	if gme.Status().Closed {
-		t.Fatal("closing the front closed the GCPMultiEndpoint")
-	}
-	client.Close()
-	if !gme.Status().Closed {
-		t.Fatal("Client.Close did not close the GCPMultiEndpoint")
-	}
-}
-
 func newSpannerClientWithConfig(t *testing.T, b *spannerBackend, config spanner.ClientConfig, o *grpcgcp.GCPMultiEndpointOptions, s Settings) (*spanner.Client, *GCPMultiEndpoint) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
