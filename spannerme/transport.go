@@ -117,9 +117,9 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 	}
 	if nativeMetricsOn(t.client) {
 		t.client.DisableNativeMetrics = true
-		t.infos = append(t.infos, "the Spanner client's native metrics are turned off (ClientConfig.DisableNativeMetrics): "+
-			"its metrics interceptors cannot reach the endpoints' pools, so queries and reads would record nothing, "+
-			"and its Cloud Monitoring exporter would be handed the GCPMultiEndpoint as its connection")
+		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics): "+
+			"its exporter would be dialed with the options of the client's connection into the GCPMultiEndpoint; "+
+			"its built-in metrics still reach ClientConfig.ClientMetricsProvider")
 	}
 	//lint:ignore SA1019 the pool sizing rule reads NumChannels, as upstream's multi-endpoint client does
 	if n := config.NumChannels; n > 0 {

@@ -474,8 +474,9 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 	}
 }
 
-// Native metrics are turned off, with a notice at INFO, once: the client's metrics
-// interceptors cannot reach the pools, and its exporter would be handed the GCPMultiEndpoint.
+// Native metrics export is turned off, with a notice at INFO, once: the client's exporter
+// would be dialed with its front connection's options (its built-in metrics are recorded:
+// TestClient_BuiltinMetricsRecorded).
 // A client built with the default configuration (metrics on) and no credentials works (F9)
 // and logs no WARN line.
 func TestClient_NativeMetricsTurnedOff(t *testing.T) {
@@ -494,7 +495,7 @@ func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := logs.String()
-	if n := strings.Count(out, "native metrics are turned off"); n != 1 || !strings.Contains(out, `level=INFO msg="spannerme: the Spanner client's native metrics`) {
+	if n := strings.Count(out, "native metrics export to Cloud Monitoring is turned off"); n != 1 || !strings.Contains(out, `level=INFO msg="spannerme: the Spanner client's native metrics`) {
 		t.Errorf("native metrics notice logged %d times, want once at INFO (it is expected, nothing to act on):\n%s", n, out)
 	}
 	// A default client on loopback starts without a WARN line: a service alerting on WARN
