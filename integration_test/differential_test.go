@@ -23,8 +23,11 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"github.com/googleapis/gax-go/v2/apierror"
+	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/api/option"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -50,6 +53,8 @@ var meantDifferences = []struct{ what, why string }{
 		"they are spannerme's own calls, not the application's (docs/health.md); the suite counts only calls carrying a request ID"},
 	{"the user agent is spanner-go/VERSION spannerme grpc-go/VERSION, where a plain client sends spanner-go/VERSION grpc-go/VERSION",
 		"it names this package to the service; VERSION is the Spanner client's, read from the binary's build information (a test binary has none: spanner-go alone)"},
+	{"the span of the call carries spannerme.multiendpoint and spannerme.endpoint attributes",
+		"they say which group and endpoint served the call (docs/observability.md); the suite leaves out attributes named spannerme.*"},
 	{"errors.Unwrap of the *spanner.TransactionOutcomeUnknownError in a DEADLINE_EXCEEDED error returns nil",
 		"its cause field is unexported; errors.As still finds both it and the cause in the error"},
 	{"no native metrics export to Cloud Monitoring; gRPC's own built-in metrics (DirectPath only) are not recorded",
@@ -332,6 +337,7 @@ type outcome struct {
 	Headers   []string // the other headers the frontend saw, per method
 	Attempts  []string // the built-in attempt_count, by method and status
 	Latencies []string // which built-in latency instruments recorded, by method
+	Spans     []string // the attributes the client's spans carry: span name and attribute key
 }
 
 var (
@@ -341,8 +347,20 @@ var (
 	transactionText  = regexp.MustCompile(`(?i)transaction(?: id)?[: ]+[A-Za-z0-9+/=_\-]{8,}`)
 )
 
-func observe(err error, calls []call, rm metricdata.ResourceMetrics, before map[string]int64) outcome {
+func observe(err error, calls []call, rm metricdata.ResourceMetrics, before map[string]int64, spans []sdktrace.ReadOnlySpan) outcome {
 	var o outcome
+	attrs := map[string]bool{}
+	for _, s := range spans {
+		for _, kv := range s.Attributes() {
+			if !strings.HasPrefix(string(kv.Key), "spannerme.") { // meantDifferences
+				attrs[s.Name()+" "+string(kv.Key)] = true
+			}
+		}
+	}
+	for a := range attrs {
+		o.Spans = append(o.Spans, a)
+	}
+	sort.Strings(o.Spans)
 	if err != nil {
 		text := requestIDInText.ReplaceAllString(err.Error(), `requestID = "<id>"`)
 		text = sessionInText.ReplaceAllString(text, "sessions/<s>")
@@ -480,6 +498,7 @@ type diffHarness struct {
 	inj     *injector
 	front   *spannermetest.Frontend
 	clients []*diffClient
+	spans   *tracetest.SpanRecorder // the global tracer provider's, for the suite's duration
 }
 
 func builtinConfig() (spanner.ClientConfig, *sdkmetric.ManualReader) {
@@ -491,7 +510,12 @@ func builtinConfig() (spanner.ClientConfig, *sdkmetric.ManualReader) {
 
 func newDiffHarness(t *testing.T, b backend) *diffHarness {
 	t.Helper()
-	h := &diffHarness{b: b, inj: &injector{}}
+	h := &diffHarness{b: b, inj: &injector{}, spans: tracetest.NewSpanRecorder()}
+	// The Spanner client traces with the global tracer provider (trace.go); the package's
+	// tests run one at a time.
+	global := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans)))
+	t.Cleanup(func() { otel.SetTracerProvider(global) })
 	h.front = spannermetest.NewFrontendTB(t, b.addr, spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(h.inj.intercept)))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -597,13 +621,23 @@ func (h *diffHarness) run(t *testing.T, dc *diffClient, c cell) outcome {
 		client, reader = fresh, r
 	}
 	before := builtinCounts(collectBuiltin(t, reader))
+	// The operation runs in a trace of its own: spans of other traces (spannerme's health
+	// probes, in the background) are not the operation's.
 	ctx, cancel := context.WithTimeout(context.Background(), c.deadline)
+	ctx, root := otel.Tracer("differential").Start(ctx, "cell")
 	err := c.op.run(ctx, client)
+	root.End()
 	cancel()
+	var spans []sdktrace.ReadOnlySpan
+	for _, s := range h.spans.Ended() {
+		if s.SpanContext().TraceID() == root.SpanContext().TraceID() && s.Name() != "cell" {
+			spans = append(spans, s)
+		}
+	}
 	if errors.Is(err, errRollbackPlease) {
 		err = nil // the application's own error; what the frontend saw is compared
 	}
-	return observe(err, h.inj.recorded(), collectBuiltin(t, reader), before)
+	return observe(err, h.inj.recorded(), collectBuiltin(t, reader), before, spans)
 }
 
 // diff lists the fields in which got differs from want.
@@ -614,13 +648,30 @@ func diff(want, got outcome) []string {
 			out = append(out, fmt.Sprintf("%s:\n\t\tplain:     %v\n\t\tspannerme: %v", name, w, g))
 		}
 	}
+	sets := func(name string, w, g []string) { // sorted sets: only what is in one of them
+		var onlyW, onlyG []string
+		for _, v := range w {
+			if !slices.Contains(g, v) {
+				onlyW = append(onlyW, v)
+			}
+		}
+		for _, v := range g {
+			if !slices.Contains(w, v) {
+				onlyG = append(onlyG, v)
+			}
+		}
+		if len(onlyW)+len(onlyG) > 0 {
+			out = append(out, fmt.Sprintf("%s:\n\t\tonly plain:     %v\n\t\tonly spannerme: %v", name, onlyW, onlyG))
+		}
+	}
 	field("error", want.Err, got.Err)
 	field("errors.As", want.As, got.As)
 	field("request ID on the error", want.RequestID, got.RequestID)
 	field("calls at the frontend", want.Calls, got.Calls)
-	field("headers at the frontend", want.Headers, got.Headers)
+	sets("headers at the frontend", want.Headers, got.Headers)
 	field("built-in attempt_count", want.Attempts, got.Attempts)
 	field("built-in latencies recorded", want.Latencies, got.Latencies)
+	sets("span attributes", want.Spans, got.Spans)
 	return out
 }
 
