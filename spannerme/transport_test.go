@@ -356,10 +356,21 @@ type tlsProxy struct {
 
 func startTLSProxy(t *testing.T, pki *testPKI, mTLS bool, backend string) *tlsProxy {
 	t.Helper()
-	cfg := &tls.Config{Certificates: []tls.Certificate{pki.server}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+	cfg := pki.serverConfig()
 	if mTLS {
 		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, pki.caPool
 	}
+	return startTLSProxyConfig(t, cfg, backend)
+}
+
+// serverConfig is the TLS configuration of a server with the PKI's server certificate.
+func (p *testPKI) serverConfig() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{p.server}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+}
+
+// startTLSProxyConfig is startTLSProxy with the server's TLS configuration cfg.
+func startTLSProxyConfig(t *testing.T, cfg *tls.Config, backend string) *tlsProxy {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
