@@ -64,12 +64,15 @@ func wantCurrent(t *testing.T, gme *GCPMultiEndpoint, g string, e endpoint) {
 	}
 }
 
-// advanceToSwitch moves the clock sd on, one step to 1 ms before and one to the moment: group g
-// must still be on from after the first, and on to after the second.
-func advanceToSwitch(t *testing.T, clk *clock.Fake, gme *GCPMultiEndpoint, g string, sd time.Duration, from, to endpoint) {
+// advanceUntilMoved moves the clock d on, in a step to 1 ms before and a step to the moment:
+// group g must still be on from after the first (its current endpoint in Status), and on to
+// after the second (its current endpoint, serving a call).
+func advanceUntilMoved(t *testing.T, clk *clock.Fake, gme *GCPMultiEndpoint, g string, d time.Duration, from, to endpoint) {
 	t.Helper()
-	clk.Advance(sd - time.Millisecond)
-	wantCurrent(t, gme, g, from)
+	clk.Advance(d - time.Millisecond)
+	if s := groupOf(gme, g); s.Current != from.Addr() {
+		t.Fatalf("group %s left %s (%s) before %v: %+v", g, from.name, from.Addr(), d, s)
+	}
 	clk.Advance(time.Millisecond)
 	wantCurrent(t, gme, g, to)
 }
@@ -95,12 +98,7 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 	waitStateIn(t, gme, "default", F, Available)
 	wantCurrent(t, gme, "follower", follower)
 	waitStateIn(t, gme, "default", L, Recovering)
-	clk.Advance(rt - time.Millisecond)
-	if g := groupOf(gme, "default"); g.Current != L {
-		t.Fatalf("default left the leader before RecoveryTimeout: %+v", g)
-	}
-	clk.Advance(time.Millisecond)
-	wantCurrent(t, gme, "default", follower)
+	advanceUntilMoved(t, clk, gme, "default", rt, leader, follower)
 
 	// The leader comes up: the default group returns to it after SwitchingDelay; the
 	// follower group stays on the follower.
@@ -108,24 +106,19 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStateIn(t, gme, "default", L, Available)
-	advanceToSwitch(t, clk, gme, "default", sd, follower, leader)
+	advanceUntilMoved(t, clk, gme, "default", sd, follower, leader)
 	wantCurrent(t, gme, "follower", follower)
 
 	// The follower goes down: the follower group moves to the leader after RecoveryTimeout,
 	// and back to the follower SwitchingDelay after it returns.
 	follower.Down()
 	waitStateIn(t, gme, "follower", F, Recovering)
-	clk.Advance(rt - time.Millisecond)
-	if g := groupOf(gme, "follower"); g.Current != F {
-		t.Fatalf("follower left its endpoint before RecoveryTimeout: %+v", g)
-	}
-	clk.Advance(time.Millisecond)
-	wantCurrent(t, gme, "follower", leader)
+	advanceUntilMoved(t, clk, gme, "follower", rt, follower, leader)
 	if err := follower.Up(); err != nil {
 		t.Fatal(err)
 	}
 	waitStateIn(t, gme, "follower", F, Available)
-	advanceToSwitch(t, clk, gme, "follower", sd, leader, follower)
+	advanceUntilMoved(t, clk, gme, "follower", sd, leader, follower)
 
 	update := func(groups map[string]*multiendpoint.MultiEndpointOptions) {
 		t.Helper()
@@ -142,7 +135,7 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 	wantDurations(t, gme, "default", rt, sd)
 	wantDurations(t, gme, "follower", rt, sd)
 	waitStateIn(t, gme, "follower", N, Available)
-	advanceToSwitch(t, clk, gme, "follower", sd, follower, newE)
+	advanceUntilMoved(t, clk, gme, "follower", sd, follower, newE)
 
 	// The same endpoint on top of the default group: it is ready already, and the switch
 	// still waits SwitchingDelay.
@@ -151,7 +144,7 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 		"follower": endpointsOnly(N, F, L),
 	})
 	wantDurations(t, gme, "default", rt, sd)
-	advanceToSwitch(t, clk, gme, "default", sd, leader, newE)
+	advanceUntilMoved(t, clk, gme, "default", sd, leader, newE)
 
 	// Endpoints rearranged: the new top one is used after SwitchingDelay.
 	update(map[string]*multiendpoint.MultiEndpointOptions{
@@ -159,7 +152,7 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 		"follower": endpointsOnly(N, F, L),
 	})
 	wantDurations(t, gme, "default", rt, sd)
-	advanceToSwitch(t, clk, gme, "default", sd, newE, follower)
+	advanceUntilMoved(t, clk, gme, "default", sd, newE, follower)
 
 	// The follower group renamed: a new group, which takes the update's durations (none),
 	// as upstream's new groups do.
@@ -181,7 +174,7 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 	wantDurations(t, gme, "default", rt, sd)
 	wantCurrent(t, gme, "default", newE)
 	waitStateIn(t, gme, "default", N2, Available)
-	advanceToSwitch(t, clk, gme, "default", sd, newE, newE2)
+	advanceUntilMoved(t, clk, gme, "default", sd, newE, newE2)
 
 	// The follower endpoint back in place of the new ones: its pool was closed, so the leader
 	// serves until the follower's new pool connects, and SwitchingDelay later the follower
@@ -193,7 +186,7 @@ func TestUpstreamScenarioWithDelays(t *testing.T) {
 	wantDurations(t, gme, "default", rt, sd)
 	wantCurrent(t, gme, "default", leader)
 	waitStateIn(t, gme, "default", F, Available)
-	advanceToSwitch(t, clk, gme, "default", sd, leader, follower)
+	advanceUntilMoved(t, clk, gme, "default", sd, leader, follower)
 }
 
 // A group with RecoveryTimeout 2 s and SwitchingDelay 3 s, then an update that lists only its

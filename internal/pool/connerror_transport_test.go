@@ -1,15 +1,10 @@
 package pool
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"sync"
 	"testing"
@@ -19,6 +14,8 @@ import (
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 )
 
 // captureBalancer is pick_first with every SubConn's connection error sent to the channel
@@ -59,6 +56,7 @@ func (c *captureCC) NewSubConn(addrs []resolver.Address, o balancer.NewSubConnOp
 		}
 		forward(s)
 	}
+	//lint:ignore SA1019 pick_first creates its SubConns so: the wrapper forwards the call
 	return c.ClientConn.NewSubConn(addrs, o)
 }
 
@@ -86,65 +84,19 @@ func firstConnError(t *testing.T, addr string, creds credentials.TransportCreden
 	}
 }
 
-// serveTLS accepts connections on 127.0.0.1:0 and runs the TLS handshake of cfg on each,
-// then closes it; a nil cfg answers in plaintext instead (as an HTTP/1.1 server). It stops with
-// the test.
+// serveTLS runs the TLS handshake of cfg on each connection on 127.0.0.1:0, then closes it;
+// a nil cfg answers in plaintext instead (as an HTTP/1.1 server). It returns the address.
 func serveTLS(t *testing.T, cfg *tls.Config) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				if cfg == nil {
-					_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
-					_, _ = io.Copy(io.Discard, c) // until the client gives up: no reset of unread data
-					return
-				}
-				_ = tls.Server(c, cfg).Handshake()
-			}()
+	return testutil.Serve(t, func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if cfg == nil {
+			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n"))
+			_, _ = io.Copy(io.Discard, c) // until the client gives up: no reset of unread data
+			return
 		}
-	}()
-	t.Cleanup(func() { lis.Close(); wg.Wait() })
-	return lis.Addr().String()
-}
-
-// selfSigned returns a certificate for 127.0.0.1 and the name "server", and a pool that
-// trusts it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "server"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"server"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: k, Leaf: leaf}, roots
+		_ = tls.Server(c, cfg).Handshake()
+	})
 }
 
 // The errors of failed TLS handshakes reach the load balancer with their crypto/tls and
@@ -152,8 +104,8 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 // ClassifyConnError tells them apart by type: a plaintext peer and a certificate that fails
 // verification are tls; an alert the server answers with (internal_error) is handshake.
 func TestHandshakeErrorsReachTheBalancerWithTheirTypes(t *testing.T) {
-	cert, roots := selfSigned(t)
-	_, otherRoots := selfSigned(t)
+	cert, roots := testutil.SelfSigned(t, "server", net.IPv4(127, 0, 0, 1))
+	_, otherRoots := testutil.SelfSigned(t, "server", net.IPv4(127, 0, 0, 1))
 	serving := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
 	alerting := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		return nil, errors.New("overloaded") // crypto/tls answers with an internal_error alert
