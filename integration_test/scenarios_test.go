@@ -346,6 +346,7 @@ func testReconfigurationUnderLoad(t *testing.T, b backend) {
 		groups      map[string]*multiendpointOptions
 		wantDefault string
 		serving     []*spannermetest.Endpoint
+		before      func() // before the update
 		check       func()
 	}{
 		{
@@ -396,15 +397,29 @@ func testReconfigurationUnderLoad(t *testing.T, b backend) {
 			},
 		},
 		{
-			name: "re-add e1 on top, SwitchingDelay 0",
+			// An update's zero keeps a kept group's value: SetGroupTimeouts sets zero.
+			name: "SwitchingDelay 0, then re-add e1 on top",
+			before: func() {
+				if err := h.gme.SetGroupTimeouts("default", recoveryTimeout, 0); err != nil {
+					t.Fatalf("SetGroupTimeouts: %v", err)
+				}
+			},
 			groups: map[string]*multiendpointOptions{
-				"default": group(recoveryTimeout, 0, e1, e2, e3),
+				"default": group(0, 0, e1, e2, e3),
 				"east":    group(recoveryTimeout, switchingDelay, e3, e2),
 			},
 			wantDefault: e1, serving: []*spannermetest.Endpoint{h.e1, h.e3},
+			check: func() {
+				if g := h.group("default"); g.RecoveryTimeout != recoveryTimeout || g.SwitchingDelay != 0 {
+					t.Errorf("default group durations %v/%v, want %v/0", g.RecoveryTimeout, g.SwitchingDelay, recoveryTimeout)
+				}
+			},
 		},
 	}
 	for _, s := range steps {
+		if s.before != nil {
+			s.before()
+		}
 		start := time.Now()
 		h.mark("update: " + s.name)
 		if err := h.gme.UpdateMultiEndpoints(options(s.groups)); err != nil {

@@ -3,9 +3,12 @@ package spannerme
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +75,71 @@ func TestCallOnTLSSlipFailsFastNamingCause(t *testing.T) {
 	}
 }
 
+// A certificate that fails verification fails a group's calls at once too, naming the
+// endpoint and tls: one for another name, and one of an authority the client does not trust
+// (a plaintext peer: TestCallOnTLSSlipFailsFastNamingCause).
+func TestCallOnCertificateFailureFailsFast(t *testing.T) {
+	pki := newTestPKI(t)
+	proxy := startTLSProxy(t, pki, false, startServer(t, "E1"))
+	for _, tc := range []struct {
+		name string
+		cfg  *tls.Config
+	}{
+		{"certificate for another name", &tls.Config{RootCAs: pki.caPool, ServerName: "spanner.googleapis.com"}},
+		{"certificate of an authority not trusted", &tls.Config{RootCAs: x509.NewCertPool(), ServerName: "127.0.0.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(time.Hour, 0, proxy.addr)})
+			gme := newGME(t, o, fastSettings(nil), grpc.WithTransportCredentials(credentials.NewTLS(tc.cfg)))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := testpb.NewTestServiceClient(gme).UnaryCall(ctx, &testpb.SimpleRequest{})
+			wantNamedTLSFailure(t, "Invoke", err, time.Since(start), proxy.addr, "g")
+		})
+	}
+}
+
+// A server that answers the TLS handshake with an internal_error alert (RFC 8446 §6.2: a
+// failure of its own, unrelated to the peer or the configuration) may heal, so its group's
+// calls wait as on a refused connection: a fail-fast call gets UNAVAILABLE, which the Spanner
+// client retries, before its deadline, never FAILED_PRECONDITION, and calls are served once
+// the server completes its handshakes again.
+func TestCallOnTLSInternalErrorAlertWaits(t *testing.T) {
+	pki := newTestPKI(t)
+	var alerting atomic.Bool
+	alerting.Store(true)
+	cfg := pki.serverConfig()
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		if alerting.Load() {
+			return nil, errors.New("overloaded") // crypto/tls answers with an internal_error alert
+		}
+		return nil, nil
+	}
+	proxy := startTLSProxyConfig(t, cfg, startServer(t, "E1"))
+	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(time.Hour, 0, proxy.addr)})
+	creds := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pki.caPool, ServerName: "127.0.0.1"}))
+	gme := newGME(t, o, fastSettings(nil), creds)
+	eventually(t, 10*time.Second, "the connection error in Status", func() bool {
+		p, _ := poolOf(gme, proxy.addr)
+		return p.LastError != nil
+	})
+	if p, _ := poolOf(gme, proxy.addr); p.LastError.Kind != ConnHandshake || !strings.Contains(p.LastError.Message, "internal error") {
+		t.Errorf("connection error %v; want kind handshake, naming the alert", p.LastError)
+	}
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := testpb.NewTestServiceClient(gme).UnaryCall(ctx, &testpb.SimpleRequest{})
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("call while the server sends internal_error alerts: %v; want UNAVAILABLE before the deadline", err)
+		}
+	}
+
+	alerting.Store(false)
+	servedNeverFailedFast(t, gme, "E1")
+}
+
 // A group does not fail fast while one of its endpoints may still heal: with its first
 // endpoint's TLS slipped and its second refused (a restart), calls fail with UNAVAILABLE,
 // which the Spanner client retries, never FAILED_PRECONDITION; once the second is back they
@@ -98,19 +166,26 @@ func TestCallOnTLSSlipWithHealableFallbackWaits(t *testing.T) {
 	if err := good.Up(); err != nil {
 		t.Fatal(err)
 	}
+	servedNeverFailedFast(t, gme, "E2")
+}
+
+// servedNeverFailedFast calls until a call is served by want, within 20 s, and fails the
+// test if a call fails fast with FAILED_PRECONDITION on the way.
+func servedNeverFailedFast(t *testing.T, gme *GCPMultiEndpoint, want string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
 		got, err := call(ctx, gme)
-		if err == nil && got == "E2" {
-			break
+		if err == nil && got == want {
+			return
 		}
 		if status.Code(err) == codes.FailedPrecondition {
-			t.Fatalf("a call failed fast although the group's second endpoint came back: %v", err)
+			t.Fatalf("a call failed fast on an endpoint that may heal: %v", err)
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("never served by the second endpoint (last: %q, %v)\n%s", got, err, statusString(gme))
+			t.Fatalf("never served by %s (last: %q, %v)\n%s", want, got, err, statusString(gme))
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

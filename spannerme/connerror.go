@@ -36,12 +36,16 @@ const (
 	// within its deadline (Settings.MinConnectTimeout, or gRPC's backoff if longer): the
 	// address accepts nothing, or accepts TCP and never answers.
 	ConnTimeout ConnErrorKind = "timeout"
-	// ConnTLS: the TLS handshake failed: certificate not trusted, wrong server name, a TLS
-	// alert, or a server that does not speak TLS. Retrying does not fix it, so calls may
-	// fail fast on it (docs/failure-semantics.md, "Errors that name their cause").
+	// ConnTLS: the TLS handshake failed in a way that retrying does not fix: the server does
+	// not speak TLS (a plaintext endpoint dialed with TLS), or its certificate failed
+	// verification (not trusted, for another name, expired). Calls may fail fast on it
+	// (docs/failure-semantics.md, "Errors that name their cause"). Other TLS failures are
+	// ConnHandshake.
 	ConnTLS ConnErrorKind = "tls"
-	// ConnHandshake: the HTTP/2 handshake failed after the connection was made (the server
-	// closed it, or did not speak HTTP/2, e.g. a TLS server dialed in plaintext).
+	// ConnHandshake: the TLS or HTTP/2 handshake failed after the connection was made, in a
+	// way that may heal: the server closed the connection, answered the TLS handshake with an
+	// alert (such as internal_error), failed it otherwise, or did not speak HTTP/2 (e.g. a
+	// TLS server dialed in plaintext).
 	ConnHandshake ConnErrorKind = "handshake"
 	// ConnReset: the connection was reset by the peer during the attempt (ECONNRESET,
 	// ECONNABORTED, EPIPE).

@@ -60,11 +60,12 @@ func fromStateMachine(err error) error {
 }
 
 // permanentConnError reports whether a connection error of kind k is one that retrying the
-// connection does not fix: a TLS handshake that fails (a plaintext server dialed with TLS, a
-// certificate not trusted or for another name) fails the same way at every attempt until
-// the client's or the server's transport settings change. Every other kind may heal by
-// itself (a server restarting, a name being published, a network blip), so calls wait for
-// it; see docs/failure-semantics.md.
+// connection does not fix: a plaintext server dialed with TLS, or a certificate that fails
+// verification (not trusted, for another name, expired), fails the same way at every attempt
+// until the client's or the server's transport settings change (pool.ClassifyConnError gives
+// only those KindTLS, by their crypto/tls and crypto/x509 types). Every other kind may heal
+// by itself (a server restarting, a name being published, a network blip, a TLS alert such
+// as internal_error), so calls wait for it; see docs/failure-semantics.md.
 func permanentConnError(k pool.ConnErrorKind) bool { return k == pool.KindTLS }
 
 // waitEndedError is the error of a call whose context ended while it waited for the pool p,

@@ -308,7 +308,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	}
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
-	if err := gme.apply(cfg); err != nil {
+	if err := gme.apply(cfg, durationsAsWritten); err != nil { // at creation no group is kept
 		gme.events.close()
 		gme.obs.close()
 		gme.cancelDial()

@@ -252,7 +252,8 @@ const (
 	// Recovery: a higher-priority endpoint became available again and took over (after
 	// SwitchingDelay when the previous current endpoint was still available).
 	Recovery
-	// Reconfiguration: UpdateMultiEndpoints changed the group's endpoints or durations.
+	// Reconfiguration: UpdateMultiEndpoints (or a watched file's reload) changed the group's
+	// endpoints or durations, or SetGroupTimeouts its durations.
 	Reconfiguration
 )
 

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 )
 
 // Each ClientConfig setting the client constructors cannot honour is refused with a
@@ -317,82 +318,46 @@ type tlsProxy struct {
 
 func startTLSProxy(t *testing.T, pki *testPKI, mTLS bool, backend string) *tlsProxy {
 	t.Helper()
-	cfg := &tls.Config{Certificates: []tls.Certificate{pki.server}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+	cfg := pki.serverConfig()
 	if mTLS {
 		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, pki.caPool
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &tlsProxy{addr: lis.Addr().String()}
-	var wg sync.WaitGroup
-	var mu sync.Mutex // guards conns
-	conns := map[net.Conn]bool{}
-	track := func(c net.Conn, add bool) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if add && conns == nil {
-			return false
+	return startTLSProxyConfig(t, cfg, backend)
+}
+
+// serverConfig is the TLS configuration of a server with the PKI's server certificate.
+func (p *testPKI) serverConfig() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{p.server}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+}
+
+// startTLSProxyConfig is startTLSProxy with the server's TLS configuration cfg.
+func startTLSProxyConfig(t *testing.T, cfg *tls.Config, backend string) *tlsProxy {
+	t.Helper()
+	p := &tlsProxy{}
+	p.addr = testutil.Serve(t, func(raw net.Conn) {
+		c := tls.Server(raw, cfg)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			return
 		}
-		if add {
-			conns[c] = true
-		} else {
-			delete(conns, c)
+		p.handshakes.Add(1)
+		if len(c.ConnectionState().PeerCertificates) > 0 {
+			p.clientCerts.Add(1)
 		}
-		return true
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			raw, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := tls.Server(raw, cfg)
-				if !track(c, true) {
-					raw.Close()
-					return
-				}
-				defer track(c, false)
-				defer c.Close()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				err := c.HandshakeContext(ctx)
-				cancel()
-				if err != nil {
-					return
-				}
-				p.handshakes.Add(1)
-				if len(c.ConnectionState().PeerCertificates) > 0 {
-					p.clientCerts.Add(1)
-				}
-				up, err := net.Dial("tcp", backend)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				// When either direction ends, closing both ends the other.
-				var copies sync.WaitGroup
-				copies.Add(2)
-				go func() { defer copies.Done(); _, _ = io.Copy(up, c); up.Close(); c.Close() }()
-				go func() { defer copies.Done(); _, _ = io.Copy(c, up); up.Close(); c.Close() }()
-				copies.Wait()
-			}()
+		up, err := net.Dial("tcp", backend)
+		if err != nil {
+			return
 		}
-	}()
-	t.Cleanup(func() {
-		lis.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		conns = nil
-		mu.Unlock()
-		wg.Wait()
+		defer up.Close()
+		// When either direction ends, closing both ends the other.
+		var copies sync.WaitGroup
+		copies.Add(2)
+		go func() { defer copies.Done(); _, _ = io.Copy(up, c); up.Close(); c.Close() }()
+		go func() { defer copies.Done(); _, _ = io.Copy(c, up); up.Close(); c.Close() }()
+		copies.Wait()
 	})
 	return p
 }

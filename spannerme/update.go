@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
@@ -16,12 +17,20 @@ import (
 // UpdateMultiEndpoints applies a new configuration while calls flow. It returns once new
 // pools are dialed (dials do not wait for connections) and the new routing is in force;
 // concurrent calls to it, and Close, wait for it. Groups are matched by
-// name: new ones are created, missing ones removed, kept ones get the new endpoint list,
-// RecoveryTimeout and SwitchingDelay (their endpoints' states are kept). Endpoints are
+// name: new ones are created, missing ones removed, kept ones get the new endpoint list
+// (their endpoints' states are kept). Endpoints are
 // matched by address: a new one gets a new pool; one no group lists any more is retired: it
 // takes no new calls, its in-flight calls (unary and streaming) finish, and it is closed when
 // they are done or after Settings.DrainTimeout. GRPCgcpConfig and DialFunc of meOpts are
 // ignored: pools keep the configuration they were dialed with.
+//
+// RecoveryTimeout and SwitchingDelay: a new group takes the update's, zero meaning zero, as
+// at creation. A kept group keeps its own where the update leaves them zero, as upstream's
+// UpdateMultiEndpoints does (it changes only the endpoint lists of kept groups, so code
+// written for it passes groups that list only Endpoints); a non-zero value changes it (upstream
+// ignores it). To set a kept group's durations to exactly what is given, zero included, call
+// SetGroupTimeouts. A watched configuration file (WatchConfig) states them in full instead:
+// each reload sets them as the file writes them, absent meaning zero.
 //
 // The whole configuration is validated and every new pool dialed before anything changes: on
 // error nothing changes and the new pools are closed. Errors: a *ConfigError wrapping
@@ -38,13 +47,76 @@ func (gme *GCPMultiEndpoint) UpdateMultiEndpoints(meOpts *grpcgcp.GCPMultiEndpoi
 	cfg.collapseTo(gme.pl.emulator)
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
-	return gme.apply(cfg)
+	return gme.apply(cfg, keepUnsetDurations)
 }
 
-// apply moves to cfg: dial, create groups, publish, update groups, publish, retire.
+// SetGroupTimeouts sets the RecoveryTimeout and SwitchingDelay of the group named group to
+// exactly recoveryTimeout and switchingDelay, zero included (zero: fail over at once, switch
+// back at once; the meaning of each is that of multiendpoint.MultiEndpointOptions). It is the
+// way to set a duration to zero at runtime, which UpdateMultiEndpoints cannot (a zero there
+// keeps the group's value). The group's endpoints and their states are kept, and clocks
+// already running keep their start: an endpoint Recovering since t becomes Unavailable at
+// t + recoveryTimeout (at once if that is past), and a pending switch lands SwitchingDelay
+// after its target's return (at once if that is past). Calls flow meanwhile; it is serialized
+// with UpdateMultiEndpoints and Close. A later UpdateMultiEndpoints with non-zero durations
+// for the group, or a reload of a watched configuration file, sets them again. The new values
+// are in GroupStatus.RecoveryTimeout and SwitchingDelay once it returns.
+//
+// Errors: a *ConfigError wrapping ErrInvalidConfig, naming the group, for a group that is not
+// configured or a negative duration; ErrClosed after Close (and on a zero-value
+// GCPMultiEndpoint). On error nothing changes.
+func (gme *GCPMultiEndpoint) SetGroupTimeouts(group string, recoveryTimeout, switchingDelay time.Duration) error {
+	if gme.zero() {
+		return ErrClosed
+	}
+	if err := multiendpoint.ValidateDurations(group, recoveryTimeout, switchingDelay); err != nil {
+		return fromStateMachine(err)
+	}
+	gme.updateMu.Lock()
+	defer gme.updateMu.Unlock()
+	gme.mu.Lock()
+	closed, me := gme.closed, gme.groups[group]
+	gme.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if me == nil {
+		return configErr(group, "", -1, "no such MultiEndpoint")
+	}
+	// Groups are closed only by Close and apply, under updateMu: me is open.
+	return fromStateMachine(me.SetTimeouts(recoveryTimeout, switchingDelay))
+}
+
+// durationRule says what a kept group's zero RecoveryTimeout or SwitchingDelay in a new
+// configuration means.
+type durationRule bool
+
+const (
+	keepUnsetDurations durationRule = true  // zero keeps the group's value (UpdateMultiEndpoints)
+	durationsAsWritten durationRule = false // zero is zero (a configuration file's reload)
+)
+
+// durationsFor returns the durations group g of a new configuration gives its kept state
+// machine me under rule.
+func durationsFor(g groupConfig, me *multiendpoint.MultiEndpoint, rule durationRule) (recoveryTimeout, switchingDelay time.Duration) {
+	recoveryTimeout, switchingDelay = g.recoveryTimeout, g.switchingDelay
+	if rule == keepUnsetDurations && (recoveryTimeout == 0 || switchingDelay == 0) {
+		st := me.Status()
+		if recoveryTimeout == 0 {
+			recoveryTimeout = st.RecoveryTimeout
+		}
+		if switchingDelay == 0 {
+			switchingDelay = st.SwitchingDelay
+		}
+	}
+	return recoveryTimeout, switchingDelay
+}
+
+// apply moves to cfg: dial, create groups, publish, update groups, publish, retire. rule
+// says what a kept group's zero durations mean.
 // gme.updateMu must be held; gme.mu is taken only to read and write the maps, never across a
 // dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
-func (gme *GCPMultiEndpoint) apply(cfg *config) error {
+func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	gme.mu.Lock()
 	if gme.closed || gme.zero() {
 		gme.mu.Unlock()
@@ -144,7 +216,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config) error {
 		if me := oldGroups[g.name]; me != nil {
 			// Validated by parseConfig; it fails only after the group's Close, which only
 			// Close and this function call, under updateMu.
-			_ = me.Reconfigure(g.endpoints, g.recoveryTimeout, g.switchingDelay)
+			rt, sd := durationsFor(g, me, rule)
+			_ = me.Reconfigure(g.endpoints, rt, sd)
 		}
 	}
 	// 4. Publish the final snapshot: only configured endpoints.
@@ -293,7 +366,7 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 // also replaces the directed read policies (Settings.DirectedReads) with f's, from the next
 // call on. Errors as for UpdateMultiEndpoints (f is valid: a dial error, or ErrClosed).
 func (gme *GCPMultiEndpoint) updateFromFile(f *parsedFile) (stale []string, err error) {
-	return gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false)
+	return gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false, durationsAsWritten)
 }
 
 // updateWithSettings parses meOpts, the endpoint options eo and the directed read policies
@@ -315,14 +388,15 @@ func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpoint
 	if err != nil {
 		return nil, err
 	}
-	return gme.updateParsed(cfg, opts, directed, keepDirected)
+	return gme.updateParsed(cfg, opts, directed, keepDirected, keepUnsetDurations)
 }
 
 // updateParsed applies the validated cfg (which it modifies) with the endpoint options opts
-// and, unless keepDirected, the directed read policies directed; on error nothing changes.
+// and, unless keepDirected, the directed read policies directed, kept groups' zero durations
+// meaning what rule says; on error nothing changes.
 // It returns, sorted, the configured endpoints whose pool was dialed with options other than
 // opts', Name aside.
-func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, keepDirected bool) (stale []string, err error) {
+func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, keepDirected bool, rule durationRule) (stale []string, err error) {
 	if gme.zero() {
 		return nil, ErrClosed
 	}
@@ -334,7 +408,7 @@ func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, dir
 	if !keepDirected {
 		gme.directed = directed
 	}
-	if err := gme.apply(cfg); err != nil {
+	if err := gme.apply(cfg, rule); err != nil {
 		gme.endpointOpts, gme.directed = old, oldDirected
 		return nil, err
 	}

@@ -92,10 +92,13 @@ type ConfigWatcher struct {
 // other make one reload, and a reload of content equal to the configuration in force does
 // nothing.
 //
-// Each reload applies the groups, endpoints, durations and Default through
-// UpdateMultiEndpoints, with the file's EndpointOptions for pools it dials, and replaces the
-// directed read policies (Settings.DirectedReads) with the file's, for the calls that start
-// after it. What a running
+// Each reload applies the groups, endpoints, durations and Default as UpdateMultiEndpoints
+// does, with the file's EndpointOptions for pools it dials, and replaces the directed read
+// policies (Settings.DirectedReads) with the file's, for the calls that start after it. The
+// file states the whole configuration, so a reload sets every group's RecoveryTimeout and
+// SwitchingDelay as the file writes them, a duration absent meaning zero (its default), where
+// UpdateMultiEndpoints keeps a kept group's value for a zero; values set by SetGroupTimeouts
+// hold until the next reload that applies a changed file. What a running
 // GCPMultiEndpoint cannot change (settings, pool size, session affinity, the options of an
 // endpoint already dialed) is logged and listed in ConfigStatus.RestartNeeded. An edit that
 // cannot be read, parsed, validated or applied changes nothing: the last good configuration

@@ -46,14 +46,33 @@ var errConnClosed = errors.New("a ready connection was closed (GOAWAY from the s
 // ClassifyConnError returns the kind of a connection attempt's error, as gRPC reports it to
 // its load balancer (a transport ConnectionError wrapping the dialer's or the handshake's
 // error).
+//
+// KindTLS, the one kind that retrying cannot fix (calls fail fast on it: spannerme's
+// permanentConnError), is given only to what docs/failure-semantics.md lists: a peer that
+// does not speak TLS (tls.RecordHeaderError: its first bytes are no TLS record) and a server
+// certificate that fails verification (*tls.CertificateVerificationError, or the x509
+// UnknownAuthorityError, HostnameError or CertificateInvalidError it wraps: not trusted, for
+// another name, expired). Every other TLS failure may heal and is KindHandshake: an alert
+// the server answered with (crypto/tls reports it as a *net.OpError whose Op is "remote
+// error"; tls.AlertError is QUIC's form), such as internal_error (RFC 8446 §6.2: unrelated
+// to the peer or the configuration), and the handshake errors crypto/tls gives no type.
+//
+// These are recognised by type: gRPC keeps the handshake's error in the ConnectionError it
+// hands the balancer (grpc-go v1.85, internal/transport: ConnectionError.Unwrap returns it;
+// credentials/tls.go returns crypto/tls's error unwrapped), and crypto/tls wraps with
+// Unwrap too, so errors.As finds them (TestHandshakeErrorsReachTheBalancerWithTheirTypes).
+// The messages are read only for an error whose chain has no type (a DialFunc, dialer or
+// transport credentials that format the error into text): then only the messages of those
+// types count as KindTLS, and any other "tls:" text is KindHandshake.
 func ClassifyConnError(err error) ConnErrorKind {
 	var dnsErr *net.DNSError
 	var recordErr tls.RecordHeaderError
 	var verifyErr *tls.CertificateVerificationError
-	var alertErr tls.AlertError
 	var authorityErr x509.UnknownAuthorityError
 	var hostErr x509.HostnameError
 	var invalidErr x509.CertificateInvalidError
+	var opErr *net.OpError
+	var alertErr tls.AlertError
 	var netErr net.Error
 	msg := ""
 	if err != nil {
@@ -70,21 +89,21 @@ func ClassifyConnError(err error) ConnErrorKind {
 		return KindUnreachable
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
 		return KindReset
-	case errors.As(err, &recordErr), errors.As(err, &verifyErr), errors.As(err, &alertErr),
+	case errors.As(err, &recordErr), errors.As(err, &verifyErr),
 		errors.As(err, &authorityErr), errors.As(err, &hostErr), errors.As(err, &invalidErr):
 		return KindTLS
+	case errors.As(err, &opErr) && opErr.Op == "remote error", errors.As(err, &alertErr):
+		return KindHandshake
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT),
 		errors.As(err, &netErr) && netErr.Timeout(), strings.Contains(msg, "deadline exceeded"), strings.Contains(msg, "i/o timeout"),
 		// gRPC closes the connection when the attempt's deadline passes during the HTTP/2
 		// handshake; the read of the server's preface then fails so.
 		errors.Is(err, net.ErrClosed), strings.Contains(msg, "use of closed network connection"):
 		return KindTimeout
-	case strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"),
-		// gRPC wraps every error of the TLS handshake in this text, a peer that closes or
-		// resets the connection during it too (a server restarting behind its port, a
-		// proxy without a backend): those are the kinds below, not TLS.
-		strings.Contains(msg, "authentication handshake failed") && !strings.Contains(msg, "EOF") &&
-			!strings.Contains(msg, "connection reset") && !strings.Contains(msg, "broken pipe"):
+	// Text only from here: no type in the chain said what the error is.
+	case strings.Contains(msg, "first record does not look like a TLS handshake"), // tls.RecordHeaderError
+		strings.Contains(msg, "tls: failed to verify certificate"), // *tls.CertificateVerificationError
+		strings.Contains(msg, "x509: certificate"):                 // the x509 verification errors
 		return KindTLS
 	case strings.Contains(msg, "no such host"), strings.Contains(msg, "dns:"):
 		return KindDNS
@@ -93,7 +112,10 @@ func ClassifyConnError(err error) ConnErrorKind {
 	case strings.Contains(msg, "connection reset"), strings.Contains(msg, "broken pipe"):
 		return KindReset
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), strings.Contains(msg, "preface"),
-		strings.Contains(msg, "settings frame"), strings.Contains(msg, "EOF"), strings.Contains(msg, "http2"):
+		strings.Contains(msg, "settings frame"), strings.Contains(msg, "EOF"), strings.Contains(msg, "http2"),
+		// gRPC wraps every error of the TLS handshake in "authentication handshake failed";
+		// what is left of them (an alert, an error crypto/tls gives no type) may heal.
+		strings.Contains(msg, "tls:"), strings.Contains(msg, "authentication handshake failed"):
 		return KindHandshake
 	}
 	return KindOther

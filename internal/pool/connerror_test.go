@@ -13,6 +13,16 @@ import (
 	"testing"
 )
 
+// handshakeErr wraps err as gRPC's transport does an error of the TLS handshake (its
+// ConnectionError is internal: %w stands for its Unwrap).
+func handshakeErr(err error) error {
+	return fmt.Errorf("connection error: desc = \"transport: authentication handshake failed: %w\"", err)
+}
+
+// remoteAlert is what crypto/tls returns for an alert the server sent: a *net.OpError "remote
+// error" around its unexported alert type, whose text is text.
+func remoteAlert(text string) error { return &net.OpError{Op: "remote error", Err: errors.New(text)} }
+
 func TestClassifyConnError(t *testing.T) {
 	opErr := func(err error) error { return &net.OpError{Op: "dial", Net: "tcp", Err: err} }
 	for _, tc := range []struct {
@@ -30,11 +40,25 @@ func TestClassifyConnError(t *testing.T) {
 		{"deadline", fmt.Errorf("transport: %w", context.DeadlineExceeded), KindTimeout},
 		{"os deadline", opErr(os.ErrDeadlineExceeded), KindTimeout},
 		{"TLS handshake timeout", errors.New("transport: authentication handshake failed: context deadline exceeded"), KindTimeout},
-		{"TLS record", fmt.Errorf("transport: authentication handshake failed: %w", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), KindTLS},
-		{"unknown authority", fmt.Errorf("transport: authentication handshake failed: %w", x509.UnknownAuthorityError{}), KindTLS},
+		// Retrying cannot fix these: KindTLS, by type.
+		{"plaintext peer", handshakeErr(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), KindTLS},
+		{"certificate verification", handshakeErr(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), KindTLS},
+		{"unknown authority", handshakeErr(x509.UnknownAuthorityError{}), KindTLS},
 		{"wrong host", fmt.Errorf("x: %w", x509.HostnameError{Certificate: &x509.Certificate{}, Host: "h"}), KindTLS},
-		{"TLS alert", fmt.Errorf("x: %w", tls.AlertError(40)), KindTLS},
-		{"TLS text", errors.New("transport: authentication handshake failed: tls: bad certificate"), KindTLS},
+		{"expired", handshakeErr(&tls.CertificateVerificationError{Err: x509.CertificateInvalidError{Cert: &x509.Certificate{}, Reason: x509.Expired}}), KindTLS},
+		// They may heal: KindHandshake, by type.
+		{"internal_error alert", handshakeErr(remoteAlert("tls: internal error")), KindHandshake},
+		{"handshake_failure alert", handshakeErr(remoteAlert("tls: handshake failure")), KindHandshake},
+		{"alert from the server rejecting the client's certificate", handshakeErr(remoteAlert("tls: bad certificate")), KindHandshake},
+		{"QUIC alert", fmt.Errorf("x: %w", tls.AlertError(80)), KindHandshake},
+		{"the type decides, not the text", handshakeErr(remoteAlert("x509: certificate signed by unknown authority")), KindHandshake},
+		// No type in the chain: the text, of those same types only.
+		{"plaintext peer, text only", errors.New("transport: authentication handshake failed: tls: first record does not look like a TLS handshake"), KindTLS},
+		{"certificate verification, text only", errors.New("transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"), KindTLS},
+		{"wrong host, text only", errors.New("x509: certificate is valid for server, not other.example"), KindTLS},
+		{"alert, text only", errors.New("transport: authentication handshake failed: remote error: tls: internal error"), KindHandshake},
+		{"TLS error without a type", errors.New("transport: authentication handshake failed: tls: server selected unsupported protocol version 300"), KindHandshake},
+		{"no ALPN", errors.New("transport: authentication handshake failed: credentials: cannot check peer: missing selected ALPN property"), KindHandshake},
 		{"closed during the TLS handshake", errors.New(`connection error: desc = "transport: authentication handshake failed: EOF"`), KindHandshake},
 		{"reset during the TLS handshake", errors.New("transport: authentication handshake failed: read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"), KindReset},
 		{"preface EOF", fmt.Errorf("error reading server preface: %w", io.EOF), KindHandshake},
