@@ -55,6 +55,7 @@ type GCPMultiEndpoint struct {
 	log       *slog.Logger
 	obs       *observer  // logs of transitions, metrics, switch history
 	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
+	verdicts  verdicts   // each group's verdicts: which endpoints it may use, and why
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -153,6 +154,14 @@ func (s *snapshot) directedReads() directedReads {
 		return nil
 	}
 	return s.directed
+}
+
+// groupsOrNil returns the groups sorted by name; nil for a nil snapshot (closed).
+func (s *snapshot) groupsOrNil() []*multiendpoint.MultiEndpoint {
+	if s == nil {
+		return nil
+	}
+	return s.byName
 }
 
 func (s *snapshot) defaultNameOrEmpty() string {

@@ -13,16 +13,16 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
-// verdict is what a probe's result tells the detector.
-type verdict int
+// probeOutcome is what a probe's result tells the detector.
+type probeOutcome int
 
 const (
-	passed verdict = iota
+	passed probeOutcome = iota
 	failed
 	noVerdict
 )
 
-func verdictOf(err error) verdict {
+func verdictOf(err error) probeOutcome {
 	switch {
 	case err == nil:
 		return passed
@@ -38,7 +38,7 @@ func TestProbeVerdict(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want verdict
+		want probeOutcome
 	}{
 		{"answered", nil, passed},
 		{"NOT_FOUND", status.Error(codes.NotFound, "Session not found"), passed},
@@ -56,7 +56,7 @@ func TestProbeVerdict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := probeVerdict(tc.err)
 			if verdictOf(got) != tc.want {
-				t.Fatalf("probeVerdict(%v) = %v, want verdict %d", tc.err, got, tc.want)
+				t.Fatalf("probeVerdict(%v) = %v, want probeOutcome %d", tc.err, got, tc.want)
 			}
 			if tc.err != nil && got != nil && !errors.Is(got, tc.err) {
 				t.Fatalf("probeVerdict(%v) = %v, which does not wrap the probe's error", tc.err, got)

@@ -165,9 +165,18 @@ type EndpointStatus struct {
 	State EndpointState `json:"state"`
 	// Since is when the endpoint entered State (or was added to the group).
 	Since time.Time `json:"since"`
+	// Verdict says why the endpoint is, or is not, available to this group, as the last
+	// evaluation of its inputs found (docs/health.md, "One verdict per group"): "usable",
+	// "not connected", "ejected", "degraded" (far slower than a usable endpoint of the group:
+	// see Brownout), or "degraded, but no other endpoint is usable" (available all the same:
+	// a slow endpoint is better than none). "" (omitted in JSON) before the group's first
+	// evaluation and after Close. State follows the verdict through the group's
+	// RecoveryTimeout and SwitchingDelay rules.
+	Verdict string `json:"verdict,omitempty"`
 	// Brownout is the endpoint's brownout state in this group (BrownoutSettings): an
-	// endpoint that is Degraded is not Available to the group although its pool may be;
-	// nil when brownout detection is off.
+	// endpoint that is Degraded is not Available to the group although its pool may be,
+	// unless no other endpoint of the group is usable (Verdict); nil when brownout detection
+	// is off.
 	Brownout *BrownoutStatus `json:"brownout,omitempty"`
 }
 
@@ -360,7 +369,11 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		}
 		g.DirectedReads = directedReadsStatusOf(directed[g.Name])
 		for i := range g.Endpoints {
-			g.Endpoints[i].Brownout = gme.brownoutStatus(g.Name, g.Endpoints[i].Endpoint)
+			e := &g.Endpoints[i]
+			e.Brownout = gme.brownoutStatus(g.Name, e.Endpoint)
+			if r, ok := gme.verdicts.reason(g.Name, e.Endpoint); ok && !st.Closed {
+				e.Verdict = r.String()
+			}
 		}
 		if st.Closed {
 			// Nothing serves after Close: say so, whatever the stopped groups last knew.

@@ -227,14 +227,16 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	}
 	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools, gme.directed))
 	gme.changed.signal()
-	// 5. Start monitoring the new pools; sync every group with every pool's availability
-	// (an endpoint already READY that a group starts listing is Available at once).
+	// 5. Start monitoring the new pools; evaluate brownout again for the groups as they are
+	// now (a degraded endpoint's fallback may be gone), then every group's verdicts (an
+	// endpoint already READY that a group starts listing is Available at once).
 	for _, p := range fresh {
 		p.StartMonitor()
 	}
 	for _, p := range pools {
-		gme.publish(p)
+		gme.brown.sample(gme.snap.Load(), p, gme.pl.clock, gme.obs.brownout)
 	}
+	gme.evaluateAll()
 	// 6. Retire what is gone.
 	var gone []*pool.Pool
 	gme.noteDialed(fresh, want)
@@ -254,37 +256,22 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	}
 	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
 	gme.brown.retain(func(name string) bool { return groups[name] != nil })
+	gme.verdicts.retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)
 	}
 	return nil
 }
 
-// publish tells every group of the current snapshot the pool's availability (false in a
-// group where the endpoint is degraded: brownout.go), if the pool is still the one serving
-// its endpoint. Reports of one pool are serialized and each reads the
-// availability under the lock; since every change of it is followed by a publish, the last
-// report always carries the latest value.
-//
-// The reports of one pool are serialized (pool.Report) and held while the state machines
-// run, and so while a switch is counted on the meter provider's switches counter (an
-// OpenTelemetry instrument's Add, which must not block); never across a gRPC call, a dial,
-// or OnSwitch, OnHealth or the Logger (switch events are queued for them).
+// publish asks for the verdicts of every group of the current snapshot after a change of
+// p's inputs (connectivity, ejection, brownout), if p is still the pool serving its endpoint
+// (verdicts.go).
 func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
-	p.Report(func(ready, settled bool) { // ready: connected and not ejected
-		s := gme.snap.Load()
-		if s == nil || s.pools[p.Endpoint()] != p {
-			return // closed, or a retired pool: its news concern nobody
-		}
-		if !ready && !settled {
-			return // its first attempt is under way: nothing is known yet (rule 1)
-		}
-		for name, me := range s.groups {
-			// A degraded endpoint (brownout) is not available to the group it is
-			// degraded in; the others may still use it.
-			me.SetEndpointAvailability(p.Endpoint(), ready && !gme.brown.degraded(name, p.Endpoint()))
-		}
-	})
+	s := gme.snap.Load()
+	if s == nil || s.pools[p.Endpoint()] != p {
+		return // closed, or a retired pool: its news concern nobody
+	}
+	gme.evaluateAll()
 }
 
 // onSwitch receives every group's switch events, synchronously: waiting calls pick again,
@@ -437,17 +424,12 @@ func initialState(p *pool.Pool) multiendpoint.State {
 }
 
 // sampleBrownouts evaluates the brownout rule at a latency sample or an availability change
-// of p (brownouts.sample) and publishes the availability of the endpoints whose degraded
-// state changed. Called on a pool's goroutines with no lock held.
+// of p (brownouts.sample) and, when an endpoint's degraded state changed, every group's
+// verdicts. Called on a pool's goroutines with no lock held.
 func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 	s := gme.snap.Load()
-	changes := gme.brown.sample(s, p, gme.pl.clock, gme.obs.brownout)
-	for _, c := range changes {
-		if q := s.pools[c.v.Endpoint]; q != nil {
-			gme.publish(q)
-		}
-	}
-	if len(changes) > 0 {
+	if changes := gme.brown.sample(s, p, gme.pl.clock, gme.obs.brownout); len(changes) > 0 {
+		gme.evaluateAll()
 		gme.changed.signal()
 	}
 }

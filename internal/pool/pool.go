@@ -131,9 +131,6 @@ type Pool struct {
 	// settled: a connection attempt has ended (READY or TRANSIENT_FAILURE) at least once, so
 	// a pool that is not ready is known to be down rather than still connecting.
 	settled atomic.Bool
-	// reportMu serializes the reports of this pool's availability (Report), so that they
-	// land in order. Held while the caller's report runs; never across a gRPC call or dial.
-	reportMu sync.Mutex
 
 	drained     chan struct{} // closed when retired and no call is in flight
 	drainedOnce sync.Once
@@ -202,15 +199,12 @@ func (p *Pool) Available() bool {
 	return p.ready.Load() && (p.health == nil || !p.health.Ejected())
 }
 
-// Report calls f with the pool's availability and whether it has settled, serialized with
-// every other Report of this pool, so that reports land in order. Since every change of the
-// availability is followed by a report, the last report carries the latest value. f must
-// not block on a gRPC call, a dial or a user callback.
-func (p *Pool) Report(f func(available, settled bool)) {
-	p.reportMu.Lock()
-	defer p.reportMu.Unlock()
-	f(p.Available(), p.settled.Load())
-}
+// Connected reports whether the pool has a ready connection.
+func (p *Pool) Connected() bool { return p.ready.Load() }
+
+// Ejected reports whether health from call outcomes has ejected the endpoint; false without
+// health.
+func (p *Pool) Ejected() bool { return p.health != nil && p.health.Ejected() }
 
 // Acquire registers a call. It fails once the pool is retired; the caller then picks again
 // from a newer routing.

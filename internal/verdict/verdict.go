@@ -1,0 +1,98 @@
+// Package verdict decides, for one group, which of its endpoints the group may use: one
+// verdict per endpoint, from one snapshot of every endpoint's inputs (its pool's
+// connectivity, its ejection by the health detector, the brownout rule's finding), with one
+// reason. It is the only place where these signals meet: the signals are computed apart, on
+// their own triggers, and each change of any of them asks for a new verdict of every group
+// that lists the endpoint.
+//
+// The rules, for a group:
+//
+//  1. An endpoint is usable when its pool is connected, it is not ejected, and the brownout
+//     rule does not find it degraded (far slower than a usable fallback of the group).
+//  2. When the group has a usable endpoint, the available endpoints are the usable ones.
+//  3. When it has none, a connected endpoint that is not ejected is available although it is
+//     degraded: a slow endpoint is better than none. So brownout never takes away the last
+//     endpoints a group can use, and it does so at once, not when the brownout rule, which
+//     compares latencies over a window, next changes its mind (a degraded endpoint's
+//     fallback may have just gone down).
+//
+// So a group with a connected, non-ejected endpoint always has an available endpoint, and
+// the verdicts depend on the inputs only, never on the order in which they changed.
+package verdict
+
+import "strconv"
+
+// Input is what is known of one endpoint of a group at an evaluation.
+type Input struct {
+	// Connected: the endpoint's pool has a ready connection.
+	Connected bool
+	// Ejected: the health detector took the endpoint out (its calls kept failing or
+	// stalling, or a probe failed).
+	Ejected bool
+	// Degraded: the brownout rule finds the endpoint far slower than a fallback in this group.
+	Degraded bool
+}
+
+// Reason says why an endpoint is, or is not, available to its group.
+type Reason uint8
+
+const (
+	// Usable: connected, not ejected, not degraded. Available.
+	Usable Reason = iota
+	// NotConnected: its pool has no ready connection. Not available.
+	NotConnected
+	// Ejected: the health detector took it out. Not available.
+	Ejected
+	// Degraded: far slower than a usable endpoint of the group. Not available.
+	Degraded
+	// DegradedLastResort: degraded, but no endpoint of the group is usable. Available.
+	DegradedLastResort
+)
+
+var reasonNames = [...]string{
+	Usable:             "usable",
+	NotConnected:       "not connected",
+	Ejected:            "ejected",
+	Degraded:           "degraded",
+	DegradedLastResort: "degraded, but no other endpoint is usable",
+}
+
+// String returns the reason in words: "usable", "not connected", "ejected", "degraded", or
+// "degraded, but no other endpoint is usable".
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Available reports whether an endpoint with this reason is available to its group.
+func (r Reason) Available() bool { return r == Usable || r == DegradedLastResort }
+
+// Evaluate returns the verdict of each endpoint of one group, in the order of in (the
+// group's endpoints). It writes the reasons into out, which must have len(in) elements, so
+// that a caller that keeps out allocates nothing. Safe for concurrent use on distinct out.
+func Evaluate(in []Input, out []Reason) {
+	anyUsable := false
+	for i, e := range in {
+		switch {
+		case !e.Connected:
+			out[i] = NotConnected
+		case e.Ejected:
+			out[i] = Ejected
+		case e.Degraded:
+			out[i] = Degraded
+		default:
+			out[i] = Usable
+			anyUsable = true
+		}
+	}
+	if anyUsable {
+		return
+	}
+	for i := range out {
+		if out[i] == Degraded {
+			out[i] = DegradedLastResort
+		}
+	}
+}

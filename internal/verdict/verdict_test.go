@@ -1,0 +1,126 @@
+package verdict
+
+import (
+	"slices"
+	"testing"
+
+	"go.uber.org/goleak"
+	"pgregory.net/rapid"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func evaluate(in []Input) []Reason {
+	out := make([]Reason, len(in))
+	Evaluate(in, out)
+	return out
+}
+
+func TestEvaluate(t *testing.T) {
+	up := Input{Connected: true}
+	down := Input{}
+	ejected := Input{Connected: true, Ejected: true}
+	slow := Input{Connected: true, Degraded: true}
+	slowEjected := Input{Connected: true, Ejected: true, Degraded: true}
+	for _, tc := range []struct {
+		name string
+		in   []Input
+		want []Reason
+	}{
+		{"all usable", []Input{up, up}, []Reason{Usable, Usable}},
+		{"a slow endpoint beside a usable one", []Input{up, slow, slow}, []Reason{Usable, Degraded, Degraded}},
+		{"the fast endpoint goes down: the slow ones are the last resort", []Input{down, slow, slow}, []Reason{NotConnected, DegradedLastResort, DegradedLastResort}},
+		{"the fast endpoint is ejected: the same", []Input{ejected, slow}, []Reason{Ejected, DegradedLastResort}},
+		{"ejection wins over degradation", []Input{slowEjected, slow}, []Reason{Ejected, DegradedLastResort}},
+		{"nothing connected", []Input{down, down}, []Reason{NotConnected, NotConnected}},
+		{"everything ejected", []Input{ejected, ejected}, []Reason{Ejected, Ejected}},
+		{"no endpoint", nil, []Reason{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := evaluate(tc.in); !slices.Equal(got, tc.want) {
+				t.Errorf("Evaluate(%+v) = %v, want %v", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReasonString(t *testing.T) {
+	for r, want := range map[Reason]string{Usable: "usable", NotConnected: "not connected", Ejected: "ejected",
+		Degraded: "degraded", DegradedLastResort: "degraded, but no other endpoint is usable", Reason(99): "Reason(99)"} {
+		if got := r.String(); got != want {
+			t.Errorf("Reason(%d).String() = %q, want %q", r, got, want)
+		}
+	}
+}
+
+func genInputs(t *rapid.T) []Input {
+	return rapid.SliceOfN(rapid.Custom(func(t *rapid.T) Input {
+		return Input{Connected: rapid.Bool().Draw(t, "connected"), Ejected: rapid.Bool().Draw(t, "ejected"), Degraded: rapid.Bool().Draw(t, "degraded")}
+	}), 0, 6).Draw(t, "endpoints")
+}
+
+// The invariants of the package doc, over random groups.
+func TestEvaluateInvariants(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInputs(t)
+		got := evaluate(in)
+		candidate, available := false, false
+		for i, e := range in {
+			r := got[i]
+			candidate = candidate || (e.Connected && !e.Ejected)
+			available = available || r.Available()
+			// An endpoint that is not connected or is ejected is never available; one
+			// that is connected, not ejected and not degraded always is.
+			if (!e.Connected || e.Ejected) && r.Available() {
+				t.Fatalf("endpoint %d %+v is available (%v)", i, e, r)
+			}
+			if e.Connected && !e.Ejected && !e.Degraded && r != Usable {
+				t.Fatalf("endpoint %d %+v is %v, want usable", i, e, r)
+			}
+			// Brownout takes an endpoint away only for a usable one.
+			if r == Degraded && !slices.Contains(got, Usable) {
+				t.Fatalf("endpoint %d is degraded with no usable endpoint in the group: %v", i, got)
+			}
+		}
+		if candidate && !available {
+			t.Fatalf("a connected, non-ejected endpoint but none available: %+v -> %v", in, got)
+		}
+	})
+}
+
+// The verdict depends on the inputs only: applying a random sequence of input changes in any
+// order ends in the same verdict as evaluating the final inputs.
+func TestEvaluateDependsOnInputsOnly(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		final := genInputs(t)
+		start := make([]Input, len(final))
+		for i := range start {
+			start[i] = Input{Connected: rapid.Bool().Draw(t, "c0"), Ejected: rapid.Bool().Draw(t, "e0"), Degraded: rapid.Bool().Draw(t, "d0")}
+		}
+		// The changes that lead from start to final, one field at a time, in a random order.
+		type change struct{ i, field int }
+		var changes []change
+		for i := range final {
+			for f := range 3 {
+				changes = append(changes, change{i, f})
+			}
+		}
+		order := rapid.Permutation(changes).Draw(t, "order")
+		cur := slices.Clone(start)
+		out := make([]Reason, len(cur))
+		for _, c := range order {
+			switch c.field {
+			case 0:
+				cur[c.i].Connected = final[c.i].Connected
+			case 1:
+				cur[c.i].Ejected = final[c.i].Ejected
+			case 2:
+				cur[c.i].Degraded = final[c.i].Degraded
+			}
+			Evaluate(cur, out) // an evaluation at every change, as the caller makes
+		}
+		if want := evaluate(final); !slices.Equal(out, want) {
+			t.Fatalf("after the changes: %v, evaluating the final inputs: %v", out, want)
+		}
+	})
+}

@@ -1,0 +1,83 @@
+package spannerme
+
+import (
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
+)
+
+// Group [A B C], A at 20ms, B and C at 400ms (one local PSC endpoint, two far ones): B and C
+// are degraded against A. When A goes down, B and C are the group's last resort at once: the
+// group fails over RecoveryTimeout after A's loss, not a brownout Window later (the brownout
+// rule alone would keep B and C degraded against each other's fallback until it has seen
+// them fast for a Window).
+func TestVerdictSlowEndpointsAreTheLastResort(t *testing.T) {
+	const (
+		rt, sd   = time.Second, time.Second
+		interval = 2 * time.Second  // BrownoutSettings.ProbeInterval default
+		window   = 10 * time.Second // BrownoutSettings.Window default
+	)
+	a := startEndpoint(t, "A")
+	b, c := startServer(t, "B"), startServer(t, "C")
+	clk := clock.NewFake(time.Time{})
+	lat := &fakeLatencies{lat: map[string]time.Duration{}}
+	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(rt, sd, a.Addr(), b, c)}),
+		fastSettings(nil), plumbing{clock: clk, latency: lat.of})
+	eventually(t, 10*time.Second, "every endpoint Available", func() bool {
+		for _, e := range groupOf(gme, "g").Endpoints {
+			if e.State != Available {
+				return false
+			}
+		}
+		return true
+	})
+	lat.set(a.Addr(), 20*time.Millisecond)
+	lat.set(b, 400*time.Millisecond)
+	lat.set(c, 400*time.Millisecond)
+	start := clk.Now()
+	for k := 1; clk.Now().Sub(start) <= window+interval; k++ {
+		clk.Set(start.Add(time.Duration(k) * interval))
+	}
+	clk.Advance(rt)
+	verdicts := func() []string {
+		var v []string
+		for _, e := range groupOf(gme, "g").Endpoints {
+			v = append(v, e.Verdict)
+		}
+		return v
+	}
+	for _, e := range []string{b, c} {
+		if bs, st := brownoutOf(gme, "g", e); bs == nil || !bs.Degraded || st != Unavailable {
+			t.Fatalf("%s at 400ms beside A at 20ms: %v, brownout %+v; want degraded and Unavailable (verdicts %q)", e, st, bs, verdicts())
+		}
+	}
+	if g := groupOf(gme, "g"); g.Current != a.Addr() || g.Endpoints[1].Verdict != verdict.Degraded.String() {
+		t.Fatalf("before A goes down: %+v", g)
+	}
+
+	a.Down()
+	eventually(t, 10*time.Second, "B and C the last resort once A is down", func() bool {
+		g := groupOf(gme, "g")
+		return g.Endpoints[0].Verdict == verdict.NotConnected.String() &&
+			g.Endpoints[1].Verdict == verdict.DegradedLastResort.String() && g.Endpoints[2].Verdict == verdict.DegradedLastResort.String()
+	})
+	// No brownout evaluation has run since (the fake clock has not moved): the verdicts
+	// alone made B and C available.
+	if bs, _ := brownoutOf(gme, "g", b); bs == nil || !bs.Degraded {
+		t.Fatalf("B's brownout verdict changed without a probe: %+v", bs)
+	}
+	if g := groupOf(gme, "g"); g.Current != a.Addr() {
+		t.Fatalf("the group left A before its RecoveryTimeout: %+v", g)
+	}
+	clk.Advance(rt)
+	if g := groupOf(gme, "g"); g.Current != b {
+		t.Fatalf("RecoveryTimeout after A went down the group serves from %q, want B (verdicts %q)", g.Current, verdicts())
+	}
+	if got := statusString(gme); testing.Verbose() {
+		t.Log(got)
+	}
+}
