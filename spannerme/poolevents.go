@@ -107,6 +107,9 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	gme.sampleBrownouts(p)
 	gme.publish(p)
 	gme.changed.signal()
+	if ev.Kind == health.Ejected {
+		gme.confirmFallbacks(p)
+	}
 }
 
 // Latency receives a latency sample of the pool (or the loss of its samples): the

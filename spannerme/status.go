@@ -168,8 +168,10 @@ type EndpointStatus struct {
 	// Verdict says why the endpoint is, or is not, available to this group, as the last
 	// evaluation of its inputs found (docs/health.md, "One verdict per group"): "usable",
 	// "not connected", "ejected", "degraded" (far slower than a usable endpoint of the group:
-	// see Brownout), or "degraded, but no other endpoint is usable" (available all the same:
-	// a slow endpoint is better than none). "" (omitted in JSON) before the group's first
+	// see Brownout), "degraded, but no other endpoint is usable" (available all the same:
+	// a slow endpoint is better than none), or "ejected, as every connected endpoint of the
+	// group is" (available all the same: a fault everywhere is no reason to move). ""
+	// (omitted in JSON) before the group's first
 	// evaluation and after Close. State follows the verdict through the group's
 	// RecoveryTimeout and SwitchingDelay rules.
 	Verdict string `json:"verdict,omitempty"`

@@ -1,9 +1,11 @@
 package spannerme
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
@@ -107,4 +109,28 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 		}
 	}
 	g.reasons = reasons
+}
+
+// confirmFallbacks probes at once every other endpoint of the groups that list p's endpoint,
+// which was just ejected (pool.Pool.Confirm): if they fail the same way, they are ejected too
+// within one probe, every connected endpoint of the group is then ejected, and the group stays
+// where it is (rule 4 of internal/verdict) instead of moving to an endpoint that fails as well.
+func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool) {
+	s := gme.snap.Load()
+	if s == nil || s.pools[p.Endpoint()] != p {
+		return
+	}
+	confirmed := map[*pool.Pool]bool{p: true}
+	for _, me := range s.byName {
+		eps := me.Status().Endpoints
+		if !slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == p.Endpoint() }) {
+			continue
+		}
+		for _, e := range eps {
+			if q := s.pools[e.Endpoint]; q != nil && !confirmed[q] {
+				confirmed[q] = true
+				q.Confirm()
+			}
+		}
+	}
 }

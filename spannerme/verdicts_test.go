@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
@@ -80,4 +81,47 @@ func TestVerdictSlowEndpointsAreTheLastResort(t *testing.T) {
 	if got := statusString(gme); testing.Verbose() {
 		t.Log(got)
 	}
+}
+
+// Every endpoint of a group answers UNAVAILABLE for 10s (the database, not a path to it, is
+// failing), then heals: the group never switches (its first endpoint is ejected, the probe
+// that confirms the fallback fails too, and with every connected endpoint ejected the group
+// keeps using them), and its first endpoint serves as soon as the fault ends.
+func TestVerdictFaultEverywhereIsNoReasonToMove(t *testing.T) {
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil)) // health at its defaults
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(time.Second, time.Second, e1.Addr(), e2.Addr()),
+	}), s)
+	l := startLoad(client, 4, 2*time.Second)
+	defer l.end()
+	tl.restart()
+	for _, fe := range b.fes {
+		if err := fe.FailAll(codes.Unavailable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl.waitHealth(t, e1.Addr(), EndpointEjected, 10*time.Second)
+	tl.waitHealth(t, e2.Addr(), EndpointEjected, 10*time.Second)
+	time.Sleep(10 * time.Second) // the fault lasts; real time, since the frontends are real servers
+	if _, sw := tl.counts(); sw != 0 {
+		t.Fatalf("%d switches while every endpoint failed alike\n%s", sw, tl)
+	}
+	okBefore, e1Before := l.ok.Load(), queries(e1)
+	for _, fe := range b.fes {
+		fe.Pass()
+	}
+	took := waitFor(t, 10*time.Second, "a query served by E1 after the heal", func() bool {
+		return l.ok.Load() > okBefore && queries(e1) > e1Before
+	})
+	time.Sleep(2 * time.Second) // the readmissions may come later; no switch meanwhile either
+	if _, sw := tl.counts(); sw != 0 {
+		t.Fatalf("%d switches after the heal\n%s", sw, tl)
+	}
+	if g := groupOf(gme, "default"); g.Current != e1.Addr() {
+		t.Fatalf("current %q after the heal, want E1", g.Current)
+	}
+	t.Logf("fault on every endpoint for 10s: 0 switches; E1 served %v after the heal\n%s", took.Round(time.Millisecond), tl)
 }

@@ -22,7 +22,8 @@
 //     probe fails. A passing probe clears the suspicion. So slow calls with short deadlines
 //     never eject an endpoint that answers probes.
 //  5. An endpoint that had no successful call for a whole ProbeInterval is probed (a standby,
-//     or an idle current endpoint); a failed probe ejects it.
+//     or an idle current endpoint); a failed probe ejects it. So does the failed probe that
+//     Confirm starts at once when another endpoint of one of its groups is ejected.
 //  6. Ejection number n lasts BaseEjectionTime x n, at most max(BaseEjectionTime,
 //     MaxEjectionTime) (A50). n is the multiplier: it grows by one per ejection and shrinks
 //     by one after every whole Interval the endpoint spends not ejected.
@@ -226,6 +227,25 @@ func (d *Detector) Timeout() {
 	default:
 		// A probe ended a moment ago: the calls that keep timing out will make it suspect
 		// again soon; this bounds the probes slow calls cause.
+	}
+	d.mu.Unlock()
+	if seq != 0 {
+		d.probe(seq)
+	}
+}
+
+// Confirm asks whether the endpoint is still healthy because another endpoint of a group that
+// lists it was just ejected: it is probed at once (unless it is ejected, a probe is under
+// way or ended less than ProbeInterval/10 ago, or there is no Probe function). A failed
+// probe ejects it, as an idle endpoint's failed probe does (rule 5), so a fault that every
+// endpoint of a group shows is seen on each of them within one probe, not one
+// ProbeInterval later.
+func (d *Detector) Confirm() {
+	d.mu.Lock()
+	var seq uint64
+	if !d.closed && !d.out && d.probe != nil && d.probeSeq == 0 &&
+		(d.lastProbeEnd.IsZero() || !d.clock.Now().Before(d.lastProbeEnd.Add(d.cfg.ProbeInterval/10))) {
+		seq = d.startProbeLocked()
 	}
 	d.mu.Unlock()
 	if seq != 0 {

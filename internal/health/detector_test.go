@@ -106,8 +106,8 @@ func (h *harness) probing() int {
 type step struct {
 	at time.Duration
 	// ev: "ok", "fail" (class Calls), "read", "readfail", "commit", "commitfail" (classes
-	// Reads and Writes), "timeout", "pass" (answer the probe: passed), "probefail", "skip", or
-	// "" (only move the clock).
+	// Reads and Writes), "timeout", "confirm", "pass" (answer the probe: passed), "probefail",
+	// "skip", or "" (only move the clock).
 	ev string
 	n  int
 	// wantOut: ejected after the step. wantProbes: probes under way. wantEvents: the
@@ -139,6 +139,8 @@ func runSteps(t *testing.T, cfg Config, withProbe bool, steps []step) *harness {
 				h.d.Success(Writes)
 			case "timeout":
 				h.d.Timeout()
+			case "confirm":
+				h.d.Confirm()
 			case "pass":
 				h.answer(nil)
 			case "probefail":
@@ -570,4 +572,20 @@ func TestEjectionNamesClassAndMethod(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { h.d.Success(Writes) }); n != 0 {
 		t.Errorf("Success allocates %v times", n)
 	}
+}
+
+// Confirm (another endpoint of a group was ejected) probes at once, at most once per
+// ProbeInterval/10 (2s here), never while ejected; a failed confirming probe ejects.
+func TestConfirm(t *testing.T) {
+	runSteps(t, testConfig, true, []step{
+		{at: time.Second, ev: "confirm", wantProbes: 1},
+		{at: time.Second, ev: "confirm", wantProbes: 1}, // one under way: no second
+		{at: time.Second, ev: "pass"},
+		{at: 2 * time.Second, ev: "confirm"}, // 1s after the last probe ended
+		{at: 3500 * time.Millisecond, ev: "confirm", wantProbes: 1},
+		{at: 3500 * time.Millisecond, ev: "probefail", wantOut: true, wantEvents: []string{"ejected:probe failed:30s"}},
+		{at: 10 * time.Second, ev: "confirm", wantOut: true}, // ejected: its own probes decide
+	})
+	// Without a probe function there is nothing to confirm with.
+	runSteps(t, testConfig, false, []step{{at: time.Second, ev: "confirm"}})
 }

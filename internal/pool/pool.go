@@ -206,6 +206,14 @@ func (p *Pool) Connected() bool { return p.ready.Load() }
 // health.
 func (p *Pool) Ejected() bool { return p.health != nil && p.health.Ejected() }
 
+// Confirm probes the endpoint at once, because another endpoint of a group that lists it was
+// ejected (health.Detector.Confirm); nothing without health.
+func (p *Pool) Confirm() {
+	if p.health != nil {
+		p.health.Confirm()
+	}
+}
+
 // Acquire registers a call. It fails once the pool is retired; the caller then picks again
 // from a newer routing.
 func (p *Pool) Acquire() bool {

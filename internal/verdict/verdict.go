@@ -15,9 +15,15 @@
 //     endpoints a group can use, and it does so at once, not when the brownout rule, which
 //     compares latencies over a window, next changes its mind (a degraded endpoint's
 //     fallback may have just gone down).
+//  4. When every connected endpoint of the group is ejected, they are all available: a fault
+//     that every endpoint shows (the database, not a path to it, is failing) is no reason to
+//     move, and the group keeps its current endpoint and serves from it the moment the fault
+//     ends. This is Envoy's panic routing, where too few healthy hosts make a cluster route
+//     to all of them (Envoy's outlier detection, max_ejection_percent and the panic
+//     threshold; gRFC A50's max_ejection_percent caps ejections the same way).
 //
-// So a group with a connected, non-ejected endpoint always has an available endpoint, and
-// the verdicts depend on the inputs only, never on the order in which they changed.
+// So a group with a connected endpoint always has an available endpoint, and the verdicts
+// depend on the inputs only, never on the order in which they changed.
 package verdict
 
 import "strconv"
@@ -47,6 +53,8 @@ const (
 	Degraded
 	// DegradedLastResort: degraded, but no endpoint of the group is usable. Available.
 	DegradedLastResort
+	// EjectedEverywhere: ejected, but so is every connected endpoint of the group. Available.
+	EjectedEverywhere
 )
 
 var reasonNames = [...]string{
@@ -55,10 +63,12 @@ var reasonNames = [...]string{
 	Ejected:            "ejected",
 	Degraded:           "degraded",
 	DegradedLastResort: "degraded, but no other endpoint is usable",
+	EjectedEverywhere:  "ejected, as every connected endpoint of the group is",
 }
 
-// String returns the reason in words: "usable", "not connected", "ejected", "degraded", or
-// "degraded, but no other endpoint is usable".
+// String returns the reason in words: "usable", "not connected", "ejected", "degraded",
+// "degraded, but no other endpoint is usable", or "ejected, as every connected endpoint of
+// the group is".
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]
@@ -67,13 +77,15 @@ func (r Reason) String() string {
 }
 
 // Available reports whether an endpoint with this reason is available to its group.
-func (r Reason) Available() bool { return r == Usable || r == DegradedLastResort }
+func (r Reason) Available() bool {
+	return r == Usable || r == DegradedLastResort || r == EjectedEverywhere
+}
 
 // Evaluate returns the verdict of each endpoint of one group, in the order of in (the
 // group's endpoints). It writes the reasons into out, which must have len(in) elements, so
 // that a caller that keeps out allocates nothing. Safe for concurrent use on distinct out.
 func Evaluate(in []Input, out []Reason) {
-	anyUsable := false
+	anyUsable, anyNotEjected := false, false
 	for i, e := range in {
 		switch {
 		case !e.Connected:
@@ -82,6 +94,7 @@ func Evaluate(in []Input, out []Reason) {
 			out[i] = Ejected
 		case e.Degraded:
 			out[i] = Degraded
+			anyNotEjected = true
 		default:
 			out[i] = Usable
 			anyUsable = true
@@ -91,8 +104,11 @@ func Evaluate(in []Input, out []Reason) {
 		return
 	}
 	for i := range out {
-		if out[i] == Degraded {
+		switch {
+		case out[i] == Degraded:
 			out[i] = DegradedLastResort
+		case out[i] == Ejected && !anyNotEjected:
+			out[i] = EjectedEverywhere
 		}
 	}
 }

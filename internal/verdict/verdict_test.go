@@ -33,7 +33,8 @@ func TestEvaluate(t *testing.T) {
 		{"the fast endpoint is ejected: the same", []Input{ejected, slow}, []Reason{Ejected, DegradedLastResort}},
 		{"ejection wins over degradation", []Input{slowEjected, slow}, []Reason{Ejected, DegradedLastResort}},
 		{"nothing connected", []Input{down, down}, []Reason{NotConnected, NotConnected}},
-		{"everything ejected", []Input{ejected, ejected}, []Reason{Ejected, Ejected}},
+		{"every connected endpoint ejected: all of them available", []Input{ejected, down, slowEjected}, []Reason{EjectedEverywhere, NotConnected, EjectedEverywhere}},
+		{"one ejected beside a usable one", []Input{ejected, up}, []Reason{Ejected, Usable}},
 		{"no endpoint", nil, []Reason{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +47,8 @@ func TestEvaluate(t *testing.T) {
 
 func TestReasonString(t *testing.T) {
 	for r, want := range map[Reason]string{Usable: "usable", NotConnected: "not connected", Ejected: "ejected",
-		Degraded: "degraded", DegradedLastResort: "degraded, but no other endpoint is usable", Reason(99): "Reason(99)"} {
+		Degraded: "degraded", DegradedLastResort: "degraded, but no other endpoint is usable",
+		EjectedEverywhere: "ejected, as every connected endpoint of the group is", Reason(99): "Reason(99)"} {
 		if got := r.String(); got != want {
 			t.Errorf("Reason(%d).String() = %q, want %q", r, got, want)
 		}
@@ -69,10 +71,14 @@ func TestEvaluateInvariants(t *testing.T) {
 			r := got[i]
 			candidate = candidate || (e.Connected && !e.Ejected)
 			available = available || r.Available()
-			// An endpoint that is not connected or is ejected is never available; one
-			// that is connected, not ejected and not degraded always is.
-			if (!e.Connected || e.Ejected) && r.Available() {
+			// An endpoint that is not connected is never available, nor an ejected one
+			// while the group has a connected endpoint that is not ejected; one that is
+			// connected, not ejected and not degraded always is.
+			if !e.Connected && r.Available() {
 				t.Fatalf("endpoint %d %+v is available (%v)", i, e, r)
+			}
+			if e.Ejected && r.Available() && slices.ContainsFunc(in, func(o Input) bool { return o.Connected && !o.Ejected }) {
+				t.Fatalf("endpoint %d %+v is available (%v) beside a connected, non-ejected one", i, e, r)
 			}
 			if e.Connected && !e.Ejected && !e.Degraded && r != Usable {
 				t.Fatalf("endpoint %d %+v is %v, want usable", i, e, r)
@@ -84,6 +90,9 @@ func TestEvaluateInvariants(t *testing.T) {
 		}
 		if candidate && !available {
 			t.Fatalf("a connected, non-ejected endpoint but none available: %+v -> %v", in, got)
+		}
+		if slices.ContainsFunc(in, func(e Input) bool { return e.Connected }) && !available {
+			t.Fatalf("a connected endpoint but none available: %+v -> %v", in, got)
 		}
 	})
 }
