@@ -18,7 +18,9 @@ import (
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -770,4 +772,90 @@ func TestCase_F25_CommitsFailingReadsFine(t *testing.T) {
 	t.Logf("F25 figures (RecoveryTimeout %v, SwitchingDelay %v): E1 ejected %v after the fault, switched to E2 at %v; "+
 		"%d writes started from 3s to 7s after the fault, none failed; %d reads, none failed; E1 health %+v\n%s",
 		rt, sd, ejectedAt.Round(time.Millisecond), switchedAt.Round(time.Millisecond), started, l.ok.Load(), ph.Health, tl)
+}
+
+// clientCommits counts the Commit calls a frontend receives from the application, not from
+// the probes (whose Commit names ProbeSessionID in its routing header), until it is told the
+// fault ended.
+type clientCommits struct{ n atomic.Int64 }
+
+func (c *clientCommits) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod == methodCommit {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		if !strings.Contains(strings.Join(md.Get("x-goog-request-params"), ","), ProbeSessionID) {
+			c.n.Add(1)
+		}
+	}
+	return handler(srv, ss)
+}
+
+// F25, long: E1's frontend refuses every Commit for 20s (ten ejection times of 2s) while reads
+// pass. E1 is ejected once, for its writes, and readmitted only by a probe down the commit
+// path, so no commit of the application reaches E1 again until the fault ends: the commits
+// refused are those before the first ejection and failover, no more; reads never fail; once
+// the fault ends E1 serves writes again within BaseEjectionTime + SwitchingDelay + one
+// ProbeInterval (the ejection time is long over: the next probe readmits it).
+func TestCase_F25_LongCommitFailureEjectsOnce(t *testing.T) {
+	const (
+		rt, sd        = 500 * time.Millisecond, time.Second
+		base, probeIv = 2 * time.Second, time.Second
+		fault         = 20 * time.Second
+	)
+	addr, db := startSeededSpannertest(t)
+	var seen [2]clientCommits
+	b := &frontendBackend{addr: addr, database: db}
+	for i := range seen {
+		b.fes = append(b.fes, spannermetest.NewFrontendTB(t, addr, spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(seen[i].intercept))))
+	}
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(base, probeIv)
+	client, _ := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(rt, sd, e1.Addr(), e2.Addr()),
+	}), s)
+	l := startLoad(client, 4, 5*time.Second)
+	defer l.end()
+	w := startWrites(client, 5*time.Second)
+	defer w.end()
+	eventually(t, 10*time.Second, "commits on E1", func() bool { return seen[0].n.Load() > 3 })
+
+	start := tl.restart()
+	before := seen[0].n.Load()
+	if err := e1.FailMethods(codes.Unavailable, methodCommit); err != nil {
+		t.Fatal(err)
+	}
+	tl.waitHealth(t, e1.Addr(), EndpointEjected, 10*time.Second)
+	tl.waitSwitch(t, e2.Addr(), 0, 10*time.Second)
+	refused := seen[0].n.Load() - before // every commit E1 got since the fault was refused
+	time.Sleep(time.Until(start.Add(fault)))
+	if late := seen[0].n.Load() - before - refused; late != 0 {
+		t.Fatalf("%d commits of the application reached E1 after the failover, while the fault lasted\n%s", late, tl)
+	}
+	if h, _ := tl.counts(); h != 1 {
+		t.Fatalf("%d health events while the fault lasted, want 1 ejection\n%s", h, tl)
+	}
+	if refused > 12 {
+		t.Fatalf("%d commits refused, want at most 12\n%s", refused, tl)
+	}
+	healed := time.Now()
+	e1.Pass()
+	readmission, _ := tl.waitHealth(t, e1.Addr(), EndpointReadmitted, 10*time.Second)
+	tl.waitSwitch(t, e1.Addr(), 0, 10*time.Second)
+	onE1 := seen[0].n.Load()
+	eventually(t, 10*time.Second, "commits on E1 again", func() bool { return seen[0].n.Load() > onE1 })
+	servedAfter := time.Since(healed)
+	// The bound, and 2s for a loaded machine: the probes and the switch run in real time.
+	if bound := base + sd + probeIv; servedAfter > bound+2*time.Second {
+		t.Errorf("commits on E1 again %v after the heal, want within %v (+2s)", servedAfter, bound)
+	}
+	l.end()
+	w.end()
+	if n := l.failed.Load(); n != 0 {
+		t.Fatalf("%d reads failed: %v\n%s", n, l.errors(), tl)
+	}
+	t.Logf("F25 long (BaseEjectionTime %v, ProbeInterval %v, RecoveryTimeout %v, SwitchingDelay %v): %d commits refused, all before the failover; "+
+		"1 ejection in %v of fault; readmitted %v after the heal; commits on E1 again %v after it (bound %v)\n%s",
+		base, probeIv, rt, sd, refused, fault, readmission.At.Sub(healed).Round(time.Millisecond), servedAfter.Round(time.Millisecond),
+		base+sd+probeIv, tl)
 }

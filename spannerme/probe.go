@@ -19,28 +19,59 @@ import (
 const ProbeSessionID = "spannerme-health-probe"
 
 // SpannerProbe returns the probe NewMultiEndpointClient* install by default for database
-// ("projects/P/instances/I/databases/D"): one GetSession call for a session of that
-// database that does not exist. It creates no session, reads no data and writes nothing; the
-// NOT_FOUND that Spanner (or the emulator, or spannertest) answers comes from the database's
-// own session lookup, so it proves the whole path: PSC endpoint, frontend, and the Spanner
-// backend serving the database.
+// ("projects/P/instances/I/databases/D"): one call, for a session of that database that does
+// not exist, down the path the probe must prove (ProbeClass):
+//
+//   - "writes" (the probes that may readmit an endpoint ejected because its commits, DML or
+//     rollbacks kept failing): a Commit of a transaction that does not exist, in that session;
+//   - "reads" (one ejected because its queries and reads kept failing): an ExecuteSql of
+//     "SELECT 1" in that session;
+//   - otherwise (every other probe: standbys, suspects, the confirmation of a fallback, the
+//     latency probes): a GetSession of that session.
+//
+// None of them creates a session, reads data or writes anything: the NOT_FOUND that Spanner
+// (or the emulator) answers comes from the database's own session lookup, so each proves the
+// whole path of its kind of call (PSC endpoint, frontend, and the Spanner backend serving the
+// database) without acting. A GetSession is a read-only metadata RPC (Spanner's
+// ListSessions/GetSession API); a session ID no client ever created needs no cleanup.
 //
 // The probe passes on any answer of the backend (NOT_FOUND, and also PERMISSION_DENIED or
 // UNAUTHENTICATED: the backend answered, credentials are not the endpoint's fault) and fails
 // on UNAVAILABLE, a stream reset, or no answer before ctx's deadline; answered CANCELED, or
 // on a connection that went away, it decides nothing (probeVerdict). It carries the
-// routing headers the Spanner client sends with GetSession (x-goog-request-params,
-// google-cloud-resource-prefix). GetSession is a read-only metadata RPC (Spanner's
-// ListSessions/GetSession API); a session ID no client ever created needs no cleanup.
+// routing headers the Spanner client sends (x-goog-request-params,
+// google-cloud-resource-prefix).
 func SpannerProbe(database string) ProbeFunc {
 	name := database + "/sessions/" + ProbeSessionID
 	params := "name=" + url.QueryEscape(name)
+	sessionParams := "session=" + url.QueryEscape(name)
 	return func(ctx context.Context, conn grpc.ClientConnInterface) error {
-		ctx = metadata.AppendToOutgoingContext(ctx, "x-goog-request-params", params, "google-cloud-resource-prefix", database)
-		err := conn.Invoke(ctx, "/google.spanner.v1.Spanner/GetSession", &spannerpb.GetSessionRequest{Name: name}, &spannerpb.Session{})
+		var err error
+		switch health.ProbeClass(ctx) {
+		case health.Writes:
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-goog-request-params", sessionParams, "google-cloud-resource-prefix", database)
+			err = conn.Invoke(ctx, "/google.spanner.v1.Spanner/Commit", &spannerpb.CommitRequest{Session: name,
+				Transaction: &spannerpb.CommitRequest_TransactionId{TransactionId: []byte(ProbeSessionID)}}, &spannerpb.CommitResponse{})
+		case health.Reads:
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-goog-request-params", sessionParams, "google-cloud-resource-prefix", database)
+			err = conn.Invoke(ctx, "/google.spanner.v1.Spanner/ExecuteSql", &spannerpb.ExecuteSqlRequest{Session: name, Sql: "SELECT 1"}, &spannerpb.ResultSet{})
+		default:
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-goog-request-params", params, "google-cloud-resource-prefix", database)
+			err = conn.Invoke(ctx, "/google.spanner.v1.Spanner/GetSession", &spannerpb.GetSessionRequest{Name: name}, &spannerpb.Session{})
+		}
 		return probeVerdict(err)
 	}
 }
+
+// ProbeClass returns what the probe run with ctx must prove, for a ProbeFunc
+// (HealthSettings.Probe) that can prove more than one kind of call: "writes" for the probes
+// that may readmit an endpoint ejected because its writes (commits, DML, batch DML,
+// rollbacks) kept failing, "reads" for one ejected because its queries and reads kept failing,
+// "session calls" for one whose session calls did, and "calls" for every other probe. These
+// are the class names of HealthStatus.Class. A ProbeFunc that ignores it proves one path for
+// all: an endpoint ejected for failing writes is then readmitted by a probe its reads would
+// pass. Safe for concurrent use.
+func ProbeClass(ctx context.Context) string { return health.ProbeClass(ctx).String() }
 
 // unimplementedProbeMethod is a method no server implements.
 const unimplementedProbeMethod = "/spannerme.health.v1.Probe/Check"

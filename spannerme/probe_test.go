@@ -75,7 +75,7 @@ func TestCanceledProbeEjectsNothing(t *testing.T) {
 	probes := 0
 	d = health.New(health.Options{
 		Config: health.Defaults, Clock: fc,
-		Probe: func(seq uint64) {
+		Probe: func(seq uint64, _ health.Class) {
 			probes++
 			// Probe is called with no lock held: the probe can end at once.
 			d.ProbeDone(seq, probeVerdict(canceled), time.Millisecond)

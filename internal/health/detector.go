@@ -29,7 +29,9 @@
 //     by one after every whole Interval the endpoint spends not ejected.
 //  7. When the ejection time is over, the endpoint is probed, and again every ProbeInterval
 //     until a probe passes; the first probe that passes at or after the end of the ejection
-//     time readmits it. Without a Probe function it is readmitted when the ejection time is
+//     time readmits it. These probes prove the class whose failures ejected it (Options.Probe
+//     is told which): an endpoint whose commits failed while its reads passed is readmitted
+//     only once the commit path answers, not by a probe that its reads would pass. Without a Probe function it is readmitted when the ejection time is
 //     over (A50's behaviour) and Timeouts never eject.
 //  8. Outcomes keep being recorded while the endpoint is ejected (for Status), but eject
 //     nothing more.
@@ -62,10 +64,13 @@ type Options struct {
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.Clock
 	// Probe, if not nil, starts probe number seq of the endpoint and returns at once; the
-	// result must come back through ProbeDone(seq, ...). It is called with no lock held, on
+	// result must come back through ProbeDone(seq, ...). c is the class the probe must prove:
+	// the class whose failures ejected the endpoint for the probes that may readmit it (rule
+	// 7: an endpoint ejected because its writes failed is readmitted only once the write path
+	// answers), Calls otherwise. It is called with no lock held, on
 	// the goroutine that decided the probe (one reporting an outcome, or a timer's). At most
 	// one probe is under way at a time.
-	Probe func(seq uint64)
+	Probe func(seq uint64, c Class)
 	// OnEvent, if not nil, receives every ejection and readmission, in order, one at a time,
 	// with no lock held (it may call the Detector): on the goroutine that caused it or on one
 	// already delivering events. Events still queued when Close is called are dropped.
@@ -77,7 +82,7 @@ type Options struct {
 type Detector struct {
 	cfg     Config
 	clock   clock.Clock
-	probe   func(uint64)
+	probe   func(uint64, Class)
 	onEvent func(Event)
 
 	classes [numClasses]classCounts
@@ -230,7 +235,7 @@ func (d *Detector) Timeout() {
 	}
 	d.mu.Unlock()
 	if seq != 0 {
-		d.probe(seq)
+		d.probe(seq, Calls)
 	}
 }
 
@@ -249,7 +254,7 @@ func (d *Detector) Confirm() {
 	}
 	d.mu.Unlock()
 	if seq != 0 {
-		d.probe(seq)
+		d.probe(seq, Calls)
 	}
 }
 
@@ -468,12 +473,13 @@ func (d *Detector) probeDue(gen uint64) {
 		return
 	}
 	var seq uint64
+	class := Calls
 	switch {
 	case d.out && d.probe == nil:
 		d.readmitLocked(d.clock.Now())
 	case d.out:
 		if d.probeSeq == 0 {
-			seq = d.startProbeLocked()
+			seq, class = d.startProbeLocked(), d.class
 		} // else the probe under way ends after the ejection time and decides
 	default:
 		succ := d.successesLocked()
@@ -487,7 +493,7 @@ func (d *Detector) probeDue(gen uint64) {
 	d.mu.Unlock()
 	d.deliver()
 	if seq != 0 {
-		d.probe(seq)
+		d.probe(seq, class)
 	}
 }
 

@@ -37,6 +37,8 @@ type harness struct {
 	mu     sync.Mutex // guards probes and events
 	probes []uint64   // probes started and not yet answered by the test
 	events []Event
+	// probeClasses are the classes of every probe started, in order.
+	probeClasses []Class
 }
 
 // fatalfer is what harness needs of *testing.T and *rapid.T.
@@ -56,10 +58,11 @@ func newHarness(t fatalfer, cfg Config, withProbe bool) *harness {
 		h.events = append(h.events, ev)
 	}}
 	if withProbe {
-		o.Probe = func(seq uint64) {
+		o.Probe = func(seq uint64, c Class) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.probes = append(h.probes, seq)
+			h.probeClasses = append(h.probeClasses, c)
 		}
 	}
 	h.d = New(o)
@@ -385,7 +388,7 @@ func TestConcurrentUse(t *testing.T) {
 	var evMu sync.Mutex
 	d = New(Options{Config: Config{Interval: time.Millisecond, ConsecutiveFailures: 3, FailurePercentage: 10, MinimumCalls: 5,
 		BaseEjectionTime: time.Millisecond, MaxEjectionTime: 3 * time.Millisecond, ProbeInterval: time.Millisecond},
-		Probe: func(seq uint64) { mu.Lock(); pending[seq] = true; mu.Unlock() },
+		Probe: func(seq uint64, _ Class) { mu.Lock(); pending[seq] = true; mu.Unlock() },
 		OnEvent: func(ev Event) {
 			_ = d.Status()
 			evMu.Lock()
@@ -588,4 +591,24 @@ func TestConfirm(t *testing.T) {
 	})
 	// Without a probe function there is nothing to confirm with.
 	runSteps(t, testConfig, false, []step{{at: time.Second, ev: "confirm"}})
+}
+
+// The probes that may readmit an endpoint prove the class whose failures ejected it; every
+// other probe (idle, timeout, confirm) is of class Calls.
+func TestReadmissionProbesTheClassThatFailed(t *testing.T) {
+	h := runSteps(t, testConfig, true, []step{
+		{at: time.Second, ev: "commitfail", n: 5, wantOut: true, wantEvents: []string{"ejected:consecutive failures:30s"}},
+		{at: 31 * time.Second, wantOut: true, wantProbes: 1},                   // the ejection time is over
+		{at: 31 * time.Second, ev: "probefail", wantOut: true},                 // writes still fail
+		{at: 51 * time.Second, wantOut: true, wantProbes: 1},                   // ProbeInterval later
+		{at: 51 * time.Second, ev: "pass", wantEvents: []string{"readmitted"}}, // the commit path answers
+		{at: 71 * time.Second, wantProbes: 1},                                  // an idle check
+		{at: 71 * time.Second, ev: "pass"},
+		{at: 74 * time.Second, ev: "confirm", wantProbes: 1},
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := []Class{Writes, Writes, Calls, Calls}; !slices.Equal(h.probeClasses, want) {
+		t.Fatalf("probe classes %v, want %v", h.probeClasses, want)
+	}
 }

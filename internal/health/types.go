@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"strconv"
 	"time"
 )
@@ -248,4 +249,19 @@ func (c Config) ejectionTime(multiplier int) time.Duration {
 		return limit
 	}
 	return min(c.BaseEjectionTime*time.Duration(multiplier), limit)
+}
+
+// probeClassKey is the context key of the class a probe must prove.
+type probeClassKey struct{}
+
+// WithProbeClass returns ctx carrying c, the class the probe run with it must prove
+// (Options.Probe).
+func WithProbeClass(ctx context.Context, c Class) context.Context {
+	return context.WithValue(ctx, probeClassKey{}, c)
+}
+
+// ProbeClass returns the class ctx carries (WithProbeClass); Calls when it carries none.
+func ProbeClass(ctx context.Context) Class {
+	c, _ := ctx.Value(probeClassKey{}).(Class)
+	return c
 }

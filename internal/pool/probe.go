@@ -35,7 +35,7 @@ func (p *Pool) startHealth(o HealthOptions) {
 	p.probes.timeout, p.probes.probe, p.overloadIsFailure = o.ProbeTimeout, o.Probe, o.OverloadIsFailure
 	p.probes.conn = &sentConn{cc: p.conn}
 	p.probes.ctx, p.probes.cancel = context.WithCancel(context.Background())
-	var probe func(uint64)
+	var probe func(uint64, health.Class)
 	if o.Probe != nil {
 		probe = p.probe
 	}
@@ -48,10 +48,10 @@ func (p *Pool) startHealth(o HealthOptions) {
 	}
 }
 
-// probe runs probe seq of p on a goroutine of its own and reports its result to p's
-// detector. A probe of a pool without a ready connection is skipped, and so is a failure
+// probe runs probe seq of p, which must prove class c (health.WithProbeClass tells the probe
+// function), on a goroutine of its own and reports its result to p's detector. A probe of a pool without a ready connection is skipped, and so is a failure
 // seen once the pool has lost its ready connection: connectivity is the monitor's business.
-func (p *Pool) probe(seq uint64) {
+func (p *Pool) probe(seq uint64, c health.Class) {
 	p.probes.mu.Lock()
 	defer p.probes.mu.Unlock()
 	if p.probes.stopped {
@@ -64,7 +64,7 @@ func (p *Pool) probe(seq uint64) {
 			p.health.ProbeDone(seq, health.ErrProbeSkipped, 0)
 			return
 		}
-		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
+		ctx, cancel := context.WithTimeout(health.WithProbeClass(p.probes.ctx, c), p.probes.timeout)
 		ctx, sent := withSentFlag(ctx, p.clock)
 		start := p.clock.Now()
 		err := p.probes.probe(ctx, p.probes.conn)
