@@ -137,19 +137,31 @@ func LoadConfig(path string) (*FileConfig, error) {
 }
 
 func readConfigFile(path string) ([]byte, error) {
+	data, _, err := readConfigFileInfo(path)
+	return data, err
+}
+
+// readConfigFileInfo reads the file at path, at most maxConfigSize bytes (a larger file is a
+// *ConfigFileError), and returns its content with its size and modification time as the
+// opened file had them.
+func readConfigFileInfo(path string) ([]byte, os.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("spannerme configuration: %w", err)
+		return nil, nil, fmt.Errorf("spannerme configuration: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
+		return nil, nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
 	}
 	if len(data) > maxConfigSize {
-		return nil, &ConfigFileError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigSize)}
+		return nil, nil, &ConfigFileError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigSize)}
 	}
-	return data, nil
+	return data, fi, nil
 }
 
 // ParseConfig parses a configuration file's content, YAML or JSON. Content whose first
