@@ -336,7 +336,7 @@ func tlsHandshake(ctx context.Context, conn net.Conn, t target, authority string
 		case errors.As(err, &certErr) && net.ParseIP(name) != nil && authority == "":
 			return "", false, fmt.Errorf("%w (an endpoint dialed by IP address usually needs an authority: endpoints.%q.authority in the configuration file)", err, t.endpoint)
 		case errors.As(err, &recordErr):
-			return "", false, fmt.Errorf("%w (the server does not speak TLS: --plaintext if it should not)", err)
+			return "", false, fmt.Errorf("%w (the server does not speak TLS: --plaintext --no-auth if it should not)", err)
 		}
 		return "", false, err
 	}

@@ -9,7 +9,8 @@
 // served them. docs/cli.md describes each step, the output and the exit status.
 //
 // Both use Application Default Credentials and TLS unless --no-auth (no credentials) and
-// --plaintext (no TLS) say otherwise, as for the Cloud Spanner emulator.
+// --plaintext (no TLS) say otherwise, as for the Cloud Spanner emulator; --plaintext is
+// refused without --no-auth, so that no credentials cross the network in plaintext.
 package main
 
 import (
@@ -85,7 +86,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.config, "config", "", "the configuration `file` (YAML or JSON; required)")
 	fs.StringVar(&c.database, "database", "", "the database, projects/P/instances/I/databases/D (required)")
-	fs.BoolVar(&c.plaintext, "plaintext", false, "no TLS (for the emulator or a plaintext test server)")
+	fs.BoolVar(&c.plaintext, "plaintext", false, "no TLS (for the emulator or a plaintext test server); needs --no-auth")
 	fs.BoolVar(&c.noAuth, "no-auth", false, "no credentials (for the emulator); default: Application Default Credentials")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit")
 }
@@ -111,6 +112,12 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*span
 	}
 	if c.timeout <= 0 {
 		problems = append(problems, "--timeout must be positive")
+	}
+	if c.plaintext && !c.noAuth {
+		// The credentials' token would cross the network in cleartext: gRPC does not
+		// refuse it, as Google's credentials do not ask for transport security.
+		problems = append(problems, "--plaintext without --no-auth would send the credentials' token in plaintext, "+
+			"readable by anyone on the path; add --no-auth (the emulator, a plaintext test server) or drop --plaintext")
 	}
 	if len(problems) > 0 {
 		err := errors.New(strings.Join(problems, "; "))
