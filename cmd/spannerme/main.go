@@ -59,6 +59,7 @@ Run "spannerme check -h" or "spannerme query -h" for the flags.
 
 // run is the command without the process: it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stdout, stderr = terminal{stdout}, terminal{stderr}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitBadArgs
@@ -121,12 +122,12 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*span
 	}
 	if len(problems) > 0 {
 		err := errors.New(strings.Join(problems, "; "))
-		fmt.Fprintf(stderr, "spannerme %s: %v\n", fs.Name(), err)
+		fmt.Fprintf(stderr, "spannerme %s: %s\n", fs.Name(), printable(err.Error()))
 		return nil, err
 	}
 	fc, err := spannerme.LoadConfig(c.config)
 	if err != nil {
-		fmt.Fprintf(stderr, "spannerme %s: %v\n", fs.Name(), err)
+		fmt.Fprintf(stderr, "spannerme %s: %s\n", fs.Name(), printable(err.Error()))
 		return nil, err
 	}
 	if c.noAuth {

@@ -8,6 +8,11 @@ import (
 	"unicode/utf8"
 )
 
+// ServerText is the most bytes of a server's (or gRPC's) error text that is kept: in a
+// pool's last connection error, in an ejection's detail, and in what the command line
+// prints of a failed step.
+const ServerText = 512
+
 // Text returns s if it is at most n bytes long; otherwise its first n bytes or fewer (cut at
 // a character boundary), followed by the marker "…[cut: L bytes in all]", where L is
 // len(s). n <= 0 is treated as 0. It is linear in n, whatever the length of s.
