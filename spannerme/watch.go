@@ -130,7 +130,8 @@ func (s *fileSnapshot) same(o *fileSnapshot) bool {
 // WatchConfig reads the configuration file at path (LoadConfig), applies it to gme, and
 // then applies it again each time it changes, until the ConfigWatcher's Close (gme.Close does
 // not stop it: close the watcher first; its reloads after gme.Close fail with ErrClosed and
-// change nothing). It runs one goroutine and one fsnotify watch. It watches the file's directory,
+// change nothing). It runs one goroutine and one fsnotify watch, and its reads run on its
+// timers' goroutines, one at a time. It watches the file's directory,
 // so it sees editors that write a new file and rename it over the old one, a file deleted and
 // created again, and Kubernetes ConfigMap volumes, where the file is a symlink through
 // "..data", a symlink kubelet swaps atomically. Changes within WatchOptions.Debounce of each
