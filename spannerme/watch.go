@@ -102,9 +102,10 @@ type ConfigWatcher struct {
 	// candidate is the changed content last read, not applied yet: it is applied once a
 	// read Settle later finds it the same.
 	candidate *fileSnapshot
-	// refused is the SHA-256 of the last content refused by the parser: the same content
-	// read again is refused without being parsed again.
-	refused string
+	// refused is the SHA-256 of the last content refused by the parser, and refusedErr its
+	// error: the same content read again is refused without being parsed again.
+	refused    string
+	refusedErr error
 
 	mu     sync.Mutex // guards status
 	status ConfigStatus
@@ -317,7 +318,7 @@ func (w *ConfigWatcher) check() {
 		return
 	case snap.hash == w.refused:
 		w.candidate = nil
-		w.refusedAgain()
+		_ = w.fail(w.refusedErr) // logged only if another error came between
 		return
 	}
 	if c := w.candidate; c == nil || !c.same(snap) {
@@ -356,7 +357,7 @@ func (w *ConfigWatcher) readFile() (*fileSnapshot, error) {
 func (w *ConfigWatcher) apply(snap *fileSnapshot) error {
 	fc, parsed, err := parseConfigFile(snap.data, w.path)
 	if err != nil {
-		w.refused = snap.hash
+		w.refused, w.refusedErr = snap.hash, err
 		return w.fail(err)
 	}
 	stale, err := w.gme.updateFromFile(parsed)
@@ -381,15 +382,6 @@ func (w *ConfigWatcher) apply(snap *fileSnapshot) error {
 	w.mu.Unlock()
 	w.publish()
 	return nil
-}
-
-// refusedAgain records that the last refused content was read again: its error stands,
-// seen now, and is not logged again.
-func (w *ConfigWatcher) refusedAgain() {
-	w.mu.Lock()
-	w.status.LastErrorAt = w.clk.Now()
-	w.mu.Unlock()
-	w.publish()
 }
 
 // fail records a reload error; the configuration in force stays. The error is logged when
