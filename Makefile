@@ -15,7 +15,7 @@ SEED ?= 0
 # the tests, after them whatever their outcome (the exit status stays go test's).
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 
-.PHONY: all check demo chaos test race lint fmt vet staticcheck bench bench-client bench-compare ci
+.PHONY: all check demo chaos test race lint fmt vet staticcheck fuzz bench bench-client bench-compare ci
 
 all: ci
 
@@ -46,6 +46,20 @@ race:
 	@echo '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
 	$(EMULATOR_STATUS) -after; exit $$status
+
+## fuzz: each native fuzz target for FUZZTIME (10m by default), one after the other, each with
+##       -parallel FUZZPARALLEL (1 by default): the configuration parser (YAML, JSON), endpoint
+##       parsing, the request classifiers. A crasher is written to the package's
+##       testdata/fuzz/<target>/ and fails the run; `make test` runs every seed.
+FUZZTIME ?= 10m
+FUZZPARALLEL ?= 1
+FUZZ_TARGETS = ./spannerme:FuzzParseConfigYAML ./spannerme:FuzzParseConfigJSON ./spannerme:FuzzEndpoint \
+	./spannerme:FuzzRequestClassifiers
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg; \
+	done
 
 ## lint: formatting, go vet and staticcheck.
 lint: fmt vet staticcheck

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 )
 
 // emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
@@ -47,7 +49,11 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //     Method list in it applies affinity as grpcgcp does (SessionAffinityConfig is
 //     upstream's).
 //   - DialFunc in gmeCfg, if set, replaces gtransport.Dial (opts do not reach it), and
-//     SPANNER_EMULATOR_HOST points every group at the emulator (docs/transport.md).
+//     SPANNER_EMULATOR_HOST points every group at the emulator (docs/transport.md); the two
+//     together are refused, since a DialFunc would dial the emulator with its own TLS and
+//     credentials.
+//   - Plaintext: pools that opts would dial in plaintext while sending credentials (any but
+//     option.WithoutAuthentication()) are refused, unless settings.SendCredentialsInPlaintext.
 //   - Endpoint health from call outcomes is on unless settings.Health.Disabled; its probe is
 //     SpannerProbe(database) unless settings.Health.Probe is set (HealthSettings).
 //   - Closing the Spanner client closes the GCPMultiEndpoint and every pool (the client
@@ -61,8 +67,9 @@ func NewMultiEndpointClientWithConfig(ctx context.Context, database string, conf
 //
 // gmeCfg and config are not modified. On any error everything dialed is closed. Errors: a
 // *ConfigError wrapping ErrInvalidConfig for a database that is not
-// projects/P/instances/I/databases/D, an invalid gmeCfg or settings, or a refused config
-// setting, each before any endpoint is dialed; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
+// projects/P/instances/I/databases/D, an invalid gmeCfg or settings, a refused config
+// setting, credentials over plaintext, or a DialFunc with SPANNER_EMULATOR_HOST, each before
+// any endpoint is dialed; a dial error naming the endpoint; any error of spanner.NewClientWithConfig.
 func NewMultiEndpointClientWithSettings(ctx context.Context, database string, config spanner.ClientConfig,
 	gmeCfg *grpcgcp.GCPMultiEndpointOptions, settings Settings, opts ...option.ClientOption) (*spanner.Client, *GCPMultiEndpoint, error) {
 	gme, tr, err := newSpannerGCPMultiEndpoint(database, config, gmeCfg, settings, opts)
@@ -106,10 +113,24 @@ func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
 	if err != nil {
 		return nil, nil, err
 	}
+	host, eopts := emulatorOptions()
+	if host != "" && gmeCfg.DialFunc != nil {
+		// The emulator's options (plaintext, no credentials) are client options, which a
+		// DialFunc does not receive: it would dial the emulator with its own TLS and
+		// credentials, production ones included.
+		return nil, nil, settingErr("GCPMultiEndpointOptions.DialFunc",
+			"cannot be combined with %s=%s: the emulator needs plaintext without credentials, which a DialFunc does not receive; unset one of them",
+			emulatorHostEnv, bounded.Text(host, maxQuoted))
+	}
+	if host == "" && gmeCfg.DialFunc == nil && !settings.SendCredentialsInPlaintext {
+		if err := tr.checkPlaintextCredentials(opts); err != nil {
+			return nil, nil, err
+		}
+	}
 	pl := plumbing{poolSettings: poolSettingsOf(config)}
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
 	opts = append([]option.ClientOption(nil), opts...)
-	if host, eopts := emulatorOptions(); host != "" {
+	if host != "" {
 		pl.emulator = emulatorScheme.ReplaceAllString(host, "")
 		opts = append(opts, eopts...)
 		s.Logger.Warn("spannerme: "+emulatorHostEnv+" is set: every MultiEndpoint points at the emulator, so failover is not exercised",

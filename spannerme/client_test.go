@@ -694,7 +694,7 @@ func TestCase_F8_WatchedFileKeepsEmulatorRewrite(t *testing.T) {
 			"  west:\n    endpoints: [" + west + "]\n"
 	}
 	writeFile(t, path, file("psc-west2.invalid:443"))
-	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1})
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Settle: 50 * time.Millisecond, Resync: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 )
 
 // FileConfig is a parsed configuration file (LoadConfig, ParseConfig): what
@@ -89,13 +91,42 @@ func (e *ConfigFileError) Unwrap() []error {
 	return []error{ErrInvalidConfig}
 }
 
-// maxConfigSize bounds a configuration file.
-const maxConfigSize = 1 << 20
+// The limits of a configuration file (docs/configuration.md, "Limits", states them). With
+// them, parsing is linear in the file's size and its memory is bounded: a file over a limit
+// is refused with a *ConfigFileError before anything is built from it.
+const (
+	// maxConfigSize bounds a configuration file, in bytes.
+	maxConfigSize = 1 << 20
+	// maxConfigNodes bounds the values of a file: every mapping, list, key and scalar
+	// counts one.
+	maxConfigNodes = 100_000
+	// maxGroups bounds the groups (multiEndpoints), maxGroupEndpoints the endpoints of one
+	// group, maxEndpoints the distinct endpoints of every group together (each is a pool
+	// of connections), and maxEndpointOptions the entries of the endpoints section.
+	maxGroups          = 1000
+	maxGroupEndpoints  = 100
+	maxEndpoints       = 1000
+	maxEndpointOptions = 1000
+)
+
+// The limits of what a configuration error echoes of the file: a value is quoted with at
+// most maxQuoted bytes of it, a ConfigFileError's Field holds at most maxErrorField bytes
+// and its Problem at most maxErrorProblem; what is cut ends with a marker
+// ("…[cut: N bytes in all]").
+const (
+	maxQuoted       = 80
+	maxErrorField   = 256
+	maxErrorProblem = 512
+)
+
+// q quotes a value from the file for an error, bounded to maxQuoted bytes.
+func q(s string) string { return bounded.Quote(s, maxQuoted) }
 
 // LoadConfig reads and parses the configuration file at path, YAML or JSON, as ParseConfig
 // does; a file whose name ends in ".json" (in any case) is read as JSON whatever its first
-// character. Errors: the read error (wrapping fs.ErrNotExist for a missing file), or a
-// *ConfigFileError naming the file, the line and the field.
+// character. It reads at most 1 MiB and one byte more: a larger file is refused. Errors:
+// the read error (wrapping fs.ErrNotExist for a missing file), or a *ConfigFileError naming
+// the file, the line and the field. It is safe for concurrent use.
 func LoadConfig(path string) (*FileConfig, error) {
 	data, err := readConfigFile(path)
 	if err != nil {
@@ -106,19 +137,31 @@ func LoadConfig(path string) (*FileConfig, error) {
 }
 
 func readConfigFile(path string) ([]byte, error) {
+	data, _, err := readConfigFileInfo(path)
+	return data, err
+}
+
+// readConfigFileInfo reads the file at path, at most maxConfigSize bytes (a larger file is a
+// *ConfigFileError), and returns its content with its size and modification time as the
+// opened file had them.
+func readConfigFileInfo(path string) ([]byte, os.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("spannerme configuration: %w", err)
+		return nil, nil, fmt.Errorf("spannerme configuration: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
+		return nil, nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
 	}
 	if len(data) > maxConfigSize {
-		return nil, &ConfigFileError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigSize)}
+		return nil, nil, &ConfigFileError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigSize)}
 	}
-	return data, nil
+	return data, fi, nil
 }
 
 // ParseConfig parses a configuration file's content, YAML or JSON. Content whose first
@@ -133,6 +176,14 @@ func readConfigFile(path string) ([]byte, error) {
 // accepted, as Settings.EndpointOptions accepts them: they apply once a group lists the
 // endpoint. Errors are *ConfigFileError, naming the line, the column when known, and the
 // field.
+//
+// It is bounded: content over 1 MiB, more than 100,000 values (every mapping, list, key and
+// scalar counts one; a YAML alias, *name, counts as the values of its anchor), more than
+// 1000 groups, 100 endpoints in a group, 1000 distinct endpoints in all or 1000 entries in
+// the endpoints section is refused. Its time and memory are linear in len(data). An
+// error quotes at most 80 bytes of any value of the file, and its Field and Problem hold at
+// most 256 and 512 bytes, each ending with "…[cut: N bytes in all]" when cut. It is safe for
+// concurrent use and does not keep data.
 func ParseConfig(data []byte) (*FileConfig, error) {
 	c, _, err := parseConfigFile(data, "")
 	return c, err
@@ -145,13 +196,18 @@ func parseConfigFile(data []byte, path string) (*FileConfig, *parsedFile, error)
 	c, parsed, err := parseConfigData(data, strings.EqualFold(filepath.Ext(path), ".json"))
 	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
 		fe.File = path
+		fe.Field = bounded.Text(fe.Field, maxErrorField)
+		fe.Problem = bounded.Text(fe.Problem, maxErrorProblem)
 	}
 	return c, parsed, err
 }
 
 func parseConfigData(data []byte, isJSON bool) (*FileConfig, *parsedFile, error) {
+	if len(data) > maxConfigSize {
+		return nil, nil, &ConfigFileError{Problem: fmt.Sprintf("larger than %d bytes (%d)", maxConfigSize, len(data))}
+	}
 	sum := sha256.Sum256(data)
-	d := &fileDecoder{}
+	d := &fileDecoder{data: data}
 	if err := d.decode(data, isJSON); err != nil {
 		return nil, nil, err
 	}
@@ -174,6 +230,8 @@ type parsedFile struct {
 // fileDecoder walks the YAML node tree of a configuration file. It records where each group
 // and endpoint is, to place validation errors.
 type fileDecoder struct {
+	// data is the file's content, to place an error in a JSON file (jsonTree).
+	data     []byte
 	options  *grpcgcp.GCPMultiEndpointOptions
 	settings Settings
 	// poolSize and affinity come from poolSize and sessionAffinity.
@@ -183,6 +241,8 @@ type fileDecoder struct {
 	affSet   bool
 	// nodes locates fields by path, for errors found after decoding.
 	nodes map[string]*yaml.Node
+	// endpoints holds the distinct endpoints of every group, to bound them.
+	endpoints map[string]bool
 }
 
 // fieldDecoders decode the fields of one mapping, by key.
@@ -190,10 +250,21 @@ type fieldDecoders map[string]func(n *yaml.Node, path string) error
 
 func (d *fileDecoder) errAt(n *yaml.Node, path, format string, args ...any) error {
 	e := &ConfigFileError{Field: path, Problem: fmt.Sprintf(format, args...)}
-	if n != nil {
-		e.Line, e.Column = n.Line, n.Column
-	}
+	e.Line, e.Column = d.pos(n)
 	return e
+}
+
+// pos returns the line and column of n (0, 0 for nil). A node of a JSON file holds its byte
+// offset (jsonNode): its position is computed here, for the one error that reports it, so
+// that parsing stays linear.
+func (d *fileDecoder) pos(n *yaml.Node) (line, column int) {
+	switch {
+	case n == nil:
+		return 0, 0
+	case n.Column < 0:
+		return position(d.data, n.Line)
+	}
+	return n.Line, n.Column
 }
 
 // decode reads data, JSON when isJSON or when it starts with '{', else YAML, into the
@@ -206,7 +277,7 @@ func (d *fileDecoder) decode(data []byte, isJSON bool) error {
 	var root *yaml.Node
 	if isJSON || t[0] == '{' {
 		var err error
-		if root, err = jsonTree(data); err != nil {
+		if root, err = jsonTree(data, maxConfigNodes); err != nil {
 			if fe := (*ConfigFileError)(nil); !isJSON && errors.As(err, &fe) {
 				fe.Problem += " (the file starts with '{', so it is read as JSON)"
 			}
@@ -223,6 +294,9 @@ func (d *fileDecoder) decode(data []byte, isJSON bool) error {
 			return d.errAt(&extra, "", "more than one YAML document")
 		} else if err != io.EOF {
 			return yamlSyntaxError(data, err)
+		}
+		if err := checkYAMLTree(&doc, maxConfigNodes); err != nil {
+			return err
 		}
 		root = &doc
 		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
@@ -271,6 +345,62 @@ func (d *fileDecoder) decode(data []byte, isJSON bool) error {
 	return nil
 }
 
+// checkYAMLTree refuses a YAML tree with more than limit nodes once its aliases are
+// expanded: the decoders walk an alias's anchor again at each alias, so a few kilobytes of
+// nested aliases would otherwise expand to millions of values. An alias inside its own
+// anchor counts as too many. The size of each anchored node is computed once, so the check
+// is linear in the tree's own size. The error is placed at the node whose expansion crossed
+// the limit.
+func checkYAMLTree(root *yaml.Node, limit int) error {
+	c := yamlCounter{sizes: map[*yaml.Node]int{}, limit: limit}
+	if c.size(root) <= limit {
+		return nil
+	}
+	e := &ConfigFileError{Problem: fmt.Sprintf("more than %d values (mappings, lists, keys and scalars; aliases expanded): the limit of a configuration file", limit)}
+	if c.over != nil {
+		e.Line, e.Column = c.over.Line, c.over.Column
+	}
+	return e
+}
+
+type yamlCounter struct {
+	sizes map[*yaml.Node]int // anchored nodes' sizes; inProgress while being counted
+	limit int
+	over  *yaml.Node // the first node whose size took its parent over limit
+}
+
+const inProgress = -1
+
+// size returns the number of nodes of n with aliases expanded, or a number over the limit
+// as soon as it is known to be over.
+func (c *yamlCounter) size(n *yaml.Node) int {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Anchor != "" {
+		if s, ok := c.sizes[n]; ok {
+			if s == inProgress { // an alias inside its own anchor: endless
+				return c.limit + 1
+			}
+			return s
+		}
+		c.sizes[n] = inProgress
+	}
+	total := 1
+	for _, ch := range n.Content {
+		if total += c.size(ch); total > c.limit {
+			if c.over == nil {
+				c.over = ch
+			}
+			return total
+		}
+	}
+	if n.Anchor != "" {
+		c.sizes[n] = total
+	}
+	return total
+}
+
 // yamlSyntaxError turns the parser's error ("yaml: line 3: ...") into a *ConfigFileError.
 // When the parser stopped at a character that cannot start a token or at a tab, and a line
 // indented with a tab is the error's line or the next one (the parser's line can be the one
@@ -315,11 +445,12 @@ func tabIndentation(data []byte, from, to int) (line, column int) {
 }
 
 // jsonTree parses data as JSON with encoding/json into the node tree that the field
-// decoders walk, each node with its line and column, and its tag as YAML's core schema
-// would give it (!!str for a string, !!int or !!float for a number, !!bool, !!null), so a
-// quoted number stays a string. Errors are *ConfigFileError with the line and column of the
-// syntax error.
-func jsonTree(data []byte) (*yaml.Node, error) {
+// decoders walk, each node with its tag as YAML's core schema would give it (!!str for a
+// string, !!int or !!float for a number, !!bool, !!null), so a quoted number stays a string,
+// and its byte offset in Line, with Column -1 (fileDecoder.pos turns it into a line and
+// column when an error needs it). Errors are *ConfigFileError with the line and column of the
+// syntax error, or of the value past limit nodes.
+func jsonTree(data []byte, limit int) (*yaml.Node, error) {
 	// Unmarshal checks the whole input's syntax first, trailing data included (into a
 	// RawMessage: a number too large for a float64 is valid JSON), and its
 	// *json.SyntaxError locates the mistake; the tree is then built from a valid input.
@@ -329,25 +460,35 @@ func jsonTree(data []byte) (*yaml.Node, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := jsonNode(dec, data)
+	left := limit
+	n, err := jsonNode(dec, data, &left)
+	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, jsonSyntaxError(data, err)
 	}
 	return n, nil
 }
 
-// jsonNode reads one JSON value from dec, whose input is data, as a node.
-func jsonNode(dec *json.Decoder, data []byte) (*yaml.Node, error) {
+// jsonNode reads one JSON value from dec, whose input is data, as a node; left counts the
+// nodes that may still be made.
+func jsonNode(dec *json.Decoder, data []byte, left *int) (*yaml.Node, error) {
 	start := int(dec.InputOffset())
 	for start < len(data) && strings.IndexByte(" \t\r\n,:", data[start]) >= 0 {
 		start++ // the separators before the token, which Token consumes with it
 	}
+	if *left <= 0 {
+		line, column := position(data, start)
+		return nil, &ConfigFileError{Line: line, Column: column,
+			Problem: "more than " + strconv.Itoa(maxConfigNodes) + " values (objects, arrays, keys and scalars): the limit of a configuration file"}
+	}
+	*left--
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, err
 	}
-	n := &yaml.Node{Kind: yaml.ScalarNode}
-	n.Line, n.Column = position(data, start)
+	n := &yaml.Node{Kind: yaml.ScalarNode, Line: start, Column: -1}
 	switch t := tok.(type) {
 	case json.Delim:
 		n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
@@ -355,7 +496,7 @@ func jsonNode(dec *json.Decoder, data []byte) (*yaml.Node, error) {
 			n.Kind, n.Tag = yaml.MappingNode, "!!map"
 		}
 		for dec.More() {
-			c, err := jsonNode(dec, data) // a key (a string) then its value, in a mapping
+			c, err := jsonNode(dec, data, left) // a key (a string) then its value, in a mapping
 			if err != nil {
 				return nil, err
 			}
@@ -445,7 +586,8 @@ func (d *fileDecoder) mapping(n *yaml.Node, path string, fields fieldDecoders) e
 		}
 		p := join(path, k.Value)
 		if prev := seen[k.Value]; prev != nil {
-			return d.errAt(k, p, "given twice (first at line %d)", prev.Line)
+			line, _ := d.pos(prev)
+			return d.errAt(k, p, "given twice (first at line %d)", line)
 		}
 		seen[k.Value] = k
 		dec, ok := fields[k.Value]
@@ -473,6 +615,9 @@ func suggest(key string, fields fieldDecoders) string {
 		return ""
 	}
 	sort.Strings(names)
+	if len(key) > 64 { // no field name is that long; and editDistance is quadratic
+		return fmt.Sprintf(" (known fields: %s)", strings.Join(names, ", "))
+	}
 	best, bestD := "", -1
 	lk := strings.ToLower(key)
 	for _, f := range names {
@@ -522,7 +667,7 @@ func kindName(n *yaml.Node) string {
 		if n.Tag == "!!null" {
 			return "nothing (null)"
 		}
-		return fmt.Sprintf("%q", n.Value)
+		return q(n.Value)
 	}
 	return "nothing"
 }
@@ -553,13 +698,13 @@ func (d *fileDecoder) boolean(n *yaml.Node, path string) (bool, error) {
 	}
 	switch {
 	case s.Tag != "!!bool" && (s.Value == "true" || s.Value == "false"):
-		return false, d.errAt(s, path, "want true or false, got the string %q (write it without quotes)", s.Value)
+		return false, d.errAt(s, path, "want true or false, got the string %s (write it without quotes)", q(s.Value))
 	case s.Tag == "!!bool" && s.Value == "true":
 		return true, nil
 	case s.Tag == "!!bool" && s.Value == "false":
 		return false, nil
 	}
-	return false, d.errAt(s, path, "want true or false, got %q", s.Value)
+	return false, d.errAt(s, path, "want true or false, got %s", q(s.Value))
 }
 
 // quotedNumber is the hint of an error about a number written as a string.
@@ -580,7 +725,7 @@ func (d *fileDecoder) uint(n *yaml.Node, path string, lo, hi uint64) (uint64, er
 	}
 	v, err := strconv.ParseUint(s.Value, 10, 32)
 	if err != nil || v < lo || v > hi || s.Tag != "!!int" {
-		return 0, d.errAt(s, path, "want a whole number from %d to %d, got %q%s", lo, hi, s.Value, quotedNumber(s))
+		return 0, d.errAt(s, path, "want a whole number from %d to %d, got %s%s", lo, hi, q(s.Value), quotedNumber(s))
 	}
 	return v, nil
 }
@@ -597,13 +742,13 @@ func (d *fileDecoder) duration(n *yaml.Node, path string, off string) (time.Dura
 	}
 	v, err := time.ParseDuration(s.Value)
 	if err != nil {
-		return 0, d.errAt(s, path, "invalid duration %q (write e.g. 2s, 300ms, 1m30s)", s.Value)
+		return 0, d.errAt(s, path, "invalid duration %s (write e.g. 2s, 300ms, 1m30s)", q(s.Value))
 	}
 	if v < 0 {
 		if off != "" {
-			return 0, d.errAt(s, path, "negative duration %q (write off to %s)", s.Value, off)
+			return 0, d.errAt(s, path, "negative duration %s (write off to %s)", q(s.Value), off)
 		}
-		return 0, d.errAt(s, path, "negative duration %q", s.Value)
+		return 0, d.errAt(s, path, "negative duration %s", q(s.Value))
 	}
 	return v, nil
 }
@@ -612,6 +757,9 @@ func (d *fileDecoder) groups(n *yaml.Node, path string) error {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return d.errAt(n, path, "want a mapping of group names to groups, got %s", kindName(n))
+	}
+	if groups := len(n.Content) / 2; groups > maxGroups {
+		return d.errAt(n, path, "%d groups: at most %d are accepted", groups, maxGroups)
 	}
 	d.options.MultiEndpoints = map[string]*multiendpoint.MultiEndpointOptions{}
 	fields := fieldDecoders{}
@@ -631,11 +779,20 @@ func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
 			if n.Kind != yaml.SequenceNode {
 				return d.errAt(n, p, "want a list of endpoints, got %s", kindName(n))
 			}
+			if len(n.Content) > maxGroupEndpoints {
+				return d.errAt(n, p, "%d endpoints: a group has at most %d", len(n.Content), maxGroupEndpoints)
+			}
 			for i, e := range n.Content {
 				ep := fmt.Sprintf("%s[%d]", p, i)
 				s, err := d.str(e, ep)
 				if err != nil {
 					return err
+				}
+				if d.endpoints == nil {
+					d.endpoints = map[string]bool{}
+				}
+				if d.endpoints[s] = true; len(d.endpoints) > maxEndpoints {
+					return d.errAt(resolve(e), ep, "more than %d distinct endpoints in all groups together", maxEndpoints)
 				}
 				d.nodes[ep] = resolve(e)
 				g.Endpoints = append(g.Endpoints, s)
@@ -689,7 +846,7 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 						case "READ_WRITE":
 							sel.Type = spannerpb.DirectedReadOptions_ReplicaSelection_READ_WRITE
 						default:
-							return d.errAt(resolve(n), p, "want READ_ONLY or READ_WRITE, got %q", v)
+							return d.errAt(resolve(n), p, "want READ_ONLY or READ_WRITE, got %s", q(v))
 						}
 						return nil
 					},
@@ -728,7 +885,7 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 			ReplicaSelections: exclude}}
 	}
 	if problem := checkDirectedReadOptions(o); problem != "" {
-		return d.errAt(resolve(n), path, "group %q: %s", group, problem)
+		return d.errAt(resolve(n), path, "group %s: %s", q(group), problem)
 	}
 	if d.settings.DirectedReads == nil {
 		d.settings.DirectedReads = map[string]*spannerpb.DirectedReadOptions{}
@@ -741,6 +898,9 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return d.errAt(n, path, "want a mapping of endpoints to their options, got %s", kindName(n))
+	}
+	if entries := len(n.Content) / 2; entries > maxEndpointOptions {
+		return d.errAt(n, path, "%d entries: at most %d are accepted", entries, maxEndpointOptions)
 	}
 	d.settings.EndpointOptions = map[string]EndpointOptions{}
 	type namedBy struct {
@@ -764,7 +924,7 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 				"authority": func(n *yaml.Node, p string) (err error) {
 					if eo.Authority, err = d.str(n, p); err == nil {
 						if problem := checkAuthority(eo.Authority); problem != "" {
-							err = d.errAt(resolve(n), p, "%q: %s", eo.Authority, problem)
+							err = d.errAt(resolve(n), p, "%s: %s", q(eo.Authority), problem)
 						}
 					}
 					return err
@@ -774,11 +934,12 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 						return err
 					}
 					if problem := checkEndpointName(eo.Name); problem != "" {
-						return d.errAt(resolve(n), p, "%q: %s", eo.Name, problem)
+						return d.errAt(resolve(n), p, "%s: %s", q(eo.Name), problem)
 					}
 					if other, taken := named[eo.Name]; taken && other.normalized != ne {
-						return d.errAt(resolve(n), p, "%q is also the name of endpoint %s (line %d); names must be unique",
-							eo.Name, other.key.Value, other.key.Line)
+						line, _ := d.pos(other.key)
+						return d.errAt(resolve(n), p, "%s is also the name of endpoint %s (line %d); names must be unique",
+							q(eo.Name), bounded.Text(other.key.Value, maxQuoted), line)
 					}
 					named[eo.Name] = namedBy{key, ne}
 					return nil
@@ -816,7 +977,7 @@ func (d *fileDecoder) settingsSection(n *yaml.Node, path string) error {
 			}
 			v, err := strconv.ParseFloat(sc.Value, 64)
 			if err != nil || !(v >= 0 && v <= 1) || (sc.Tag != "!!float" && sc.Tag != "!!int") {
-				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %q%s", sc.Value, quotedNumber(sc))
+				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %s%s", q(sc.Value), quotedNumber(sc))
 			}
 			s.SwitchingJitter = v
 			return nil
@@ -869,7 +1030,7 @@ func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
 					}
 					v, err := strconv.ParseFloat(sc.Value, 64)
 					if err != nil || !(v >= 1 && !math.IsInf(v, 1)) || (sc.Tag != "!!float" && sc.Tag != "!!int") {
-						return d.errAt(sc, p, "want a number of at least 1 (how many times slower than the fallback), got %q%s", sc.Value, quotedNumber(sc))
+						return d.errAt(sc, p, "want a number of at least 1 (how many times slower than the fallback), got %s%s", q(sc.Value), quotedNumber(sc))
 					}
 					b.Ratio = v
 					return nil
@@ -915,8 +1076,6 @@ func (d *fileDecoder) validate() (*parsedFile, error) {
 		path = "endpoints." + ce.Endpoint
 	}
 	fe := &ConfigFileError{Field: path, Problem: strings.TrimPrefix(ce.Error(), ErrInvalidConfig.Error()+": "), Err: ce}
-	if n := d.nodes[path]; n != nil {
-		fe.Line, fe.Column = n.Line, n.Column
-	}
+	fe.Line, fe.Column = d.pos(d.nodes[path])
 	return nil, fe
 }

@@ -10,7 +10,8 @@ import (
 type ConnError struct {
 	// Kind classifies the error.
 	Kind ConnErrorKind `json:"kind"`
-	// Message is gRPC's (or the name resolver's) description of the error.
+	// Message is gRPC's (or the name resolver's) description of the error, which may quote
+	// the server: at most 512 bytes of it, ending with "…[cut: N bytes in all]" when cut.
 	Message string `json:"message"`
 	// At is when the error was seen.
 	At time.Time `json:"at"`

@@ -156,7 +156,7 @@ func TestEndpointRenameOnReload(t *testing.T) {
 	settings.Logger, settings.MeterProvider = fastSettings(nil).Logger, mp
 	f.gme = newGME(t, fc.Options, settings)
 	f.log = &syncBuffer{}
-	f.w, err = WatchConfig(f.gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1,
+	f.w, err = WatchConfig(f.gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Settle: 50 * time.Millisecond, Resync: -1,
 		Logger: slog.New(slog.NewTextHandler(f.log, nil))})
 	if err != nil {
 		t.Fatal(err)

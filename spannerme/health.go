@@ -284,7 +284,9 @@ type HealthEvent struct {
 	Kind HealthEventKind `json:"kind"`
 	// Reason is why the endpoint was ejected (for a readmission: why it had been), and
 	// Detail says it in words, with the class and method that failed and the last error
-	// ("writes failing (Commit): 10 consecutive failures, the last: ...").
+	// ("writes failing (Commit): 10 consecutive failures, the last: ..."). Detail quotes
+	// a server's error text: it holds at most 512 bytes, ending with "…[cut: N bytes in
+	// all]" when cut.
 	Reason EjectionReason `json:"reason"`
 	Detail string         `json:"detail"`
 	// Class is the class of calls whose failures ejected the endpoint (see HealthSettings):
@@ -356,7 +358,8 @@ type ProbeStatus struct {
 	At time.Time `json:"at,omitzero"`
 	// Latency is how long it took.
 	Latency time.Duration `json:"latency"`
-	// Passed reports whether it passed; Error says why not.
+	// Passed reports whether it passed; Error says why not (at most 512 bytes of it, ending
+	// with "…[cut: N bytes in all]" when cut).
 	Passed bool   `json:"passed"`
 	Error  string `json:"error,omitempty"`
 }

@@ -106,6 +106,16 @@ type Settings struct {
 	// largest time.Duration (about 292 years): a huge SwitchingDelay never wraps around to an
 	// immediate switch. Outside [0, 1] (or NaN) is a *ConfigError naming the field.
 	SwitchingJitter float64
+	// SendCredentialsInPlaintext lets the client constructors dial the pools in plaintext
+	// (a plaintext dial option among their client options, or Type OMNI's UsePlainText with
+	// a Username) while the pools send credentials (Application Default Credentials, a
+	// token source, an API key, an OMNI login): anyone on the path can read and reuse them.
+	// False (the zero value) refuses that combination with a *ConfigError before anything
+	// is dialed; option.WithoutAuthentication() (the emulator, a plaintext test server) or
+	// TLS needs no opt-in. It is meant for a plaintext hop that stays on the host, such as
+	// a local TLS-terminating proxy. NewGCPMultiEndpoint* (gRPC dial options only) do not
+	// read it.
+	SendCredentialsInPlaintext bool
 }
 
 // validate returns a *ConfigError naming the first invalid field.

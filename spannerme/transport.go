@@ -5,15 +5,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"os"
+	"reflect"
 	"strconv"
+	"time"
 
 	"cloud.google.com/go/spanner"
 	vkit "cloud.google.com/go/spanner/apiv1"
 	"cloud.google.com/go/spanner/omni"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/api/option"
+	"google.golang.org/api/option/internaloption"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -256,4 +261,71 @@ func (t *clientTransport) gtransportDialer(opts []option.ClientOption) DialFunc 
 		all = append(all, option.WithEndpoint(target), option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil))
 		return gtransport.Dial(ctx, all...)
 	}
+}
+
+// checkPlaintextCredentials refuses, with a *ConfigError, pools that would be dialed in
+// plaintext with opts (the caller's client options) while they send credentials: every
+// credential but option.WithoutAuthentication() (Application Default Credentials by default,
+// a token source, an API key) or t's OMNI login. gRPC does not refuse it: Google's
+// credentials do not ask for transport security.
+func (t *clientTransport) checkPlaintextCredentials(opts []option.ClientOption) error {
+	all := append(append([]option.ClientOption(nil), opts...), t.poolOpts...)
+	if t.omniLogin == nil && withoutAuthentication(all) {
+		return nil
+	}
+	if !dialsPlaintext(all) {
+		return nil
+	}
+	what := "a plaintext dial option (insecure transport credentials)"
+	if t.omniLogin != nil {
+		what = "ClientConfig.UsePlainText with Username"
+	}
+	return settingErr(what, "the pools would send credentials in plaintext, readable by anyone on the path; "+
+		"use TLS, add option.WithoutAuthentication() (the emulator, a plaintext test server), "+
+		"or set Settings.SendCredentialsInPlaintext to accept the risk")
+}
+
+// withoutAuthentication reports whether opts hold option.WithoutAuthentication().
+func withoutAuthentication(opts []option.ClientOption) bool {
+	noAuth := reflect.TypeOf(option.WithoutAuthentication())
+	for _, o := range opts {
+		if reflect.TypeOf(o) == noAuth {
+			return true
+		}
+	}
+	return false
+}
+
+// httpPreface is what a gRPC client writes first on a plaintext connection (RFC 9113,
+// section 3.4); on a TLS connection it writes a ClientHello first.
+const httpPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// probeTimeout bounds dialsPlaintext's wait for the first bytes of its in-memory connection.
+const probeTimeout = 5 * time.Second
+
+// dialsPlaintext reports whether a pool dialed with opts speaks plaintext: it dials one
+// connection with them (without credentials, so nothing is looked up or sent) over an
+// in-memory pipe, and reads whether the first bytes are HTTP/2's preface rather than a TLS
+// handshake. Nothing goes on the network. A dial that fails is taken as not plaintext: the
+// pools' own dial reports the error.
+func dialsPlaintext(opts []option.ClientOption) bool {
+	client, server := net.Pipe()
+	defer server.Close()
+	all := append(vkit.DefaultClientOptions(), opts...)
+	all = append(all, internaloption.SkipDialSettingsValidation(), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return client, nil })),
+		option.WithEndpoint("passthrough:///spannerme-transport-probe"), option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cc, err := gtransport.Dial(ctx, all...)
+	if err != nil {
+		client.Close()
+		return false
+	}
+	defer cc.Close()
+	cc.Connect()
+	_ = server.SetReadDeadline(time.Now().Add(probeTimeout))
+	first := make([]byte, len(httpPreface))
+	_, err = io.ReadFull(server, first)
+	return err == nil && string(first) == httpPreface
 }

@@ -1,6 +1,8 @@
 package spannerme
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,9 @@ import (
 
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
 // ConfigStatus is the status of a configuration file that a ConfigWatcher applies
@@ -27,9 +32,11 @@ type ConfigStatus struct {
 	// LastError is the error of the last reload: nil when it applied the file or found the
 	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
 	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
+	// Its text holds at most 1024 bytes (what is cut ends with "…[cut: N bytes in all]").
 	LastError error `json:"-"`
 	// LastErrorAt is when LastError last happened (a file that stays bad fails again at each
-	// re-read, and is logged only the first time); zero when there was none yet.
+	// re-read, without being parsed again, and is logged only the first time); zero when
+	// there was none yet.
 	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
 	// RestartNeeded lists what the configuration in force asks for but a running
 	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
@@ -60,6 +67,13 @@ type WatchOptions struct {
 	// catches changes the events missed (a symlink into another directory, an event queue
 	// overflow). Zero means one minute; negative means never.
 	Resync time.Duration
+	// Settle is how long a changed file must stay the same before it is applied: a reload
+	// applies content only when two reads Settle apart found the same size, modification
+	// time and SHA-256, so that a file written in place is not applied half-written while
+	// its writer pauses for less than Settle. A file replaced atomically (renamed over the
+	// old one, or a Kubernetes ConfigMap's symlink swap) is applied Settle after the read
+	// that first sees it. Zero or negative means 1s.
+	Settle time.Duration
 	// Logger receives applied configurations (Info), rejected edits (Error) and changes that
 	// need a restart (Warn). Nil means the GCPMultiEndpoint's Settings.Logger.
 	Logger *slog.Logger
@@ -73,24 +87,60 @@ type ConfigWatcher struct {
 	base     string // the file's name in its directory
 	opts     WatchOptions
 	log      *slog.Logger
+	clk      clock.Clock
 	fw       *fsnotify.Watcher
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
 
+	timerMu                  sync.Mutex // guards closed and the timers
+	closed                   bool
+	debounce, resync, settle clock.Timer
+	reads                    sync.WaitGroup // reads in progress (read)
+
+	readMu sync.Mutex // one read at a time; guards candidate and refused
+	// candidate is the changed content last read, not applied yet: it is applied once a
+	// read Settle later finds it the same.
+	candidate *fileSnapshot
+	// refused is the SHA-256 of the last content refused by the parser, and refusedErr its
+	// error: the same content read again is refused without being parsed again.
+	refused    string
+	refusedErr error
+
 	mu     sync.Mutex // guards status
 	status ConfigStatus
+}
+
+// maxStatusError bounds the text of ConfigStatus.LastError (and of the log line), in bytes.
+const maxStatusError = 1024
+
+// fileSnapshot is one read of the configuration file.
+type fileSnapshot struct {
+	data    []byte
+	hash    string // hex SHA-256 of data
+	size    int64
+	modTime time.Time
+	readAt  time.Time
+}
+
+// same reports whether s and o are the same content: size, modification time and hash.
+func (s *fileSnapshot) same(o *fileSnapshot) bool {
+	return s.size == o.size && s.modTime.Equal(o.modTime) && s.hash == o.hash
 }
 
 // WatchConfig reads the configuration file at path (LoadConfig), applies it to gme, and
 // then applies it again each time it changes, until the ConfigWatcher's Close (gme.Close does
 // not stop it: close the watcher first; its reloads after gme.Close fail with ErrClosed and
-// change nothing). It runs one goroutine and one fsnotify watch. It watches the file's directory,
+// change nothing). It runs one goroutine and one fsnotify watch, and its reads run on its
+// timers' goroutines, one at a time. It watches the file's directory,
 // so it sees editors that write a new file and rename it over the old one, a file deleted and
 // created again, and Kubernetes ConfigMap volumes, where the file is a symlink through
 // "..data", a symlink kubelet swaps atomically. Changes within WatchOptions.Debounce of each
 // other make one reload, and a reload of content equal to the configuration in force does
-// nothing.
+// nothing. A changed file is applied only once it has stopped changing: two reads
+// WatchOptions.Settle apart must find the same size, modification time and SHA-256
+// (docs/configuration.md says how to write the file safely). Content equal to the last
+// content the parser refused is refused again without being parsed.
 //
 // Each reload applies the groups, endpoints, durations and Default as UpdateMultiEndpoints
 // does, with the file's EndpointOptions for pools it dials, and replaces the directed read
@@ -111,6 +161,11 @@ type ConfigWatcher struct {
 // nothing is logged (the first reading's error is not a rejected edit: no configuration was
 // in force).
 func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*ConfigWatcher, error) {
+	return watchConfig(gme, path, opts, clock.Real)
+}
+
+// watchConfig is WatchConfig with the clock of its timers and of the settle rule.
+func watchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions, clk clock.Clock) (*ConfigWatcher, error) {
 	if gme == nil {
 		return nil, errors.New("spannerme: WatchConfig: nil GCPMultiEndpoint")
 	}
@@ -120,7 +175,10 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 	if opts.Resync == 0 {
 		opts.Resync = time.Minute
 	}
-	w := &ConfigWatcher{gme: gme, path: path, base: filepath.Base(path), opts: opts, log: opts.Logger,
+	if opts.Settle <= 0 {
+		opts.Settle = time.Second
+	}
+	w := &ConfigWatcher{gme: gme, path: path, base: filepath.Base(path), opts: opts, log: opts.Logger, clk: clk,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if w.log == nil {
 		w.log = gme.logger() // slog's default for a zero-value GCPMultiEndpoint
@@ -136,12 +194,19 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 		fw.Close()
 		return nil, fmt.Errorf("spannerme: watching %s: %w", path, err)
 	}
-	if err := w.reload(); err != nil {
+	snap, err := w.readFile()
+	if err == nil {
+		err = w.apply(snap)
+	}
+	if err != nil {
 		fw.Close()
 		return nil, err
 	}
 	w.fw = fw
 	w.publish()
+	if opts.Resync > 0 {
+		w.resync = clk.AfterFunc(opts.Resync, w.resynced)
+	}
 	go w.run()
 	return w, nil
 }
@@ -158,25 +223,25 @@ func (w *ConfigWatcher) Status() ConfigStatus {
 func (w *ConfigWatcher) Close() error {
 	var err error
 	w.stopOnce.Do(func() {
+		w.timerMu.Lock()
+		w.closed = true
+		for _, t := range []clock.Timer{w.debounce, w.resync, w.settle} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+		w.timerMu.Unlock()
 		close(w.stop)
 		err = w.fw.Close()
 	})
 	<-w.done
+	w.reads.Wait()
 	return err
 }
 
-// run is the watcher's goroutine: it turns events into debounced reloads.
+// run is the watcher's goroutine: it turns events into debounced reads.
 func (w *ConfigWatcher) run() {
 	defer close(w.done)
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	var resync <-chan time.Time
-	if w.opts.Resync > 0 {
-		t := time.NewTicker(w.opts.Resync)
-		defer t.Stop()
-		resync = t.C
-	}
 	for {
 		select {
 		case <-w.stop:
@@ -186,20 +251,90 @@ func (w *ConfigWatcher) run() {
 				return
 			}
 			if w.concerns(ev) {
-				debounce.Reset(w.opts.Debounce)
+				w.schedule(&w.debounce, w.opts.Debounce, w.read)
 			}
 		case err, ok := <-w.fw.Errors:
 			if !ok {
 				return
 			}
 			w.log.Warn("spannerme: configuration watch: "+err.Error()+"; reading the file again", "path", w.path)
-			debounce.Reset(w.opts.Debounce) // e.g. fsnotify.ErrEventOverflow: events were lost
-		case <-debounce.C:
-			_ = w.reload()
-		case <-resync:
-			_ = w.reload()
+			w.schedule(&w.debounce, w.opts.Debounce, w.read) // e.g. fsnotify.ErrEventOverflow: events were lost
 		}
 	}
+}
+
+// schedule (re)starts the timer *t to call f after d, unless the watcher is closed.
+func (w *ConfigWatcher) schedule(t *clock.Timer, d time.Duration, f func()) {
+	w.timerMu.Lock()
+	defer w.timerMu.Unlock()
+	if w.closed {
+		return
+	}
+	if *t != nil {
+		(*t).Stop()
+	}
+	*t = w.clk.AfterFunc(d, f)
+}
+
+// resynced is the Resync timer's call: a read, then the next Resync.
+func (w *ConfigWatcher) resynced() {
+	w.read()
+	w.schedule(&w.resync, w.opts.Resync, w.resynced)
+}
+
+// read is a timer's call: it reads the file and applies it by the settle rule (check). One
+// read runs at a time; Close waits for it, and none starts after Close.
+func (w *ConfigWatcher) read() {
+	w.timerMu.Lock()
+	if w.closed {
+		w.timerMu.Unlock()
+		return
+	}
+	w.reads.Add(1)
+	w.timerMu.Unlock()
+	defer w.reads.Done()
+	w.readMu.Lock()
+	defer w.readMu.Unlock()
+	w.check()
+}
+
+// check reads the file and decides, w.readMu held: content in force changes nothing (and
+// clears LastError); the last refused content is refused again without parsing; changed
+// content becomes the candidate, applied when a read Settle later finds it the same.
+func (w *ConfigWatcher) check() {
+	snap, err := w.readFile()
+	if err != nil {
+		w.candidate = nil
+		_ = w.fail(err)
+		return
+	}
+	w.mu.Lock()
+	inForce := snap.hash == w.status.Hash
+	if inForce {
+		w.status.LastError = nil
+	}
+	w.mu.Unlock()
+	switch {
+	case inForce:
+		w.candidate = nil
+		w.publish()
+		return
+	case snap.hash == w.refused:
+		w.candidate = nil
+		_ = w.fail(w.refusedErr) // logged only if another error came between
+		return
+	}
+	if c := w.candidate; c == nil || !c.same(snap) {
+		w.candidate = snap
+		w.schedule(&w.settle, w.opts.Settle, w.read)
+		return
+	}
+	if wait := w.candidate.readAt.Add(w.opts.Settle).Sub(snap.readAt); wait > 0 {
+		w.schedule(&w.settle, wait, w.read) // read again too soon (an event): wait the rest
+		return
+	}
+	w.candidate = nil
+	_ = w.apply(snap)
 }
 
 // concerns reports whether ev may have changed the file: an event on its name, or on a
@@ -209,25 +344,23 @@ func (w *ConfigWatcher) concerns(ev fsnotify.Event) bool {
 	return b == w.base || strings.HasPrefix(b, "..")
 }
 
-// reload reads and applies the file unless its content is in force, and records the result.
-// Only WatchConfig and then run call it, one at a time.
-func (w *ConfigWatcher) reload() error {
-	data, err := readConfigFile(w.path)
+// readFile reads the file (readConfigFileInfo) and hashes it.
+func (w *ConfigWatcher) readFile() (*fileSnapshot, error) {
+	data, fi, err := readConfigFileInfo(w.path)
 	if err != nil {
-		return w.fail(err)
+		return nil, err
 	}
-	fc, parsed, err := parseConfigFile(data, w.path)
-	w.mu.Lock()
-	unchanged := w.status.Applied > 0 && fc != nil && fc.Hash == w.status.Hash
-	if unchanged {
-		w.status.LastError = nil
-	}
-	w.mu.Unlock()
-	if unchanged {
-		w.publish()
-		return nil
-	}
+	sum := sha256.Sum256(data)
+	return &fileSnapshot{data: data, hash: hex.EncodeToString(sum[:]), size: fi.Size(), modTime: fi.ModTime(),
+		readAt: w.clk.Now()}, nil
+}
+
+// apply parses snap and applies it, and records the result. A parse error makes snap's
+// content the refused one.
+func (w *ConfigWatcher) apply(snap *fileSnapshot) error {
+	fc, parsed, err := parseConfigFile(snap.data, w.path)
 	if err != nil {
+		w.refused, w.refusedErr = snap.hash, err
 		return w.fail(err)
 	}
 	stale, err := w.gme.updateFromFile(parsed)
@@ -244,7 +377,7 @@ func (w *ConfigWatcher) reload() error {
 		w.log.Warn("spannerme: configuration changes that take effect only when the GCPMultiEndpoint is created again",
 			"path", w.path, "fields", strings.Join(restart, ", "))
 	}
-	now := time.Now()
+	now := w.clk.Now()
 	w.mu.Lock()
 	w.status.Hash, w.status.AppliedAt, w.status.LastError = fc.Hash, now, nil
 	w.status.Applied++
@@ -259,6 +392,7 @@ func (w *ConfigWatcher) reload() error {
 // logged once. The first reading's error (no configuration applied yet) is only returned:
 // WatchConfig returns it and nothing was edited or kept.
 func (w *ConfigWatcher) fail(err error) error {
+	err = bounded.Error(err, maxStatusError)
 	w.mu.Lock()
 	first := w.status.Applied == 0
 	repeated := w.status.LastError != nil && w.status.LastError.Error() == err.Error()
@@ -270,7 +404,7 @@ func (w *ConfigWatcher) fail(err error) error {
 		w.log.Error("spannerme: configuration edit rejected; the previous configuration stays in force", "path", w.path, "error", err)
 	}
 	w.mu.Lock()
-	w.status.LastError, w.status.LastErrorAt = err, time.Now()
+	w.status.LastError, w.status.LastErrorAt = err, w.clk.Now()
 	w.mu.Unlock()
 	w.publish()
 	return err

@@ -18,6 +18,8 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/grpc"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
 // watchConfigYAML is a configuration file with one group "g" of the given endpoints.
@@ -60,6 +62,13 @@ type watchFixture struct {
 
 func newWatchFixture(t *testing.T, path string) *watchFixture {
 	t.Helper()
+	return newWatchFixtureOn(t, path, WatchOptions{Debounce: 20 * time.Millisecond, Settle: 50 * time.Millisecond, Resync: -1}, clock.Real)
+}
+
+// newWatchFixtureOn is newWatchFixture with opts (its Logger is the fixture's) and the
+// watcher's clock clk.
+func newWatchFixtureOn(t *testing.T, path string, opts WatchOptions, clk clock.Clock) *watchFixture {
+	t.Helper()
 	f := &watchFixture{path: path, log: &syncBuffer{}}
 	for _, name := range []string{"one", "two", "three"} {
 		f.eps = append(f.eps, startEndpoint(t, name))
@@ -74,8 +83,8 @@ func newWatchFixture(t *testing.T, path string) *watchFixture {
 	settings := fc.Settings
 	settings.Logger = fastSettings(nil).Logger
 	f.gme = newGME(t, fc.Options, settings)
-	f.w, err = WatchConfig(f.gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1,
-		Logger: slog.New(slog.NewTextHandler(f.log, nil))})
+	opts.Logger = slog.New(slog.NewTextHandler(f.log, nil))
+	f.w, err = watchConfig(f.gme, path, opts, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,35 +208,48 @@ func TestWatchInvalidEditKeepsPrevious(t *testing.T) {
 
 // TestWatchConfigMapSymlinkSwap: a Kubernetes ConfigMap volume: the file is a symlink
 // through "..data", which kubelet replaces atomically by renaming a new symlink over it.
+// configMap is a directory that kubelet's AtomicWriter publishes a ConfigMap's file in.
+type configMap struct {
+	dir string
+	ts  int // versions published
+}
+
+// publish writes content as the file name of the ConfigMap, as kubelet does: a new
+// timestamped directory, a "..data" symlink swapped atomically to it, and name a symlink
+// through "..data".
+func (m *configMap) publish(t *testing.T, name, content string) {
+	t.Helper()
+	m.ts++
+	dir, version := m.dir, fmt.Sprintf("..2026_01_01_00_00_%02d.%d", m.ts, m.ts)
+	if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, version, name), content)
+	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	if err := os.Symlink(version, filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, name)); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if old != "" {
+		if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestWatchConfigMapSymlinkSwap(t *testing.T) {
 	dir := t.TempDir()
-	ts := 0
-	// publish writes content as kubelet's AtomicWriter does.
+	m := &configMap{dir: dir}
 	publish := func(content string) {
 		t.Helper()
-		ts++
-		version := fmt.Sprintf("..2026_01_01_00_00_%02d.%d", ts, ts)
-		if err := os.Mkdir(filepath.Join(dir, version), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(dir, version, "spannerme.yaml"), content)
-		old, _ := os.Readlink(filepath.Join(dir, "..data"))
-		if err := os.Symlink(version, filepath.Join(dir, "..data_tmp")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Lstat(filepath.Join(dir, "spannerme.yaml")); errors.Is(err, fs.ErrNotExist) {
-			if err := os.Symlink(filepath.Join("..data", "spannerme.yaml"), filepath.Join(dir, "spannerme.yaml")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if old != "" {
-			if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
-				t.Fatal(err)
-			}
-		}
+		m.publish(t, "spannerme.yaml", content)
 	}
 	// The fixture starts the endpoints, so the first version names a placeholder (a port
 	// that refuses); the first real version follows.
@@ -316,7 +338,7 @@ func TestWatchConfigErrors(t *testing.T) {
 	// After Close of the GCPMultiEndpoint, an edit fails to apply and is reported.
 	good := filepath.Join(dir, "good.yaml")
 	writeFile(t, good, watchConfigYAML("", "127.0.0.1:1"))
-	w, err := WatchConfig(gme, good, WatchOptions{Debounce: time.Millisecond, Resync: -1})
+	w, err := WatchConfig(gme, good, WatchOptions{Debounce: time.Millisecond, Settle: 10 * time.Millisecond, Resync: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +405,7 @@ func TestWatchConfigEditDuringFirstReading(t *testing.T) {
 		return grpc.NewClient(target, opts...)
 	}
 	gme := newGME(t, o, fastSettings(nil))
-	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Resync: -1})
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: 20 * time.Millisecond, Settle: 50 * time.Millisecond, Resync: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +425,7 @@ func TestWatchRepeatedErrorLoggedOnce(t *testing.T) {
 	writeFile(t, path, watchConfigYAML("", one.Addr()))
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, one.Addr())}), fastSettings(nil))
 	var logs syncBuffer
-	w, err := WatchConfig(gme, path, WatchOptions{Debounce: time.Millisecond, Resync: 5 * time.Millisecond,
+	w, err := WatchConfig(gme, path, WatchOptions{Debounce: time.Millisecond, Settle: 10 * time.Millisecond, Resync: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

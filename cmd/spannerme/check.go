@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
@@ -209,12 +210,13 @@ func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, aut
 		detail, skip, err := f()
 		r.Latency = time.Since(start)
 		r.LatencyMS = float64(r.Latency.Microseconds()) / 1000
-		r.Detail = detail
+		r.Detail = bounded.Text(detail, bounded.ServerText)
 		switch {
 		case err != nil:
 			// crypto/tls's errors start "tls: ", the step's name, which the output prints
 			// before the error already.
-			r.Status, r.Error, failed = statusFailed, strings.TrimPrefix(err.Error(), step+": "), true
+			// The text may quote a server: it is kept cut to bounded.ServerText bytes.
+			r.Status, r.Error, failed = statusFailed, bounded.Text(strings.TrimPrefix(err.Error(), step+": "), bounded.ServerText), true
 		case skip:
 			r.Status, r.Latency, r.LatencyMS = statusSkipped, 0, 0
 		default:
@@ -336,7 +338,7 @@ func tlsHandshake(ctx context.Context, conn net.Conn, t target, authority string
 		case errors.As(err, &certErr) && net.ParseIP(name) != nil && authority == "":
 			return "", false, fmt.Errorf("%w (an endpoint dialed by IP address usually needs an authority: endpoints.%q.authority in the configuration file)", err, t.endpoint)
 		case errors.As(err, &recordErr):
-			return "", false, fmt.Errorf("%w (the server does not speak TLS: --plaintext if it should not)", err)
+			return "", false, fmt.Errorf("%w (the server does not speak TLS: --plaintext --no-auth if it should not)", err)
 		}
 		return "", false, err
 	}
@@ -430,7 +432,7 @@ func printTable(w io.Writer, rep *report) {
 	fmt.Fprintln(tw, "GROUP\t#\tENDPOINT\tRESOLVE\tTCP\tTLS\tGRPC\tSPANNER\tDATABASE\tRESULT")
 	for _, g := range rep.Groups {
 		for _, e := range g.Endpoints {
-			cells := []string{g.Name, fmt.Sprint(e.Priority), labeled(e.Endpoint, e.Name)}
+			cells := []string{printable(g.Name), fmt.Sprint(e.Priority), printable(labeled(e.Endpoint, e.Name))}
 			for _, s := range e.Steps {
 				cells = append(cells, cell(s))
 			}
@@ -450,7 +452,7 @@ func printTable(w io.Writer, rep *report) {
 			for _, s := range e.Steps {
 				if s.Status == statusFailed && !seen[e.Endpoint] {
 					seen[e.Endpoint] = true
-					errs = append(errs, fmt.Sprintf("  %s: %s: %s", labeled(e.Endpoint, e.Name), s.Step, s.Error))
+					errs = append(errs, printable(fmt.Sprintf("  %s: %s: %s", labeled(e.Endpoint, e.Name), s.Step, s.Error)))
 				}
 			}
 		}
@@ -466,13 +468,13 @@ func printTable(w io.Writer, rep *report) {
 		if g.Default {
 			name += " (default)"
 		}
-		fmt.Fprintf(w, "  %-20s %d of %d endpoints working", name, g.Working, len(g.Endpoints))
+		fmt.Fprintf(w, "  %-20s %d of %d endpoints working", printable(name), g.Working, len(g.Endpoints))
 		if g.First != "" {
-			fmt.Fprintf(w, "; calls would go to %s (checked in %s)", labeled(g.First, g.FirstName), formatLatency(time.Duration(g.FirstMS*float64(time.Millisecond))))
+			fmt.Fprintf(w, "; calls would go to %s (checked in %s)", printable(labeled(g.First, g.FirstName)), formatLatency(time.Duration(g.FirstMS*float64(time.Millisecond))))
 		}
 		fmt.Fprintln(w)
 		if !g.OK {
-			bad = append(bad, g.Name)
+			bad = append(bad, printable(g.Name))
 		}
 	}
 	if len(bad) == 0 {

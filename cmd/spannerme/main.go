@@ -9,7 +9,8 @@
 // served them. docs/cli.md describes each step, the output and the exit status.
 //
 // Both use Application Default Credentials and TLS unless --no-auth (no credentials) and
-// --plaintext (no TLS) say otherwise, as for the Cloud Spanner emulator.
+// --plaintext (no TLS) say otherwise, as for the Cloud Spanner emulator; --plaintext is
+// refused without --no-auth, so that no credentials cross the network in plaintext.
 package main
 
 import (
@@ -58,6 +59,7 @@ Run "spannerme check -h" or "spannerme query -h" for the flags.
 
 // run is the command without the process: it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stdout, stderr = terminal{stdout}, terminal{stderr}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitBadArgs
@@ -85,7 +87,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.config, "config", "", "the configuration `file` (YAML or JSON; required)")
 	fs.StringVar(&c.database, "database", "", "the database, projects/P/instances/I/databases/D (required)")
-	fs.BoolVar(&c.plaintext, "plaintext", false, "no TLS (for the emulator or a plaintext test server)")
+	fs.BoolVar(&c.plaintext, "plaintext", false, "no TLS (for the emulator or a plaintext test server); needs --no-auth")
 	fs.BoolVar(&c.noAuth, "no-auth", false, "no credentials (for the emulator); default: Application Default Credentials")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit")
 }
@@ -112,14 +114,20 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*span
 	if c.timeout <= 0 {
 		problems = append(problems, "--timeout must be positive")
 	}
+	if c.plaintext && !c.noAuth {
+		// The credentials' token would cross the network in cleartext: gRPC does not
+		// refuse it, as Google's credentials do not ask for transport security.
+		problems = append(problems, "--plaintext without --no-auth would send the credentials' token in plaintext, "+
+			"readable by anyone on the path; add --no-auth (the emulator, a plaintext test server) or drop --plaintext")
+	}
 	if len(problems) > 0 {
 		err := errors.New(strings.Join(problems, "; "))
-		fmt.Fprintf(stderr, "spannerme %s: %v\n", fs.Name(), err)
+		fmt.Fprintf(stderr, "spannerme %s: %s\n", fs.Name(), printable(err.Error()))
 		return nil, err
 	}
 	fc, err := spannerme.LoadConfig(c.config)
 	if err != nil {
-		fmt.Fprintf(stderr, "spannerme %s: %v\n", fs.Name(), err)
+		fmt.Fprintf(stderr, "spannerme %s: %s\n", fs.Name(), printable(err.Error()))
 		return nil, err
 	}
 	if c.noAuth {

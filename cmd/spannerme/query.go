@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
@@ -46,7 +47,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		*group = fc.Options.Default
 	}
 	if _, ok := fc.Options.MultiEndpoints[*group]; !ok {
-		fmt.Fprintf(stderr, "spannerme query: --group %q is not a group of %s\n", *group, c.config)
+		fmt.Fprintf(stderr, "spannerme query: --group %q is not a group of %s\n", *group, printable(c.config))
 		return exitBadArgs
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -60,14 +61,14 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(ctx, c.database,
 		spanner.ClientConfig{DisableNativeMetrics: true}, fc.Options, settings, opts...)
 	if err != nil {
-		fmt.Fprintf(stderr, "spannerme query: %v\n", err)
+		fmt.Fprintf(stderr, "spannerme query: %s\n", printable(bounded.Text(err.Error(), bounded.ServerText)))
 		return exitFailed
 	}
 	defer client.Close()
 
 	n, err := printRows(stdout, client.Single().Query(spannerme.NewMEContext(ctx, *group), spanner.Statement{SQL: *sql}))
 	if err != nil {
-		fmt.Fprintf(stderr, "spannerme query: %v\n", err)
+		fmt.Fprintf(stderr, "spannerme query: %s\n", printable(bounded.Text(err.Error(), bounded.ServerText)))
 		return exitFailed
 	}
 	st := gme.Status()
@@ -84,7 +85,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	last := served.last()
 	fmt.Fprintf(stdout, "(%d rows; served by endpoint %s of group %s, whose current endpoint is %s)\n", n,
-		labeled(last, names[last]), *group, labeled(current, names[current]))
+		printable(labeled(last, names[last])), printable(*group), printable(labeled(current, names[current])))
 	return exitOK
 }
 
@@ -126,7 +127,11 @@ func printRows(w io.Writer, it *spanner.RowIterator) (int, error) {
 			return n, err
 		}
 		if n == 0 {
-			fmt.Fprintln(tw, strings.Join(row.ColumnNames(), "\t"))
+			names := make([]string, 0, row.Size())
+			for _, c := range row.ColumnNames() {
+				names = append(names, printable(c))
+			}
+			fmt.Fprintln(tw, strings.Join(names, "\t"))
 		}
 		cells := make([]string, row.Size())
 		for i := range cells {
@@ -134,7 +139,7 @@ func printRows(w io.Writer, it *spanner.RowIterator) (int, error) {
 			if err := row.Column(i, &v); err != nil {
 				return n, err
 			}
-			cells[i] = formatValue(v.Value)
+			cells[i] = printable(formatValue(v.Value))
 		}
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 		n++

@@ -48,6 +48,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 )
@@ -272,7 +273,7 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 	d.lastProbeEnd = now
 	skipped := errors.Is(err, ErrProbeSkipped)
 	if !skipped {
-		d.lastProbe = ProbeResult{At: d.probeStarted, Latency: latency, Err: err}
+		d.lastProbe = ProbeResult{At: d.probeStarted, Latency: latency, Err: bounded.Error(err, bounded.ServerText)}
 	}
 	switch {
 	case d.out:
@@ -361,6 +362,7 @@ func (d *Detector) ejectLocked(r Reason, c Class, detail string) {
 	d.out = true
 	d.ejected.Store(true)
 	d.ejectedAt, d.until = now, now.Add(d.cfg.ejectionTime(d.multiplier))
+	detail = bounded.Text(detail, bounded.ServerText) // it quotes a server's error
 	d.reason, d.class, d.detail = r, c, detail
 	d.suspect = false
 	d.resetConsecutive()

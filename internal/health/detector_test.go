@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
@@ -610,5 +611,30 @@ func TestReadmissionProbesTheClassThatFailed(t *testing.T) {
 	defer h.mu.Unlock()
 	if want := []Class{Writes, Writes, Calls, Calls}; !slices.Equal(h.probeClasses, want) {
 		t.Fatalf("probe classes %v, want %v", h.probeClasses, want)
+	}
+}
+
+// An ejection's detail and a failed probe's error quote a server's error text: they are kept
+// cut to bounded.ServerText bytes, with the marker.
+func TestServerTextIsBounded(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	long := strings.Repeat("server detail ", 1000)
+	err := status.Error(codes.Unavailable, long)
+	for range testConfig.ConsecutiveFailures {
+		h.d.Record(Writes, "/google.spanner.v1.Spanner/Commit", Classify(err, true, false), err)
+	}
+	const most = bounded.ServerText + len("…[cut: 100000 bytes in all]")
+	st := h.d.Status()
+	if !st.Ejected || len(st.Detail) > most || !strings.Contains(st.Detail, "…[cut: ") {
+		t.Fatalf("ejected %v with a detail of %d bytes: %.80q…", st.Ejected, len(st.Detail), st.Detail)
+	}
+	h.clock.Advance(testConfig.BaseEjectionTime)
+	if h.probing() == 0 {
+		t.Fatal("no readmission probe")
+	}
+	h.answer(errors.New(long))
+	if e := h.d.Status().LastProbe.Err; e == nil || len(e.Error()) > most {
+		t.Fatalf("the failed probe's error is kept as %v", e)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
@@ -79,7 +80,7 @@ func (w *Watch) record(kind ConnErrorKind, err error) {
 	if w == nil || err == nil {
 		return
 	}
-	e := &ConnError{Kind: kind, Message: err.Error(), At: w.clock.Now()}
+	e := &ConnError{Kind: kind, Message: bounded.Text(err.Error(), bounded.ServerText), At: w.clock.Now()}
 	w.last.Store(e)
 	w.mu.Lock()
 	report := !w.up && !w.reported[kind]

@@ -3,10 +3,13 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
@@ -100,5 +103,22 @@ func TestFirstAttemptFailedWithoutError(t *testing.T) {
 	w.availability(false)
 	if len(obs.how) != 1 || obs.how[0] != FirstAttemptFailed || obs.unreachable[0].Kind != KindUnknown {
 		t.Fatalf("reports %v %v, want one FirstAttemptFailed of kind unknown", obs.unreachable, obs.how)
+	}
+}
+
+// A connection error's text, which may quote the server, is kept cut to bounded.ServerText
+// bytes, with the marker.
+func TestConnErrorMessageIsBounded(t *testing.T) {
+	obs := &recordingObserver{}
+	w := NewWatch("e1:443", nil, obs)
+	defer w.Release()
+	long := strings.Repeat("\x1b]0;fake title\x07 server says no. ", 1000)
+	w.record(KindOther, errors.New(long))
+	e := w.last.Load()
+	if e == nil || len(e.Message) > bounded.ServerText+len("…[cut: 100000 bytes in all]") || !strings.HasSuffix(e.Message, fmt.Sprintf("…[cut: %d bytes in all]", len(long))) {
+		t.Fatalf("last error kept as %d bytes: %.80q…", len(e.Message), e.Message)
+	}
+	if len(obs.unreachable) != 1 || obs.unreachable[0].Message != e.Message {
+		t.Errorf("reported %v, want the cut message", obs.unreachable)
 	}
 }

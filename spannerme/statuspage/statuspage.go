@@ -1,10 +1,14 @@
 // Package statuspage serves a spannerme.Status over HTTP: as one HTML page a person reads
 // at a glance, and as JSON for a program. It is an add-on: package spannerme does not
-// depend on it, and it uses only spannerme's exported API.
+// depend on it, and it uses only spannerme's exported API (and the module's helper that cuts
+// long text).
 //
-// Mount its Handler where you like, for example:
+// Mount its Handler on a mux and port of its own that only operators reach, not on
+// http.DefaultServeMux (which many services serve publicly, pprof's handlers among them):
 //
-//	http.Handle("/spannerme/", http.StripPrefix("/spannerme", statuspage.Handler(gme)))
+//	mux := http.NewServeMux()
+//	mux.Handle("/spannerme/", http.StripPrefix("/spannerme", statuspage.Handler(gme)))
+//	go http.ListenAndServe("127.0.0.1:8081", mux) // an admin port, not the service's
 //
 // What it costs and shows: each request builds a full Status (src.Status is called once per
 // request, and every open page asks again every 2 seconds); the handler starts no goroutine
@@ -24,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
@@ -40,7 +45,10 @@ type Source interface {
 // spannerme.Status, indented) when the request asks for it with ?format=json, a path ending
 // in ".json", or an Accept header that prefers application/json (it names application/json
 // and not text/html); ?format= with any other value asks for the page. Both are sent with
-// Cache-Control: no-store.
+// Cache-Control: no-store and X-Content-Type-Options: nosniff. A page cell shows at most 1024
+// bytes of text from a server or a configuration file (a connection error, why an endpoint
+// is not available, a configuration file's error), ending with "…[cut: N bytes in all]"
+// when cut.
 //
 // Units: on the page, times are clock times (15:04:05.000) in the location of Status.At,
 // durations are rounded (to the millisecond under a second, to 100ms under a minute, else
@@ -103,6 +111,7 @@ func (h statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	}
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body.Bytes())
 	}
@@ -132,7 +141,13 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	},
 	"lower":    strings.ToLower,
 	"subtract": func(a, b int) int { return a - b },
+	"cut":      func(v any) string { return bounded.Text(fmt.Sprint(v), maxCellText) },
 }).Parse(statusPageHTML))
+
+// maxCellText bounds, in bytes, what a page cell shows of text that comes from a server or a
+// configuration file (a connection error, why an endpoint is not available, a configuration
+// file's error); what is cut ends with "…[cut: N bytes in all]".
+const maxCellText = 1024
 
 // pageView is what the page template shows: spannerme.Status, arranged for reading.
 type pageView struct {

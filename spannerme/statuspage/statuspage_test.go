@@ -217,8 +217,10 @@ func TestHandlerRequests(t *testing.T) {
 	} {
 		res, body := get(t, h, tc.method, tc.path, tc.accept)
 		ct := res.Header.Get("Content-Type")
-		if res.StatusCode != http.StatusOK || (ct == "application/json") != tc.json || res.Header.Get("Cache-Control") != "no-store" {
-			t.Errorf("%s %s (Accept %q): %d, Content-Type %q, Cache-Control %q", tc.method, tc.path, tc.accept, res.StatusCode, ct, res.Header.Get("Cache-Control"))
+		if res.StatusCode != http.StatusOK || (ct == "application/json") != tc.json || res.Header.Get("Cache-Control") != "no-store" ||
+			res.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s (Accept %q): %d, Content-Type %q, Cache-Control %q, X-Content-Type-Options %q", tc.method, tc.path, tc.accept,
+				res.StatusCode, ct, res.Header.Get("Cache-Control"), res.Header.Get("X-Content-Type-Options"))
 		}
 		switch {
 		case tc.method == http.MethodHead:
@@ -381,5 +383,23 @@ func TestStatusPageShowsClients(t *testing.T) {
 	_, page := get(t, Handler(cannedSource(st)), http.MethodGet, "/", "")
 	if want := `<span id="clients">Spanner clients: 3, database/sql configurators: 1</span>`; !strings.Contains(page, want) {
 		t.Errorf("page lacks %q", want)
+	}
+}
+
+// Text from a server or a file is cut in each page cell: a connection error (in the pool's
+// row and as the reason its endpoint is unavailable) and a configuration file's error.
+func TestStatusPageCutsLongText(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	h := Handler(cannedSource{At: time.Now(), Default: "g",
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Unavailable}}}},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "TRANSIENT_FAILURE",
+			LastError: &spannerme.ConnError{Kind: spannerme.ConnOther, Message: long, At: time.Now()}}},
+		Config: &spannerme.ConfigStatus{Path: "/etc/spannerme.yaml", Applied: 1, LastError: errors.New(long), LastErrorAt: time.Now()}})
+	_, page := get(t, h, http.MethodGet, "/", "")
+	if n := strings.Count(page, "…[cut: "); n != 3 {
+		t.Errorf("%d cells cut, want 3 (the pool's error, the endpoint's reason, the file's error)", n)
+	}
+	if strings.Contains(page, long[:maxCellText+1]) {
+		t.Errorf("a cell shows more than %d bytes of the text", maxCellText)
 	}
 }

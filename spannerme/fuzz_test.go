@@ -1,0 +1,196 @@
+package spannerme
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+)
+
+// Native fuzz targets (`make fuzz` runs each for FUZZTIME). Their seeds (f.Add below and
+// testdata/fuzz/<target>/) run as ordinary tests in `make test`.
+
+// addConfigSeeds adds the example files and the hostile ones of configfile_limits_test.go.
+func addConfigSeeds(f *testing.F, ext string) {
+	f.Helper()
+	examples, err := filepath.Glob(filepath.Join("..", "testdata", "config-*"+ext))
+	if err != nil || len(examples) == 0 {
+		f.Fatalf("no example files (%v)", err)
+	}
+	for _, p := range examples {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	// The hostile files, of the size the tests refuse them at, where that is small; the
+	// others cut down to a few kilobytes (a seed is mutated and minimized byte by byte, so a
+	// large one starves the fuzzer).
+	for _, tc := range hostileConfigs() {
+		if len(tc.in) <= 8<<10 {
+			f.Add([]byte(tc.in))
+		}
+	}
+	for _, in := range []string{
+		aliasGroupsYAML(4 << 10), oneLineJSON(8 << 10), manyGroupsYAML(100), groupsOfYAML(10, 200), endpointOptionsYAML(100),
+		strings.Repeat("[", 2000) + strings.Repeat("]", 2000), "{" + strings.Repeat(`"a":{`, 2000) + strings.Repeat("}", 2001),
+		`{"a":[` + strings.Repeat("1,", 2000) + "1]}", pemKey()[:1000],
+	} {
+		f.Add([]byte(in))
+	}
+}
+
+// checkParsed is what holds for any input: an error is a bounded *ConfigFileError wrapping
+// ErrInvalidConfig with a position inside the file; a success is a configuration that
+// NewGCPMultiEndpoint's validation accepts, within the limits.
+func checkParsed(t *testing.T, data []byte, c *FileConfig, err error) {
+	t.Helper()
+	if err != nil {
+		var fe *ConfigFileError
+		if c != nil || !errors.As(err, &fe) || !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("ParseConfig = %v, %v; want nil and a *ConfigFileError", c, err)
+		}
+		checkBoundedError(t, fe)
+		if lines := strings.Count(string(data), "\n") + 1; fe.Line < 0 || fe.Line > lines+1 {
+			t.Fatalf("error at line %d of a file of %d lines: %v", fe.Line, lines, err)
+		}
+		return
+	}
+	if _, err := parseConfig(c.Options); err != nil {
+		t.Fatalf("accepted a configuration NewGCPMultiEndpoint refuses: %v", err)
+	}
+	if n := len(c.Options.MultiEndpoints); n == 0 || n > maxGroups {
+		t.Fatalf("accepted %d groups", n)
+	}
+	for name, g := range c.Options.MultiEndpoints {
+		if len(g.Endpoints) == 0 || len(g.Endpoints) > maxGroupEndpoints {
+			t.Fatalf("accepted group %q of %d endpoints", name, len(g.Endpoints))
+		}
+	}
+}
+
+func FuzzParseConfigYAML(f *testing.F) {
+	addConfigSeeds(f, ".yaml")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, _, err := parseConfigFile(data, "")
+		checkParsed(t, data, c, err)
+	})
+}
+
+func FuzzParseConfigJSON(f *testing.F) {
+	addConfigSeeds(f, ".json")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, _, err := parseConfigFile(data, "spannerme.json")
+		checkParsed(t, data, c, err)
+	})
+}
+
+// FuzzEndpoint: an endpoint is accepted or refused with a problem; an accepted one's
+// normalized form is accepted as itself.
+func FuzzEndpoint(f *testing.F) {
+	for _, e := range []string{
+		"psc-east4:443", "10.20.0.5:443", "[::1]:443", "https://psc.example.com", "https://psc.example.com:8443/",
+		"dns:///psc.example.com:443", "dns://8.8.8.8/psc.example.com", "passthrough:///10.0.0.1:443", "unix:/tmp/s",
+		"unix:///tmp/s", "unix-abstract:name", "no-port", ":443", "host:0", "host:65536", "http://x:1", "https://a/b",
+		"dns:", "a b:1", " a:1", "[::1", "h:1\x00", strings.Repeat("a", 5000) + ":1", "ftp://x", "https://[::1]",
+	} {
+		f.Add(e)
+	}
+	f.Fuzz(func(t *testing.T, e string) {
+		n, problem := normalizeEndpoint(e)
+		if (problem == "") == (n == "") {
+			t.Fatalf("normalizeEndpoint(%q) = %q, %q: want exactly one of them", e, n, problem)
+		}
+		if problem != "" {
+			return
+		}
+		if n2, p2 := normalizeEndpoint(n); n2 != n || p2 != "" {
+			t.Fatalf("normalizeEndpoint(%q) = %q, but normalizeEndpoint(%q) = %q, %q", e, n, n, n2, p2)
+		}
+	})
+}
+
+// FuzzRequestClassifiers: any request of any method is classed (methodClass), judged
+// read-only or not, and given a group's directed reads or not, without a panic and without
+// the caller's message being changed; a request gets the policy only if it is a query or
+// read without one of its own.
+func FuzzRequestClassifiers(f *testing.F) {
+	marshal := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
+	rw := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}
+	for _, s := range []struct {
+		method string
+		kind   uint8
+		msg    proto.Message
+	}{
+		{"ExecuteSql", 0, &spannerpb.ExecuteSqlRequest{Session: "s", Sql: "SELECT 1"}},
+		{"ExecuteStreamingSql", 0, &spannerpb.ExecuteSqlRequest{Session: "s", Transaction: &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Begin{Begin: ro}}}},
+		{"ExecuteSql", 0, &spannerpb.ExecuteSqlRequest{Session: "s", Transaction: &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Id{Id: []byte("tx")}}}},
+		{"Read", 1, &spannerpb.ReadRequest{Session: "s", Transaction: &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_SingleUse{SingleUse: rw}}}},
+		{"StreamingRead", 1, &spannerpb.ReadRequest{Session: "s", DirectedReadOptions: &spannerpb.DirectedReadOptions{}}},
+		{"BeginTransaction", 2, &spannerpb.BeginTransactionRequest{Session: "s", Options: ro}},
+		{"BeginTransaction", 2, &spannerpb.BeginTransactionRequest{Session: "s", Options: rw}},
+		{"Commit", 3, &spannerpb.CommitRequest{Session: "s"}},
+		{"CreateSession", 3, &spannerpb.CreateSessionRequest{Database: "d"}},
+	} {
+		f.Add("/google.spanner.v1.Spanner/"+s.method, s.kind, marshal(s.msg))
+	}
+	f.Add("/other.Service/Method", uint8(0), []byte{0xff, 0x01})
+	f.Add("", uint8(9), []byte(nil))
+	dro := &spannerpb.DirectedReadOptions{Replicas: &spannerpb.DirectedReadOptions_ExcludeReplicas_{
+		ExcludeReplicas: &spannerpb.DirectedReadOptions_ExcludeReplicas{}}}
+	f.Fuzz(func(t *testing.T, method string, kind uint8, payload []byte) {
+		var req proto.Message
+		switch kind % 4 {
+		case 0:
+			req = &spannerpb.ExecuteSqlRequest{}
+		case 1:
+			req = &spannerpb.ReadRequest{}
+		case 2:
+			req = &spannerpb.BeginTransactionRequest{}
+		default:
+			req = &spannerpb.CommitRequest{}
+		}
+		if proto.Unmarshal(payload, req) != nil {
+			return
+		}
+		before := proto.Clone(req)
+		if c := methodClass(method, req); c > health.Sessions {
+			t.Fatalf("methodClass(%q) = %d: no such class", method, c)
+		}
+		_ = methodClass(method, nil)
+		var txns readOnlyTxns
+		txns.noteBegin(method, req, &spannerpb.Transaction{Id: []byte("tx")})
+		out := txns.withDirectedReads(req, dro)
+		if !proto.Equal(req, before) {
+			t.Fatalf("the caller's request was changed: %v, was %v", req, before)
+		}
+		if out != any(req) {
+			var own *spannerpb.DirectedReadOptions
+			switch r := req.(type) {
+			case *spannerpb.ExecuteSqlRequest:
+				own = r.GetDirectedReadOptions()
+			case *spannerpb.ReadRequest:
+				own = r.GetDirectedReadOptions()
+			default:
+				t.Fatalf("a %T got directed reads", req)
+			}
+			if own != nil {
+				t.Fatal("a request with directed reads of its own got the group's")
+			}
+		}
+	})
+}
