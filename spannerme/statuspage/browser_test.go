@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,32 +15,25 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"github.com/chromedp/chromedp"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/browser"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
-
-// envChromium names the browser binary for the browser test; unset, it is looked up on PATH
-// as chromium (Debian's package), chromium-browser, google-chrome.
-const envChromium = "CHROMIUM_BIN"
 
 // envKeepScreenshot, if set, is a path the browser test copies its screenshot to.
 const envKeepScreenshot = "SPANNERME_SCREENSHOT"
 
 var chromiumSkipNotice sync.Once
 
-// findChromium returns the browser to drive. Without one the test is skipped with a loud
+// findChromium returns the browser to drive ($CHROMIUM_BIN, else chromium, chromium-browser,
+// google-chrome on PATH: internal/browser). Without one the test is skipped with a loud
 // message, or fails when the environment variable CI is true (as the emulator tests do).
 func findChromium(tb testing.TB) string {
 	tb.Helper()
-	names := []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
-	if p := os.Getenv(envChromium); p != "" {
-		names = []string{p}
+	p, err := browser.Find()
+	if err == nil {
+		return p
 	}
-	for _, name := range names {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	how := fmt.Sprintf("Chromium not found (looked for %v): install Debian's chromium package (`apt-get install chromium`; .ci/run does) or set %s", names, envChromium)
+	how := fmt.Sprintf("%v: %s", err, browser.Install)
 	if ci, err := strconv.ParseBool(os.Getenv("CI")); err == nil && ci {
 		tb.Fatalf("FAILING (CI=%s): %s", os.Getenv("CI"), how)
 	}

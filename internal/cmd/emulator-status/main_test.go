@@ -44,6 +44,37 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// The browser is announced as the emulator is: found, or missing with how to get it, and
+// after the tests whether its tests ran, skipped or failed (CI=true).
+func TestReportBrowser(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "chromium")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		bin, ci string
+		after   bool
+		want    []string
+	}{
+		{bin: "/nonexistent", want: []string{"Chromium NOT FOUND: the status page's browser tests will SKIP", "/nonexistent", "apt-get install chromium"}},
+		{bin: "/nonexistent", ci: "true", want: []string{"will FAIL, since CI=true"}},
+		{bin: "/nonexistent", after: true, want: []string{"NOTE: the status page's browser tests were SKIPPED"}},
+		{bin: "/nonexistent", ci: "true", after: true, want: []string{"browser tests failed (CI=true)"}},
+		{bin: fake, want: []string{"Chromium: " + fake + " (the status page's browser tests run)"}},
+		{bin: fake, after: true, want: []string{"browser tests ran with " + fake}},
+	} {
+		t.Setenv("CHROMIUM_BIN", tc.bin)
+		t.Setenv("CI", tc.ci)
+		var b strings.Builder
+		reportBrowser(&b, tc.after)
+		for _, w := range tc.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("bin %s, CI=%q, after %v: output lacks %q:\n%s", tc.bin, tc.ci, tc.after, w, b.String())
+			}
+		}
+	}
+}
+
 // make test and make race say whether the emulator suites ran also when the tests fail (as
 // they do under CI=true without the emulator), and exit with the tests' failure. A stand-in
 // for go fails "go test" and runs everything else with the real go.
