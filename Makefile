@@ -10,10 +10,13 @@ ARGS ?=
 # chaos: length of the run and seed of its schedule (0: a random seed, printed).
 DURATION ?= 2m
 SEED ?= 0
-# Says whether the Cloud Spanner emulator was found: go test ./... prints only "ok" for a
-# package whose emulator tests skipped, so a missing emulator is announced before and after
-# the tests, after them whatever their outcome (the exit status stays go test's).
+# Says whether the Cloud Spanner emulator and Chromium were found: go test ./... prints only
+# "ok" for a package whose emulator or browser tests skipped, so a missing one is announced
+# before and after the tests, after them whatever their outcome (the exit status stays go test's).
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
+# Runs go test -json and prints go test's closing line of each package as it finishes, with a
+# running count and its tests passed/failed/skipped, then "N passed, N failed, N skipped".
+TEST_PROGRESS = $(GO) run ./internal/cmd/test-progress -go '$(GO)' --
 
 .PHONY: all check demo chaos test race lint fmt vet staticcheck bench bench-client bench-compare ci
 
@@ -36,15 +39,15 @@ chaos:
 ## test: every test, including the integration suite against the Cloud Spanner emulator.
 test:
 	@$(EMULATOR_STATUS)
-	@echo '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
+	@echo '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...  (a line per package as it finishes)'; \
+	$(TEST_PROGRESS) -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
 	$(EMULATOR_STATUS) -after; exit $$status
 
 ## race: every test under the race detector.
 race:
 	@$(EMULATOR_STATUS)
-	@echo '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
+	@echo '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...  (a line per package as it finishes)'; \
+	$(TEST_PROGRESS) -race -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
 	$(EMULATOR_STATUS) -after; exit $$status
 
 ## lint: formatting, go vet and staticcheck.
