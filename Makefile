@@ -18,7 +18,7 @@ EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 # running count and its tests passed/failed/skipped, then "N passed, N failed, N skipped".
 TEST_PROGRESS = $(GO) run ./internal/cmd/test-progress -go '$(GO)' --
 
-.PHONY: all check demo chaos test race lint fmt vet staticcheck bench bench-client bench-compare ci
+.PHONY: all check demo chaos emulator test race lint fmt vet staticcheck bench bench-client bench-compare ci
 
 all: ci
 
@@ -29,6 +29,12 @@ check:
 ## demo: the main job on an embedded default (in-memory Spanner + fake PSC endpoints). ARGS=-h for flags.
 demo:
 	$(GO) run ./cmd/spannerme-demo $(ARGS)
+
+## emulator: the Cloud Spanner emulator for the command line: an instance, a database with the
+##           Accounts table of testdata/, a configuration file, and the flags to pass to
+##           `spannerme check` and `spannerme query`; Ctrl-C stops it.
+emulator:
+	$(GO) run ./internal/cmd/cli-emulator $(ARGS)
 
 ## chaos: the chaos soak, built with -race: random faults under read-write load over three fake PSC
 ##        endpoints in front of ONE backend, then a table of invariants (exit 1 if one fails).
