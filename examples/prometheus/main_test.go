@@ -5,12 +5,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"go.uber.org/goleak"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -99,4 +103,67 @@ func lineOf(body, s string) string {
 		}
 	}
 	return ""
+}
+
+// The alert rules parse, every rule has an alert name, an expression and a summary, and
+// every metric and label they query is one that /metrics serves (the ejection counter only
+// appears once an endpoint was ejected: it is checked by its name in spannerme's metric
+// table, docs/observability.md). docs/production.md holds the file verbatim.
+func TestAlertRulesQueryServedSeries(t *testing.T) {
+	raw, err := os.ReadFile("alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, Expr string
+				Annotations map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(raw, &rules); err != nil || len(rules.Groups) != 1 || len(rules.Groups[0].Rules) < 5 {
+		t.Fatalf("alerts.yaml: %v, %+v", err, rules)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sp := spannermetest.NewSpannerTB(t, "CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)")
+	e := spannermetest.NewEndpointTB(t, sp.Addr())
+	a, err := newApp(ctx, sp.Database(), []string{e.Addr()}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Client.Single().Query(ctx, spanner.Statement{SQL: "SELECT 1"}).Do(func(*spanner.Row) error { return nil }); err != nil {
+		t.Fatalf("query: %v", err)
+	}
+	_, scrape := get(t, a.Mux, "/metrics")
+	observability, err := os.ReadFile(filepath.Join("..", "..", "docs", "observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`spannerme_[a-z_]+`)
+	for _, r := range rules.Groups[0].Rules {
+		if r.Alert == "" || r.Expr == "" || r.Annotations["summary"] == "" {
+			t.Errorf("rule %+v lacks an alert name, an expression or a summary", r)
+		}
+		for _, n := range names.FindAllString(r.Expr, -1) {
+			if n == "spannerme_endpoint_ejections_total" {
+				if !strings.Contains(string(observability), "`spannerme.endpoint.ejections`") {
+					t.Errorf("%s: the ejection counter is not in the metric table", r.Alert)
+				}
+				continue
+			}
+			if !strings.Contains(scrape, n) {
+				t.Errorf("%s: %s is not served by /metrics", r.Alert, n)
+			}
+		}
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "production.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```yaml\n"+string(raw)+"```\n") {
+		t.Error("docs/production.md does not hold examples/prometheus/alerts.yaml verbatim in a yaml code block")
+	}
 }
