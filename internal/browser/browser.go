@@ -18,7 +18,7 @@ const EnvBinary = "CHROMIUM_BIN"
 var Names = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
 
 // ErrNotFound is wrapped by Find's error when no browser is found.
-var ErrNotFound = errors.New("Chromium not found")
+var ErrNotFound = errors.New("browser: no Chromium found")
 
 // Install says how to get a browser.
 const Install = "install Debian's chromium package (`apt-get install chromium`; .ci/run does) or set " + EnvBinary
