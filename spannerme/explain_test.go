@@ -3,7 +3,6 @@ package spannerme
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,19 +14,6 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 )
-
-// closedPort returns a loopback address on which nothing listens: connections to it are
-// refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // wantRefusedExplained checks that Explain(err) names group g, endpoint addr and "connection
 // refused", and keeps err's code.
@@ -62,7 +48,7 @@ func wantRefusedExplained(t *testing.T, what string, err error, st Status, g, ad
 // "connection refused".
 func TestExplainFirstReadOnRefusedEndpoint(t *testing.T) {
 	b := startSpannerBackend(t, 1)
-	addr := closedPort(t)
+	addr := closedAddr(t)
 	o := options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(200*time.Millisecond, 0, addr)})
 	client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), b.database, fixture.ClientConfig(), o, fastSettings(nil), clientOptions()...)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 )
 
 // acceptsWithin reports whether ln accepts a connection within d: one a client opened
@@ -68,24 +70,12 @@ func TestQueryRefusesBadInputBeforeDialing(t *testing.T) {
 	}
 }
 
-// closedPort returns a loopback address on which nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // A query through a group whose endpoint refuses connections stops within 5s of its start
 // (--connect-timeout, 3s by default, under --timeout's 30s) and says what check would: the
 // endpoint and "connection refused". It says nothing about the other group, whose endpoint
 // is as dead: the query does not use it.
 func TestQueryOnClosedPortSaysWhyWithin5s(t *testing.T) {
-	used, other := closedPort(t), closedPort(t)
+	used, other := testutil.ClosedAddr(t), testutil.ClosedAddr(t)
 	cfg := writeConfig(t, fmt.Sprintf("default: d\nmultiEndpoints: {d: {endpoints: ['%s']}, other: {endpoints: ['%s']}}\n", used, other))
 	start := time.Now()
 	_, errOut, code := cli(t, nil, "query", "--config", cfg, "--database", "projects/p/instances/i/databases/d",

@@ -28,58 +28,71 @@ func main() {
 	reportBrowser(os.Stdout, *after)
 }
 
-// report prints where the emulator is, or loudly that it is missing.
-func report(w io.Writer, after bool) {
-	bin, err := emulator.FindBinary()
-	ci, _ := strconv.ParseBool(os.Getenv("CI"))
-	switch {
-	case err == nil && after:
-		fmt.Fprintf(w, "emulator suites ran against %s\n", bin)
-	case err == nil:
-		fmt.Fprintf(w, "Cloud Spanner emulator: %s (the emulator suites run)\n", bin)
-	case after && ci:
-		fmt.Fprintf(w, "Cloud Spanner emulator NOT FOUND: the emulator suites failed (CI=true): %v\n", err)
-	case after:
-		fmt.Fprintf(w, "NOTE: the emulator suites were SKIPPED (their packages still print ok): %v\n", err)
-	default:
-		what := "SKIP (their packages still print ok)"
-		if ci {
-			what = "FAIL, since CI=true"
-		}
-		fmt.Fprintf(w, `==============================================================================
-Cloud Spanner emulator NOT FOUND: the tests that need it will %s.
-  %v
-Install it with "gcloud components install cloud-spanner-emulator" (or the package
-google-cloud-cli-spanner-emulator), or set %s to the path of emulator_main.
-==============================================================================
-`, what, err, emulator.EnvBinary)
-	}
+// need is what some tests need, and the words that announce it found or missing.
+type need struct {
+	find                     func() (string, error)
+	found, ranWith           string // "<found>: BIN (<...>)", "<ranWith> BIN"
+	missing, failed, skipped string // the thing NOT FOUND; after: failed (CI=true), skipped
+	testsWill, skippedWhat   string // "the tests that need it will", "(their packages still print ok)"
+	install                  string // how to get it
 }
 
+var emulatorNeed = need{
+	find:        emulator.FindBinary,
+	found:       "Cloud Spanner emulator: %s (the emulator suites run)",
+	ranWith:     "emulator suites ran against %s",
+	missing:     "Cloud Spanner emulator NOT FOUND",
+	failed:      "the emulator suites failed (CI=true)",
+	skipped:     "NOTE: the emulator suites were SKIPPED",
+	testsWill:   "the tests that need it will",
+	skippedWhat: "(their packages still print ok)",
+	install: `Install it with "gcloud components install cloud-spanner-emulator" (or the package
+google-cloud-cli-spanner-emulator), or set ` + emulator.EnvBinary + ` to the path of emulator_main.`,
+}
+
+var browserNeed = need{
+	find:        browser.Find,
+	found:       "Chromium: %s (the status page's browser tests run)",
+	ranWith:     "browser tests ran with %s",
+	missing:     "Chromium NOT FOUND",
+	failed:      "the status page's browser tests failed (CI=true)",
+	skipped:     "NOTE: the status page's browser tests were SKIPPED",
+	testsWill:   "the status page's browser tests will",
+	skippedWhat: "(their package still prints ok)",
+	install:     "To run them, " + browser.Install + ".",
+}
+
+// report prints where the emulator is, or loudly that it is missing.
+func report(w io.Writer, after bool) { announce(w, emulatorNeed, after) }
+
 // reportBrowser prints where the browser of the status page's browser tests is, or loudly
-// that it is missing, as report does for the emulator.
-func reportBrowser(w io.Writer, after bool) {
-	bin, err := browser.Find()
+// that it is missing.
+func reportBrowser(w io.Writer, after bool) { announce(w, browserNeed, after) }
+
+// announce prints, before the tests (after false) where n is or a banner saying that it is
+// missing and what its tests will do, and after them a one-line reminder.
+func announce(w io.Writer, n need, after bool) {
+	bin, err := n.find()
 	ci, _ := strconv.ParseBool(os.Getenv("CI"))
 	switch {
 	case err == nil && after:
-		fmt.Fprintf(w, "browser tests ran with %s\n", bin)
+		fmt.Fprintf(w, n.ranWith+"\n", bin)
 	case err == nil:
-		fmt.Fprintf(w, "Chromium: %s (the status page's browser tests run)\n", bin)
+		fmt.Fprintf(w, n.found+"\n", bin)
 	case after && ci:
-		fmt.Fprintf(w, "Chromium NOT FOUND: the status page's browser tests failed (CI=true): %v\n", err)
+		fmt.Fprintf(w, "%s: %s: %v\n", n.missing, n.failed, err)
 	case after:
-		fmt.Fprintf(w, "NOTE: the status page's browser tests were SKIPPED (their package still prints ok): %v\n", err)
+		fmt.Fprintf(w, "%s %s: %v\n", n.skipped, n.skippedWhat, err)
 	default:
-		what := "SKIP (their package still prints ok)"
+		what := "SKIP " + n.skippedWhat
 		if ci {
 			what = "FAIL, since CI=true"
 		}
 		fmt.Fprintf(w, `==============================================================================
-Chromium NOT FOUND: the status page's browser tests will %s.
+%s: %s %s.
   %v
-To run them, %s.
+%s
 ==============================================================================
-`, what, err, browser.Install)
+`, n.missing, n.testsWill, what, err, n.install)
 	}
 }

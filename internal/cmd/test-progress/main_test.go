@@ -1,13 +1,8 @@
 package main
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
@@ -84,48 +79,5 @@ func TestProgressBuildFailure(t *testing.T) {
 	p.read(strings.NewReader(stream))
 	if !strings.Contains(out.String(), "# m/d\n") || !strings.Contains(out.String(), "FAIL\tm/d [build failed]\t[1]\n") {
 		t.Errorf("output lacks the build failure's line:\n%s", out.String())
-	}
-}
-
-// make test runs the tests through test-progress: with a stand-in for go whose "go test"
-// prints one package's events, make prints that package's line with the running count, the
-// closing count, and the banners naming the emulator and the browser.
-func TestMakeTestShowsProgress(t *testing.T) {
-	mk, err := exec.LookPath("make")
-	if err != nil {
-		t.Skip("make is not installed")
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go is not on PATH")
-	}
-	dir := t.TempDir()
-	events := filepath.Join(dir, "events.json")
-	if err := os.WriteFile(events, []byte(`{"Action":"run","Package":"m/a","Test":"TestOne"}
-{"Action":"pass","Package":"m/a","Test":"TestOne"}
-{"Action":"output","Package":"m/a","Output":"ok  \tm/a\t0.500s\n"}
-{"Action":"pass","Package":"m/a","Elapsed":0.5}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fake := filepath.Join(dir, "go")
-	script := "#!/bin/sh\nif [ \"$1\" = test ]; then cat '" + events + "'; exit 0; fi\nexec '" + goBin + "' \"$@\"\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, mk, "-C", root, "test", "GO="+fake).CombinedOutput()
-	if err != nil {
-		t.Fatalf("make test: %v\n%s", err, out)
-	}
-	for _, want := range []string{"ok  \tm/a\t0.500s\t[1/", "] 1 passed, 0 failed, 0 skipped\n", "1 passed, 0 failed, 0 skipped in 1 packages", "Cloud Spanner emulator", "Chromium"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("make test: output lacks %q:\n%s", want, out)
-		}
 	}
 }
