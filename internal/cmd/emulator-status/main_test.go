@@ -117,7 +117,9 @@ func makeWithStandInGo(t *testing.T, target, testScript string, env ...string) (
 		t.Skip("go is not on PATH")
 	}
 	fake := filepath.Join(t.TempDir(), "go")
-	script := "#!/bin/sh\nif [ \"$1\" = test ]; then " + testScript + "; fi\nexec '" + goBin + "' \"$@\"\n"
+	// "exit" after testScript: falling through would run the real go test ./..., this test
+	// among them, again.
+	script := "#!/bin/sh\nif [ \"$1\" = test ]; then " + testScript + "; exit; fi\nexec '" + goBin + "' \"$@\"\n"
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
