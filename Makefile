@@ -10,12 +10,15 @@ ARGS ?=
 # chaos: length of the run and seed of its schedule (0: a random seed, printed).
 DURATION ?= 2m
 SEED ?= 0
-# Says whether the Cloud Spanner emulator was found: go test ./... prints only "ok" for a
-# package whose emulator tests skipped, so a missing emulator is announced before and after
-# the tests, after them whatever their outcome (the exit status stays go test's).
+# Says whether the Cloud Spanner emulator and Chromium were found: go test ./... prints only
+# "ok" for a package whose emulator or browser tests skipped, so a missing one is announced
+# before and after the tests, after them whatever their outcome (the exit status stays go test's).
 EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
+# Runs go test -json and prints go test's closing line of each package as it finishes, with a
+# running count and its tests passed/failed/skipped, then "N passed, N failed, N skipped".
+TEST_PROGRESS = $(GO) run ./internal/cmd/test-progress -go '$(GO)' --
 
-.PHONY: all check demo chaos test race lint fmt vet staticcheck fuzz bench bench-client bench-compare ci
+.PHONY: all check demo chaos emulator test race lint fmt vet staticcheck fuzz bench bench-client bench-compare ci
 
 all: ci
 
@@ -27,6 +30,12 @@ check:
 demo:
 	$(GO) run ./cmd/spannerme-demo $(ARGS)
 
+## emulator: the Cloud Spanner emulator for the command line: an instance, a database with the
+##           Accounts table of testdata/, a configuration file, and the flags to pass to
+##           `spannerme check` and `spannerme query`; Ctrl-C stops it.
+emulator:
+	$(GO) run ./internal/cmd/cli-emulator $(ARGS)
+
 ## chaos: the chaos soak, built with -race: random faults under read-write load over three fake PSC
 ##        endpoints in front of ONE backend, then a table of invariants (exit 1 if one fails).
 ##        DURATION=2m, SEED=n to replay a run, ARGS=-emulator for the Cloud Spanner emulator, ARGS=-h for flags.
@@ -36,15 +45,15 @@ chaos:
 ## test: every test, including the integration suite against the Cloud Spanner emulator.
 test:
 	@$(EMULATOR_STATUS)
-	@echo '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
+	@echo '$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...  (a line per package as it finishes)'; \
+	$(TEST_PROGRESS) -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
 	$(EMULATOR_STATUS) -after; exit $$status
 
 ## race: every test under the race detector.
 race:
 	@$(EMULATOR_STATUS)
-	@echo '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...'; \
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
+	@echo '$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...  (a line per package as it finishes)'; \
+	$(TEST_PROGRESS) -race -count=1 -timeout $(TEST_TIMEOUT) ./...; status=$$?; \
 	$(EMULATOR_STATUS) -after; exit $$status
 
 ## fuzz: each native fuzz target for FUZZTIME (10m by default), one after the other, each with

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/resolver"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -35,13 +36,7 @@ func TestConnErrorKindsArePoolKinds(t *testing.T) {
 // closedAddr returns a loopback address where nothing listens: connections are refused.
 func closedAddr(tb testing.TB) string {
 	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	return addr
+	return testutil.ClosedAddr(tb)
 }
 
 // startTCPServer starts a TCP listener that hands every connection to serve, on the

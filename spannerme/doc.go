@@ -55,7 +55,10 @@
 // UpdateMultiEndpoints and Close, and what a call returns while no endpoint of its group can
 // connect, is in docs/failure-semantics.md. In short: a call in flight is never moved to
 // another endpoint: it completes, or fails with an error the Spanner client retries (with
-// CANCELED after Close); a configuration error never half-applies.
+// CANCELED after Close); a configuration error never half-applies. Explain turns a failed
+// call's error into one naming each group without an available endpoint, each endpoint and
+// its last connection error: the cause of the Spanner client's own "timeout / context
+// canceled during getting session." (docs/production.md, "Troubleshooting").
 //
 // # Channels and load
 //

@@ -28,6 +28,11 @@ const (
 	// attribute. It adds no series (a name is 1:1 with its endpoint), except that a reload
 	// that renames an endpoint starts its series under the new name.
 	AttrEndpointName = "spannerme.endpoint.name"
+	// AttrEndpointPriority is the endpoint's position in its group's list (0 is the top
+	// priority), an integer, on the current-endpoint gauge only: "a group is off its first
+	// endpoint" is current_endpoint == 1 with a priority other than 0. A reconfiguration that
+	// reorders a group's endpoints starts their series under the new positions.
+	AttrEndpointPriority = "spannerme.endpoint.priority"
 	// AttrEndpointState is an EndpointState in lower case: available, recovering or
 	// unavailable.
 	AttrEndpointState = "spannerme.endpoint.state"
@@ -73,8 +78,8 @@ const (
 var metricDocs = []metricDoc{
 	{metricEndpointState, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrEndpointState},
 		"1 for the state each endpoint is in within each group, 0 for the other two states"},
-	{metricCurrent, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
-		"1 for each group's current endpoint, 0 for its other endpoints"},
+	{metricCurrent, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrEndpointPriority},
+		"1 for each group's current endpoint, 0 for its other endpoints; " + AttrEndpointPriority + " is the endpoint's position in the group (0: the first)"},
 	{metricSwitches, instrumentCounter, "{switch}", []string{AttrMultiEndpoint, AttrSwitchReason, AttrEndpoint, AttrEndpointName},
 		"changes of a group's current endpoint; " + AttrEndpoint + " (and its name) is the new current endpoint"},
 	{metricEjections, instrumentCounter, "{ejection}", []string{AttrEndpoint, AttrEndpointName, AttrEjectionReason},
@@ -202,7 +207,7 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 						attribute.String(AttrMultiEndpoint, st.Name), attribute.String(AttrEndpointState, stateAttr(state))}, ep...)...))
 				}
 				o.ObserveInt64(m.current, boolInt(e.Endpoint == st.Current), metric.WithAttributes(
-					append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name)}, ep...)...))
+					append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name), attribute.Int(AttrEndpointPriority, e.Priority)}, ep...)...))
 				if v.degraded != nil {
 					o.ObserveInt64(m.degraded, boolInt(v.degraded[st.Name][e.Endpoint]), metric.WithAttributes(
 						append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name)}, ep...)...))

@@ -114,6 +114,9 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 	e1.Down()
 	waitServedBy(t, ctx, gme, "E2", 10*time.Second)
 	calls(7, "E2")
+	if v, ok := valueWhere(collect(t, reader), metricCurrent, attribute.String(AttrMultiEndpoint, "g"), attribute.Int(AttrEndpointPriority, 1)); !ok || v != 1 {
+		t.Errorf("failed over: current_endpoint{priority 1} = %d (%v), want 1", v, ok)
+	}
 	e1.Up()
 	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
 	calls(3, "E1")
@@ -131,6 +134,13 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 		t.Errorf("switches by reason = %v, want fallback:1, recovery:1", got)
 	}
 	g := attribute.String(AttrMultiEndpoint, "g")
+	// Back on the first endpoint: nothing current off priority 0, the one query an alert
+	// "off the first endpoint" makes.
+	for prio, want := range map[int]int64{0: 1, 1: 0} {
+		if v, ok := valueWhere(rm, metricCurrent, g, attribute.Int(AttrEndpointPriority, prio)); !ok || v != want {
+			t.Errorf("current_endpoint{priority %d} = %d (%v), want %d", prio, v, ok, want)
+		}
+	}
 	for e, want := range map[string]int64{e1.Addr(): 1, e2.Addr(): 0} {
 		if v, ok := valueWhere(rm, metricCurrent, g, attribute.String(AttrEndpoint, e)); !ok || v != want {
 			t.Errorf("current_endpoint{%s} = %d (%v), want %d", e, v, ok, want)

@@ -101,6 +101,17 @@ func TestDemoInMemory(t *testing.T) {
 	if err := json.Unmarshal([]byte(doc), &st); err != nil || len(st.Groups) != 2 {
 		t.Errorf("status JSON during the demo: %v\n%s", err, doc)
 	}
+	// The demo names its endpoints: every pool, and the page, says which PSC endpoint it
+	// stands for.
+	names := map[string]bool{}
+	for _, p := range st.Pools {
+		names[p.Name] = true
+	}
+	for _, want := range []string{"psc-east4", "psc-east4-fallback", "psc-west2"} {
+		if !names[want] || !strings.Contains(page, `<span class="name">`+want+`</span>`) {
+			t.Errorf("endpoint %s unnamed in the status (pool names %v) or on the page", want, names)
+		}
+	}
 }
 
 // fetch GETs url and returns its body.

@@ -68,7 +68,13 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	def := opts.MultiEndpoints[opts.Default]
 
 	switches := &rig.SwitchLog{}
-	settings := spannerme.Settings{ReconnectMaxDelay: f.reconnectMax, Logger: logger, OnSwitch: func(ev spannerme.SwitchEvent) {
+	// Each fake endpoint carries the name of the PSC endpoint it stands for, so the log
+	// lines, the status page and the metrics say psc-east4, not a loopback port.
+	named := map[string]spannerme.EndpointOptions{}
+	for a, n := range nameOf {
+		named[a] = spannerme.EndpointOptions{Name: n}
+	}
+	settings := spannerme.Settings{ReconnectMaxDelay: f.reconnectMax, Logger: logger, EndpointOptions: named, OnSwitch: func(ev spannerme.SwitchEvent) {
 		switches.Add(ev)
 		fmt.Fprintf(out, "  >> %s: %s -> %s (%s)\n", ev.Name, nameOf[ev.From], nameOf[ev.To], ev.Reason)
 	}}

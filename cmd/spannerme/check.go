@@ -285,7 +285,8 @@ func checkEndpoint(ctx context.Context, c *common, t target, parseErr error, aut
 		cc.Connect()
 		for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
 			if s == connectivity.TransientFailure || s == connectivity.Shutdown {
-				return "", false, fmt.Errorf("the connection failed (%s)%s", s, connectionError(ctx, cc))
+				why := connectionError(ctx, cc)
+				return "", false, fmt.Errorf("the connection failed (%s)%s%s", s, why, connectionHint(why, c.plaintext))
 			}
 			if !cc.WaitForStateChange(ctx, s) {
 				return "", false, fmt.Errorf("not ready within the time limit (still %s): %w", s, ctx.Err())

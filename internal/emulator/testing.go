@@ -157,3 +157,15 @@ func inCI() bool {
 	ci, err := strconv.ParseBool(os.Getenv("CI"))
 	return err == nil && ci
 }
+
+// RequireBinary returns the emulator binary's path ([FindBinary]) for a test that starts
+// the emulator another way (a command under test): when it is missing, the test is skipped
+// with a loud message, or fails under CI=true, as [StartTB] does.
+func RequireBinary(tb testing.TB) string {
+	tb.Helper()
+	bin, err := FindBinary()
+	if err != nil {
+		failStart(tb, err)
+	}
+	return bin
+}

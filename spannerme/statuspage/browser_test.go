@@ -1,11 +1,13 @@
 package statuspage
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"image"
+	"image/png"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,32 +18,25 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"github.com/chromedp/chromedp"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/browser"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
-
-// envChromium names the browser binary for the browser test; unset, it is looked up on PATH
-// as chromium (Debian's package), chromium-browser, google-chrome.
-const envChromium = "CHROMIUM_BIN"
 
 // envKeepScreenshot, if set, is a path the browser test copies its screenshot to.
 const envKeepScreenshot = "SPANNERME_SCREENSHOT"
 
 var chromiumSkipNotice sync.Once
 
-// findChromium returns the browser to drive. Without one the test is skipped with a loud
+// findChromium returns the browser to drive ($CHROMIUM_BIN, else chromium, chromium-browser,
+// google-chrome on PATH: internal/browser). Without one the test is skipped with a loud
 // message, or fails when the environment variable CI is true (as the emulator tests do).
 func findChromium(tb testing.TB) string {
 	tb.Helper()
-	names := []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
-	if p := os.Getenv(envChromium); p != "" {
-		names = []string{p}
+	p, err := browser.Find()
+	if err == nil {
+		return p
 	}
-	for _, name := range names {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	how := fmt.Sprintf("Chromium not found (looked for %v): install Debian's chromium package (`apt-get install chromium`; .ci/run does) or set %s", names, envChromium)
+	how := fmt.Sprintf("%v: %s", err, browser.Install)
 	if ci, err := strconv.ParseBool(os.Getenv("CI")); err == nil && ci {
 		tb.Fatalf("FAILING (CI=%s): %s", os.Getenv("CI"), how)
 	}
@@ -156,6 +151,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if shown != e1.Addr() {
 		t.Fatalf("page shows current endpoint %q, want E1 %s", shown, e1.Addr())
 	}
+	summary := chromedp.CSS(`#summary`)
+	if line, err := chromedp.Run(browser, chromedp.Text(summary)); err != nil || !strings.HasPrefix(line, "All well") {
+		t.Errorf("summary line before the fault: %q (%v), want all well", line, err)
+	}
 	currentName := `document.querySelector('span.current-name[data-group="default"]')?.textContent ?? ""`
 	if name, err := chromedp.Run(browser, chromedp.Evaluate[string](currentName)); err != nil || name != "" {
 		t.Errorf("page shows the unnamed E1 with name %q (%v)", name, err)
@@ -179,6 +178,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	if name != "psc-west2" {
 		t.Errorf("page shows current endpoint %s with name %q, want psc-west2", e2.Addr(), name)
+	}
+	if line, err := chromedp.Run(browser, chromedp.Text(summary)); err != nil ||
+		!strings.Contains(line, "group default is on psc-west2 ("+e2.Addr()+") (priority 1), not its first endpoint") {
+		t.Errorf("summary line after the failover: %q (%v), want it to say default is off its first endpoint, on psc-west2", line, err)
 	}
 	fallbacks, err := chromedp.Run(browser, chromedp.Evaluate[int](`document.querySelectorAll('section[data-group="default"] line.fallback').length`))
 	if err != nil {
@@ -209,3 +212,63 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	}
 }
+
+// A screenshot of the page as it first shows (the viewport, no scrolling) has the summary
+// line at its top, drawn in the alarm colours when a group is off its first endpoint: the
+// pixels inside the line's box are its red background (#ffebe9), and the box is within the
+// first 120 pixels, above the rejected edit and the groups.
+func TestStatusPageScreenshotShowsSummary(t *testing.T) {
+	chromium := findChromium(t)
+	now := time.Now()
+	st := spannerme.Status{At: now, Started: now.Add(-time.Minute), Default: "default",
+		Groups: []spannerme.GroupStatus{{Name: "default", Current: "127.0.0.1:2", Endpoints: []spannerme.EndpointStatus{
+			{Endpoint: "127.0.0.1:1", State: spannerme.Unavailable, Since: now.Add(-10 * time.Second)},
+			{Endpoint: "127.0.0.1:2", Priority: 1, State: spannerme.Available, Since: now.Add(-time.Minute)}}}},
+		Pools: []spannerme.PoolStatus{
+			{Endpoint: "127.0.0.1:1", Connectivity: "TRANSIENT_FAILURE", Since: now.Add(-10 * time.Second),
+				LastError: &spannerme.ConnError{Kind: spannerme.ConnRefused, Message: "connection refused", At: now.Add(-time.Second)}},
+			{Endpoint: "127.0.0.1:2", Name: "psc-west2", Connectivity: "READY", Since: now.Add(-time.Minute)}}}
+	srv := httptest.NewServer(Handler(cannedSource(st)))
+	defer srv.Close()
+	browser := newBrowser(t, chromium)
+	type rect struct{ Top, Left, Width, Height float64 }
+	if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/")); err != nil {
+		t.Fatalf("opening the page: %v", err)
+	}
+	text, err := chromedp.Run(browser, chromedp.Text(chromedp.CSS("#summary")))
+	if err != nil {
+		t.Fatalf("reading the summary line: %v", err)
+	}
+	box, err := chromedp.Run(browser, chromedp.Evaluate[rect](`(() => { const r = document.getElementById('summary').getBoundingClientRect(); return {Top: r.top, Left: r.left, Width: r.width, Height: r.height}; })()`))
+	if err != nil {
+		t.Fatalf("reading the summary line's box: %v", err)
+	}
+	png, err := chromedp.Run(browser, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if want := "group default is on psc-west2 (127.0.0.1:2) (priority 1), not its first endpoint."; text != want {
+		t.Errorf("summary line %q, want %q", text, want)
+	}
+	img, err := pngDecode(png)
+	if err != nil {
+		t.Fatalf("decoding the screenshot: %v", err)
+	}
+	if box.Top > 120 || box.Height <= 0 {
+		t.Errorf("summary line's box %+v: want it at the top of the page", box)
+	}
+	// A point inside the box, left of the text's end: the line's background.
+	x, y := int(box.Left+box.Width-8), int(box.Top+3)
+	r, g, b, _ := img.At(x, y).RGBA()
+	if r>>8 < 0xf0 || g>>8 < 0xd8 || g>>8 > 0xf2 || b>>8 < 0xd8 || b>>8 > 0xf2 {
+		t.Errorf("screenshot pixel (%d,%d) inside the summary line is #%02x%02x%02x, want the alarm background #ffebe9", x, y, r>>8, g>>8, b>>8)
+	}
+	path := filepath.Join(t.TempDir(), "summary.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot (%d bytes): %s", len(png), path)
+}
+
+// pngDecode decodes a screenshot.
+func pngDecode(b []byte) (image.Image, error) { return png.Decode(bytes.NewReader(b)) }

@@ -50,9 +50,13 @@ type Source interface {
 // is not available, a configuration file's error), ending with "…[cut: N bytes in all]"
 // when cut.
 //
+// The page opens with a summary line: all well, or what is wrong and where (a group with no
+// available endpoint, a group off its first endpoint, a standby not available, a rejected
+// edit of the configuration file, which is also shown in full at the top).
+//
 // Units: on the page, times are clock times (15:04:05.000) in the location of Status.At,
 // durations are rounded (to the millisecond under a second, to 100ms under a minute, else
-// to the second), and the timeline shows the last 15 minutes, or less since Status.Started.
+// to the second), latencies are in µs under a millisecond, else ms, else s, and the timeline shows the last 15 minutes, or less since Status.Started.
 // In JSON, times are RFC 3339 and durations are as spannerme.Status encodes them (Go
 // duration strings such as "200ms").
 //
@@ -154,6 +158,12 @@ type pageView struct {
 	spannerme.Status
 	Groups []groupView
 	Pools  []poolView
+	// Summary says in one line whether all is well, or what is wrong and where; SummaryOK
+	// is true when all is well.
+	Summary   string
+	SummaryOK bool
+	// Rejected says that the last edit of the configuration file was rejected; "" if not.
+	Rejected string
 }
 
 type groupView struct {
@@ -179,7 +189,9 @@ type poolView struct {
 	spannerme.PoolStatus
 	For       string
 	LastError string // "refused 12s ago: ...", or ""
+	PastError bool   // LastError happened before the pool connected again
 	Health    string // "ejected (consecutive failures) for 28s: ...", "suspect", "healthy", "off"
+	Note      string // why connectivity and health disagree, or ""
 }
 
 // timeline is one group's SVG: a lane per endpoint, a bar where it was current.
@@ -247,10 +259,8 @@ func newPageView(st spannerme.Status) pageView {
 		if !p.Retired {
 			pools[p.Endpoint] = p
 		}
-		pv := poolView{PoolStatus: p, For: ago(st.At, p.Since)}
-		if e := p.LastError; e != nil {
-			pv.LastError = fmt.Sprintf("%s %s ago: %s", e.Kind, ago(st.At, e.At), e.Message)
-		}
+		pv := poolView{PoolStatus: p, For: ago(st.At, p.Since), Note: connectivityNote(p)}
+		pv.LastError, pv.PastError = lastErrorText(st.At, p)
 		pv.Health = healthText(st.At, p.Health)
 		v.Pools = append(v.Pools, pv)
 	}
@@ -280,22 +290,24 @@ func newPageView(st spannerme.Status) pageView {
 			if b := e.Brownout; b != nil {
 				ev.Degraded = b.Degraded
 				if b.Latency > 0 {
-					ev.Latency = b.Latency.Round(time.Millisecond).String()
+					ev.Latency = latencyText(b.Latency)
 				}
 			}
 			gv.Endpoints = append(gv.Endpoints, ev)
 		}
 		v.Groups = append(v.Groups, gv)
 	}
+	v.Rejected = rejectedEdit(st)
+	v.Summary, v.SummaryOK = summary(st, names, v.Rejected != "")
 	return v
 }
 
 // brownoutText says why a degraded endpoint is not available: its latency against its
 // fallback's, and for how long.
 func brownoutText(now time.Time, b spannerme.BrownoutStatus) string {
-	text := fmt.Sprintf("degraded (brownout): %v", b.Latency.Round(time.Millisecond))
+	text := "degraded (brownout): " + latencyText(b.Latency)
 	if b.Fallback != "" {
-		text += fmt.Sprintf(", far slower than %s (%v)", b.Fallback, b.FallbackLatency.Round(time.Millisecond))
+		text += fmt.Sprintf(", far slower than %s (%s)", b.Fallback, latencyText(b.FallbackLatency))
 	}
 	if !b.Since.IsZero() {
 		text += ", for " + ago(now, b.Since)
