@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -44,23 +46,24 @@ import (
 )
 
 // meantDifferences are the differences between a plain client and spannerme that are
-// meant, each with its reason. The suite's comparison leaves these out; a difference not
-// listed fails the suite.
+// meant, each with how the suite leaves it out of its comparison; a difference not listed
+// fails the suite. Each is a row of docs/transport.md's "What differs from a plain client"
+// (TestMeantDifferencesAreDocumented), where its reason is given.
 var meantDifferences = []struct{ what, why string }{
-	{"the channel ID in the request ID (x-goog-spanner-request-id's fourth field) is always 1",
-		"the Spanner client sees one connection, the front; the channels are in each endpoint's pool"},
-	{"calls without a request ID: spannerme's health probes (GetSession of a session that does not exist)",
-		"they are spannerme's own calls, not the application's (docs/health.md); the suite counts only calls carrying a request ID"},
-	{"the user agent is spanner-go/VERSION spannerme grpc-go/VERSION, where a plain client sends spanner-go/VERSION grpc-go/VERSION",
-		"it names this package to the service; VERSION is the Spanner client's, read from the binary's build information (a test binary has none: spanner-go alone)"},
-	{"the span of the call carries spannerme.multiendpoint and spannerme.endpoint attributes",
-		"they say which group and endpoint served the call (docs/observability.md); the suite leaves out attributes named spannerme.*"},
+	{"the channel ID in the request ID (its fourth field) is always 1",
+		"the client sees one connection, the front; the channels are in each endpoint's pool"},
+	{"calls without a request ID reach the endpoints: the health probes (GetSession, Commit or ExecuteSql in a session that does not exist)",
+		"they are this package's own; the suite counts only calls carrying a request ID"},
+	{"the user agent is spanner-go/VERSION spannerme grpc-go/VERSION",
+		"it names this package to the service; the suite compares the spanner-go token's name"},
+	{"the call's span carries spannerme.multiendpoint and spannerme.endpoint attributes",
+		"they say which group and endpoint served the call; the suite leaves out attributes named spannerme.*"},
 	{"errors.Unwrap of the *spanner.TransactionOutcomeUnknownError in a DEADLINE_EXCEEDED error returns nil",
 		"its cause field is unexported; errors.As still finds both it and the cause in the error"},
 	{"no native metrics export to Cloud Monitoring; gRPC's own built-in metrics (DirectPath only) are not recorded",
-		"the exporter would be dialed with the front connection's options; gRPC's metrics dial option comes after the front's last interceptor (not exercised here: the suite reads ClientMetricsProvider)"},
+		"not exercised here: the suite reads ClientMetricsProvider"},
 	{"the client's opts have no effect on NewClient and Configurator clients",
-		"their pools were dialed with the GCPMultiEndpoint's options (not exercised here: the suite uses NewMultiEndpointClientWithSettings)"},
+		"not exercised here: the suite uses NewMultiEndpointClientWithSettings"},
 }
 
 // faultPlan is what the frontend does to the calls of one method: the first times calls
@@ -717,5 +720,41 @@ func TestDifferential(t *testing.T) {
 			}
 			t.Logf("%d cells, %d clients each", len(cells), len(h.clients))
 		})
+	}
+}
+
+// Every meant difference is a row of docs/transport.md's "What differs from a plain client",
+// and every row there is one of them: one list, said twice.
+func TestMeantDifferencesAreDocumented(t *testing.T) {
+	root, err := fixture.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "transport.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## What differs from a plain client")
+	if !ok {
+		t.Fatal(`docs/transport.md has no section "What differs from a plain client"`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var rows []string
+	for _, line := range strings.Split(section, "\n") {
+		if cells := strings.Split(line, " | "); strings.HasPrefix(line, "| ") && len(cells) == 2 && !strings.HasPrefix(line, "| ---") && line != "| difference | why |" {
+			rows = append(rows, strings.ReplaceAll(strings.TrimPrefix(cells[0], "| "), "`", ""))
+		}
+	}
+	var listed []string
+	for _, d := range meantDifferences {
+		listed = append(listed, d.what)
+		if !slices.Contains(rows, d.what) {
+			t.Errorf("meant difference %q is not a row of docs/transport.md (rows: %q)", d.what, rows)
+		}
+	}
+	for _, r := range rows {
+		if !slices.Contains(listed, r) {
+			t.Errorf("docs/transport.md lists %q, which meantDifferences does not", r)
+		}
 	}
 }
