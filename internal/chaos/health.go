@@ -187,7 +187,10 @@ func (b *brownoutLog) poll() {
 				line = fmt.Sprintf("%7.1fs >> %s degraded in %s (brownout: %s)", e.Brownout.Since.Sub(b.start).Seconds(), b.name(e.Endpoint), g.Name, why)
 			case !e.Brownout.Degraded && was:
 				b.recoveries++
-				line = fmt.Sprintf("%7.1fs >> %s no longer degraded in %s", e.Brownout.Since.Sub(b.start).Seconds(), b.name(e.Endpoint), g.Name)
+				line = fmt.Sprintf("%7.1fs >> %s no longer degraded in %s", recoveredAt(e.Brownout.Since, time.Now()).Sub(b.start).Seconds(), b.name(e.Endpoint), g.Name)
+				if e.Brownout.Since.IsZero() {
+					line += " (its brownout state was reset: the endpoint or its group was reconfigured)"
+				}
 			}
 			b.mu.Unlock()
 			if line != "" {
@@ -195,6 +198,16 @@ func (b *brownoutLog) poll() {
 			}
 		}
 	}
+}
+
+// recoveredAt is when an endpoint seen degraded was found no longer degraded: since, when its
+// degraded state last changed, or now, the poll that saw it, when since is zero (the state was
+// reset by a reconfiguration, which has no time of its own in Status).
+func recoveredAt(since, now time.Time) time.Time {
+	if since.IsZero() {
+		return now
+	}
+	return since
 }
 
 // unjustified returns a line for each degradation of an endpoint on which no slow fault (a

@@ -64,3 +64,16 @@ func TestUnjustifiedDegradations(t *testing.T) {
 		t.Fatalf("unjustified: %q, want the one while down and the one while e2 is slow", bad)
 	}
 }
+
+// A recovery whose Since is zero (the brownout state was reset by a reconfiguration) is
+// placed at the poll that saw it, not at the zero time (-9223372036.9s on the timeline).
+func TestRecoveredAt(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	since := now.Add(-3 * time.Second)
+	if got := recoveredAt(since, now); !got.Equal(since) {
+		t.Errorf("recoveredAt(since, now) = %v, want since %v", got, since)
+	}
+	if got := recoveredAt(time.Time{}, now); !got.Equal(now) {
+		t.Errorf("recoveredAt(zero, now) = %v, want now %v", got, now)
+	}
+}
