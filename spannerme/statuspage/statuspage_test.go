@@ -387,7 +387,8 @@ func TestStatusPageShowsClients(t *testing.T) {
 }
 
 // Text from a server or a file is cut in each page cell: a connection error (in the pool's
-// row and as the reason its endpoint is unavailable) and a configuration file's error.
+// row and as the reason its endpoint is unavailable) and a configuration file's error (in the
+// file's table and in the rejected-edit banner at the top).
 func TestStatusPageCutsLongText(t *testing.T) {
 	long := strings.Repeat("x", 10000)
 	h := Handler(cannedSource{At: time.Now(), Default: "g",
@@ -396,8 +397,8 @@ func TestStatusPageCutsLongText(t *testing.T) {
 			LastError: &spannerme.ConnError{Kind: spannerme.ConnOther, Message: long, At: time.Now()}}},
 		Config: &spannerme.ConfigStatus{Path: "/etc/spannerme.yaml", Applied: 1, LastError: errors.New(long), LastErrorAt: time.Now()}})
 	_, page := get(t, h, http.MethodGet, "/", "")
-	if n := strings.Count(page, "…[cut: "); n != 3 {
-		t.Errorf("%d cells cut, want 3 (the pool's error, the endpoint's reason, the file's error)", n)
+	if n := strings.Count(page, "…[cut: "); n != 4 {
+		t.Errorf("%d cells cut, want 4 (the pool's error, the endpoint's reason, the file's error in its table and in the rejected-edit banner)", n)
 	}
 	if strings.Contains(page, long[:maxCellText+1]) {
 		t.Errorf("a cell shows more than %d bytes of the text", maxCellText)

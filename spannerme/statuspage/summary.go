@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
@@ -65,7 +66,7 @@ func rejectedEdit(st spannerme.Status) string {
 		return ""
 	}
 	return fmt.Sprintf("Configuration edit rejected at %s (%s ago): %v. The configuration in force (hash %.12s, applied at %s) stays.",
-		c.LastErrorAt.Format("15:04:05"), ago(st.At, c.LastErrorAt), c.LastError, c.Hash, c.AppliedAt.Format("15:04:05"))
+		c.LastErrorAt.Format("15:04:05"), ago(st.At, c.LastErrorAt), bounded.Text(c.LastError.Error(), maxCellText), c.Hash, c.AppliedAt.Format("15:04:05"))
 }
 
 // latencyText writes a latency with the unit that fits: µs under a millisecond, ms with
