@@ -835,8 +835,13 @@ func TestCase_F25_LongCommitFailureEjectsOnce(t *testing.T) {
 	if h, _ := tl.counts(); h != 1 {
 		t.Fatalf("%d health events while the fault lasted, want 1 ejection\n%s", h, tl)
 	}
-	if refused > 12 {
-		t.Fatalf("%d commits refused, want at most 12\n%s", refused, tl)
+	// The commits refused before the first ejection depend on how fast the writes' failures
+	// reach the thresholds: 11 on an idle machine; on a loaded one a successful
+	// BeginTransaction (a write) resets the consecutive count and the failure percentage
+	// ejects, after 13 or 14. What must hold is that there is one burst, not one per
+	// ejection time (22 commits reached E1 after the failover with the old readmission).
+	if refused > 20 {
+		t.Fatalf("%d commits refused, want one burst (at most 20)\n%s", refused, tl)
 	}
 	healed := time.Now()
 	e1.Pass()
