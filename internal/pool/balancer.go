@@ -94,15 +94,18 @@ func (poolBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOpti
 // poolLBConfig is the parsed spannerme_pool configuration.
 type poolLBConfig struct {
 	serviceconfig.LoadBalancingConfig
-	watch uint64
-	child serviceconfig.LoadBalancingConfig
+	watch       uint64
+	latencyConn bool // a connection of its own for the latency probes (latencyconn.go)
+	child       serviceconfig.LoadBalancingConfig
 }
 
-// ParseConfig reads {"watch":"<id>","child":<grpc_gcp configuration>}.
+// ParseConfig reads {"watch":"<id>","latencyConn":true,"child":<grpc_gcp configuration>}
+// (latencyConn may be left out: false).
 func (poolBalancerBuilder) ParseConfig(j json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
 	var c struct {
-		Watch uint64          `json:"watch,string"`
-		Child json.RawMessage `json:"child"`
+		Watch       uint64          `json:"watch,string"`
+		LatencyConn bool            `json:"latencyConn"`
+		Child       json.RawMessage `json:"child"`
 	}
 	if err := json.Unmarshal(j, &c); err != nil {
 		return nil, fmt.Errorf("%s: %w", poolBalancerName, err)
@@ -118,7 +121,7 @@ func (poolBalancerBuilder) ParseConfig(j json.RawMessage) (serviceconfig.LoadBal
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", poolBalancerName, err)
 	}
-	return &poolLBConfig{watch: c.Watch, child: child}, nil
+	return &poolLBConfig{watch: c.Watch, latencyConn: c.LatencyConn, child: child}, nil
 }
 
 // poolBalancer is grpc_gcp with every channel's state changes observed first, and its
@@ -138,6 +141,10 @@ type poolBalancer struct {
 	conns  map[balancer.SubConn]*conn // every gRPC SubConn of a channel, by itself
 	lives  lifetimes
 	closed bool
+	// latencyConn: the LB configuration asks for a latency connection; lat is it (nil
+	// before the first addresses, and without the watch it is published in).
+	latencyConn bool
+	lat         *latencyConn
 
 	// pubMu serializes the pickers handed to gRPC and guards published, the last one with
 	// its state (republished after a channel changed connection), so that a republished
@@ -157,6 +164,7 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 				b.clock = b.watch.clock
 			}
 		}
+		b.latencyConn = c.latencyConn
 		b.mu.Unlock()
 		s.BalancerConfig = c.child
 	}
@@ -165,6 +173,8 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		w := b.watch
 		b.mu.Unlock()
 		w.record(KindDNS, errNoAddresses)
+	} else {
+		b.updateLatencyConn(resolvedAddresses(s.ResolverState))
 	}
 	return b.child.UpdateClientConnState(s)
 }
@@ -201,7 +211,12 @@ func (b *poolBalancer) Close() {
 	for _, c := range b.conns {
 		stopTimer(c)
 	}
+	lat := b.lat
+	b.lat = nil
 	b.mu.Unlock()
+	if lat != nil {
+		lat.sc.Shutdown()
+	}
 	b.child.Close()
 }
 
