@@ -223,11 +223,14 @@ func (b *poolBalancer) Close() {
 func (b *poolBalancer) ExitIdle() { b.child.ExitIdle() }
 
 // observe records a channel's failed connection attempt (TRANSIENT_FAILURE with its error)
-// and a ready connection that closed (READY to IDLE: gRPC gives no error then). It runs
-// before grpc_gcp sees the change, so the error is recorded before the pool's state moves.
+// and a ready connection that closed (READY to IDLE: gRPC gives no error then), unless it is
+// a connection that rotation retired (rotate.go): the server ending it is the routine end
+// rotation waits for, and no error of the pool. It runs before grpc_gcp sees the change, so
+// the error is recorded before the pool's state moves.
 func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
 	b.mu.Lock()
 	prev := b.states[sc]
+	retired := b.conns[sc] != nil && b.conns[sc].role == roleRetired
 	if s.ConnectivityState == connectivity.Shutdown {
 		delete(b.states, sc)
 	} else {
@@ -238,7 +241,7 @@ func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
 	switch {
 	case s.ConnectivityState == connectivity.TransientFailure && s.ConnectionError != nil:
 		w.record(ClassifyConnError(s.ConnectionError), s.ConnectionError)
-	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle:
+	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle && !retired:
 		w.record(KindClosed, errConnClosed)
 	}
 }

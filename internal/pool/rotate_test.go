@@ -267,10 +267,14 @@ func TestConnectionReplacedAtHalfTheServersAge(t *testing.T) {
 	}
 
 	connects, _ := sc1.counts()
+	lastErr := r.watch.last.Load()
 	r.clk.Advance(23 * time.Millisecond) // sc1 is 47 ms old
 	r.state(sc1, connectivity.Idle)      // the server's GOAWAY
 	if c, shut := sc1.counts(); !shut || c != connects {
 		t.Fatalf("replaced connection after the server ended it: shut %v, reconnected %d times; want shut, not reconnected", shut, c-connects)
+	}
+	if e := r.watch.last.Load(); e != lastErr {
+		t.Fatalf("the server's end of a replaced connection was recorded as the pool's error %+v; it is the routine end of a rotation", *e)
 	}
 	if got := r.picked(); got != sc2 {
 		t.Fatalf("picked %v after the replaced connection ended, want sc2", got)
