@@ -141,6 +141,8 @@ type poolBalancer struct {
 	conns  map[balancer.SubConn]*conn // every gRPC SubConn of a channel, by itself
 	lives  lifetimes
 	closed bool
+	// expired counts the retired connections marked expired and not yet shut down.
+	expired int
 	// latencyConn: the LB configuration asks for a latency connection; lat is it (nil
 	// before the first addresses, and without the watch it is published in).
 	latencyConn bool
@@ -194,6 +196,13 @@ func (b *poolBalancer) ResolverError(err error) {
 // connection reach grpc_gcp as the channel's; those of its replacement and of its retired
 // connections do not (rotate.go).
 func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
+	b.subConnState(sc, s)
+}
+
+// subConnState applies a state change of one of the pool's SubConns, reported by gRPC on its
+// serializer: through UpdateSubConnState for grpc_gcp's own, through their StateListener for
+// the replacements of rotation (prepare).
+func (b *poolBalancer) subConnState(sc balancer.SubConn, s balancer.SubConnState) {
 	b.observe(sc, s)
 	fwd, todo := b.route(sc, s)
 	todo.run(b)
