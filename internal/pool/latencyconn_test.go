@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
@@ -66,8 +68,8 @@ func fastProbe(ctx context.Context, conn grpc.ClientConnInterface) error {
 }
 
 // holdEveryStream opens a call on p that holds the one stream its channel's connection
-// allows, until the test ends, and returns once the server's limit applies to the next
-// stream.
+// allows (the server's limit), until the test ends, and returns once that limit applies to
+// the next stream: the server's SETTINGS reach the client after the connection is READY.
 func holdEveryStream(t *testing.T, p *Pool) {
 	t.Helper()
 	hold, cancel := context.WithCancel(context.Background())
@@ -79,13 +81,12 @@ func holdEveryStream(t *testing.T, p *Pool) {
 	if err := held.SendMsg(&emptypb.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	// The server's SETTINGS (one stream) reach the client after the connection is READY.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, c := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		err := p.conn.Invoke(ctx, "/spannerme.test.Fast/Call", &emptypb.Empty{}, &emptypb.Empty{})
+		_, err := p.conn.NewStream(ctx, &grpc.StreamDesc{}, "/spannerme.test.Hang/Other")
 		c()
-		if err != nil && ctx.Err() != nil {
+		if status.Code(err) == codes.DeadlineExceeded {
 			return
 		}
 		if time.Now().After(deadline) {
