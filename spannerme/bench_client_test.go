@@ -12,7 +12,8 @@ package spannerme
 //     Spanner (so that the transport, not the backend's CPU, is measured). Metrics: qps;
 //     x-plain, the ratio to the plain client at the same L and C in the same run; x-limit, the
 //     ratio to what the frontend allows the channels the client opened:
-//     min(C, channels x 100) / L; channels, the client's connections to the frontend;
+//     min(C, channels x 100) / L; channels, the client's connections to the frontend that
+//     carry calls (this package's latency connection, latencyConns, carries none);
 //     allocs/query (all of the process's allocations, servers included); cpu-ns/query, the
 //     process's CPU time (user and system, getrusage) per query, servers included. One op is
 //     a wave of C queries.
@@ -64,6 +65,9 @@ import (
 type benchClient struct {
 	name string
 	new  func(tb testing.TB, endpoint, database string) (client *spanner.Client, close func())
+	// probeConns is the number of the client's connections to an endpoint that carry no
+	// call: latencyConns for this package's clients (brownout detection is on).
+	probeConns int64
 }
 
 // benchClientOptions connect in plaintext without credentials.
@@ -92,7 +96,7 @@ var benchClients = []benchClient{
 			tb.Fatal(err)
 		}
 		return c, c.Close
-	}},
+	}, 0},
 	{"upstream", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
 		c, gme, err := spanner.NewMultiEndpointClientWithConfig(context.Background(), database, benchConfig(),
 			&grpcgcp.GCPMultiEndpointOptions{
@@ -104,7 +108,7 @@ var benchClients = []benchClient{
 		}
 		_ = gme // c.Close closes it
 		return c, c.Close
-	}},
+	}, 0},
 	{"spannerme", func(tb testing.TB, endpoint, database string) (*spanner.Client, func()) {
 		c, gme, err := NewMultiEndpointClientWithSettings(context.Background(), database, benchConfig(),
 			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, endpoint)}),
@@ -113,7 +117,7 @@ var benchClients = []benchClient{
 			tb.Fatal(err)
 		}
 		return c, func() { c.Close(); _ = gme.Close() }
-	}},
+	}, latencyConns},
 }
 
 // benchClientsCallPath adds, for the per-call benchmarks, this package's GCPMultiEndpoint
@@ -147,15 +151,15 @@ var benchClientsCallPath = append(benchClients[:len(benchClients):len(benchClien
 			tb.Fatal(err)
 		}
 		return c, func() { c.Close(); _ = front.Close(); ours.Close() }
-	}})
+	}, latencyConns})
 
 // benchClientsDirected adds, for the per-call benchmarks, this package's client with a
 // directed read policy (Settings.DirectedReads): "spannerme-policy-elsewhere" has it on a
 // group its calls do not use, and must cost what "spannerme" costs; "spannerme-directed" has
 // it on the group its reads use, each of which is sent as a copy carrying the policy.
 var benchClientsDirected = []benchClient{
-	{"spannerme-policy-elsewhere", benchDirectedClient("west")},
-	{"spannerme-directed", benchDirectedClient("default")},
+	{"spannerme-policy-elsewhere", benchDirectedClient("west"), latencyConns},
+	{"spannerme-directed", benchDirectedClient("default"), latencyConns},
 }
 
 // benchDirectedClient builds this package's client over groups "default" and "west" (both the
@@ -382,7 +386,7 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 				b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
 			}
 			qps := float64(queries) / elapsed.Seconds()
-			channels := fe.Stats().Active
+			channels := fe.Stats().Active - bc.probeConns
 			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()
 			b.ReportMetric(qps, "qps")
 			b.ReportMetric(qps/limit, "x-limit")

@@ -33,7 +33,7 @@ import (
 // sent with the group's DirectedReadOptions when it has none of its own; args itself is never
 // modified.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	class := methodClass(method, args)
+	class := gme.callClass(method, args)
 	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
 		return err
@@ -45,7 +45,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
-	if err == nil && dr != nil {
+	if err == nil {
 		gme.roTxns.noteBegin(method, args, reply)
 	}
 	p.Observe(class, method, err, false)
@@ -54,6 +54,17 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		return notConnectedError(err, me, p)
 	}
 	return nil
+}
+
+// callClass is the health class of a unary call (methodClass), where a query that names
+// by ID a read-only transaction this GCPMultiEndpoint saw begin (roTxns) is a read, not a
+// write: the Spanner client's queries in a multi-use read-only transaction.
+func (gme *GCPMultiEndpoint) callClass(method string, args any) health.Class {
+	c := methodClass(method, args)
+	if c == health.Writes && method == methodExecuteSQL && gme.roTxns.namesReadOnly(args) {
+		return health.Reads
+	}
+	return c
 }
 
 // errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a

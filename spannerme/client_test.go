@@ -189,7 +189,7 @@ func quiesce(t *testing.T, eps ...*spannermetest.Endpoint) {
 		cur := ""
 		for _, e := range eps {
 			s := e.Stats()
-			if s.Active != DefaultPoolSize {
+			if s.Active != DefaultPoolSize+latencyConns {
 				return false
 			}
 			cur += fmt.Sprint(s)
@@ -509,7 +509,7 @@ func TestClient_PoolSize(t *testing.T) {
 	if m := gme.GCPConfig().GetMethod(); len(m) != 0 {
 		t.Errorf("affinity methods %v, want none", m)
 	}
-	eventually(t, 10*time.Second, "3 connections", func() bool { return b.eps[0].Stats().Active == 3 })
+	eventually(t, 10*time.Second, "3 channels", func() bool { return b.eps[0].Stats().Active == 3+latencyConns })
 	if _, err := countAccounts(context.Background(), client); err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestCase_F12_ChannelSpreadWithMultiplexedSession(t *testing.T) {
 			o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, e.Addr())})
 			o.GRPCgcpConfig = tc.cfg
 			client, _ := newSpannerClient(t, b, o, fastSettings(nil))
-			eventually(t, 10*time.Second, "4 connections", func() bool { return e.Stats().Active == DefaultPoolSize })
+			eventually(t, 10*time.Second, "4 channels", func() bool { return e.Stats().Active == DefaultPoolSize+latencyConns })
 			if _, err := countAccounts(context.Background(), client); err != nil { // the session exists
 				t.Fatal(err)
 			}

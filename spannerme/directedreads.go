@@ -101,10 +101,11 @@ func checkDirectedReadOptions(o *spannerpb.DirectedReadOptions) string {
 }
 
 // readOnlyTxns remembers the IDs of the read-only transactions begun through this
-// GCPMultiEndpoint (BeginTransaction with read-only options, or a read-only begin inlined in
-// a query or read of a group with a policy), so that the queries and reads that name one by
-// ID get directed reads: a request naming a transaction by ID says nothing of its mode, and a
-// read-write one must never get them. Read-only transactions have no end Spanner is told of,
+// GCPMultiEndpoint (a unary BeginTransaction with read-only options or query or read that
+// begins one inline, and a streaming query or read of a group with a policy that does), so
+// that the queries and reads that name one by ID get directed reads, and count as reads for
+// health from call outcomes (callClass): a request naming a transaction by ID says nothing of
+// its mode, and a read-write one must never get them. Read-only transactions have no end Spanner is told of,
 // so the oldest IDs are forgotten past maxReadOnlyTxns: a request naming a forgotten (or never
 // seen) transaction gets no policy, which Spanner always accepts. An ID is remembered with
 // its session: Spanner documents a transaction ID as opaque, unique only within its session
@@ -113,7 +114,8 @@ func checkDirectedReadOptions(o *spannerpb.DirectedReadOptions) string {
 // runs read-only and add a group's policy to it (withDirectedReads), and learn the IDs from
 // replies (noteBegin). Safe for concurrent use.
 type readOnlyTxns struct {
-	mu   sync.Mutex // guards ids, ring and next
+	some atomic.Bool // an ID was remembered: until then no lookup takes the lock
+	mu   sync.Mutex  // guards ids, ring and next
 	ids  map[string]struct{}
 	ring []string // the IDs in ids, oldest at next once full
 	next int
@@ -147,6 +149,7 @@ func (t *readOnlyTxns) add(session string, id []byte) {
 		t.next = (t.next + 1) % maxReadOnlyTxns
 	}
 	t.ids[s] = struct{}{}
+	t.some.Store(true)
 }
 
 // has reports whether id of session is a remembered read-only transaction's.
@@ -156,6 +159,17 @@ func (t *readOnlyTxns) has(session string, id []byte) bool {
 	defer t.mu.Unlock()
 	_, ok := t.ids[k]
 	return ok
+}
+
+// namesReadOnly reports whether req, a unary query (ExecuteSql), names by ID a remembered
+// read-only transaction of its session. It allocates only once some ID is remembered.
+func (t *readOnlyTxns) namesReadOnly(req any) bool {
+	r, ok := req.(*spannerpb.ExecuteSqlRequest)
+	if !ok || !t.some.Load() {
+		return false
+	}
+	id := r.GetTransaction().GetId()
+	return id != nil && t.has(r.GetSession(), id)
 }
 
 // readOnlySelector reports whether a request with transaction selector sel runs in a
@@ -223,7 +237,7 @@ func beginsReadOnly(req any) (session string, ok bool) {
 
 // noteBegin remembers the ID of the read-only transaction a successful unary call
 // began: a BeginTransaction with read-only options, or a query or read that begins one
-// inline. It is called only while some group has a policy.
+// inline. It is called after every successful unary call.
 func (t *readOnlyTxns) noteBegin(method string, req, reply any) {
 	switch method {
 	case methodBeginTransaction:

@@ -91,10 +91,14 @@ type HealthSettings struct {
 	// a stream of one message each way (as gRPC's own Invoke does), so it goes through the
 	// pool's stream interceptors, not its unary ones: that is how a probe that waited for a
 	// free stream behind the calls is told from one that was sent (such a probe decides
-	// nothing, and its latency runs from when it was sent). ProbeClass(ctx) says what the
-	// probe must prove: the probes that may readmit an endpoint ejected because one class of
-	// its calls kept failing (its writes, say) should go down that class's path (SpannerProbe
-	// does; docs/health.md, "Probes"). Nil means SpannerProbe for
+	// nothing, and its latency runs from when it was sent). A latency probe's conn opens
+	// its stream on the pool's latency connection (a connection no call uses:
+	// docs/health.md, "Latency, like for like") while it is READY, with no interceptor and
+	// no call option of the dial options (their credentials apply); on the pool's channels
+	// otherwise. ProbeClass(ctx) says what the probe must prove: the probes that may readmit
+	// an endpoint ejected because one class of its calls kept failing (its writes, say)
+	// should go down that class's path (SpannerProbe does; docs/health.md, "Readmission
+	// probes what failed"). Nil means SpannerProbe for
 	// NewMultiEndpointClient* and NewGCPMultiEndpointForSpanner (of the database they are
 	// given: one probe serves every client and database over the GCPMultiEndpoint), and
 	// UnimplementedMethodProbe for NewGCPMultiEndpoint*.

@@ -105,6 +105,11 @@ func options(def string, groups map[string]*multiendpoint.MultiEndpointOptions) 
 
 var insecureDial = grpc.WithTransportCredentials(insecure.NewCredentials())
 
+// latencyConns is the number of connections to its endpoint that a pool keeps besides its
+// channels while brownout detection is on (the default): its latency connection
+// (docs/channels.md).
+const latencyConns = 1
+
 func newGME(tb testing.TB, o *grpcgcp.GCPMultiEndpointOptions, s Settings, opts ...grpc.DialOption) *GCPMultiEndpoint {
 	tb.Helper()
 	return newGMEWith(tb, o, s, plumbing{}, opts...)

@@ -44,7 +44,8 @@ func methodClass(method string, req any) health.Class {
 
 // readOnly reports whether a request with the transaction selector sel runs read-only: a
 // single-use transaction (the default) or one it begins that is read-only. A transaction
-// named by ID is taken as read-write, as the Spanner client's DML uses them.
+// named by ID is taken as read-write, as the Spanner client's DML uses them; a unary call
+// is classed with the read-only transactions seen beginning too (callClass).
 func readOnly(sel *spannerpb.TransactionSelector) bool {
 	switch {
 	case sel == nil:

@@ -240,7 +240,7 @@ func TestShared_ResourcesAgainstSeparateClients(t *testing.T) {
 			clients = append(clients, c)
 		}
 		query(clients)
-		eventually(t, 10*time.Second, "pools connected", func() bool { return activeConns(b.eps) == int64(len(addrs))*minSize })
+		eventually(t, 10*time.Second, "pools connected", func() bool { return activeConns(b.eps) == int64(len(addrs))*(minSize+latencyConns) })
 		return func() {
 			for _, c := range clients {
 				c.Close()
@@ -259,7 +259,7 @@ func TestShared_ResourcesAgainstSeparateClients(t *testing.T) {
 			clients, gmes = append(clients, c), append(gmes, gme)
 		}
 		query(clients)
-		eventually(t, 10*time.Second, "pools connected", func() bool { return activeConns(b.eps) == 3*int64(len(addrs))*minSize })
+		eventually(t, 10*time.Second, "pools connected", func() bool { return activeConns(b.eps) == 3*int64(len(addrs))*(minSize+latencyConns) })
 		return func() {
 			for i, c := range clients {
 				c.Close()
@@ -270,8 +270,8 @@ func TestShared_ResourcesAgainstSeparateClients(t *testing.T) {
 	t.Logf("3 databases, %d endpoints, MinSize %d: shared GCPMultiEndpoint: %d connections, %d goroutines, %d KiB heap; "+
 		"3 separate clients: %d connections, %d goroutines, %d KiB heap",
 		len(addrs), minSize, shared.conns, shared.goroutines, shared.heap/1024, separate.conns, separate.goroutines, separate.heap/1024)
-	if want := int64(len(addrs)) * minSize; shared.conns != want {
-		t.Errorf("shared: %d connections, want %d (endpoints x MinSize)", shared.conns, want)
+	if want := int64(len(addrs)) * (minSize + latencyConns); shared.conns != want {
+		t.Errorf("shared: %d connections, want %d (endpoints x (MinSize + the latency connection))", shared.conns, want)
 	}
 	if separate.conns != 3*shared.conns {
 		t.Errorf("separate: %d connections, want 3 x %d", separate.conns, shared.conns)

@@ -140,7 +140,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			}
 			obs := newPoolEvents(gme, e, gme.endpointOpts[e].Name)
 			w := pool.NewWatch(e, gme.pl.clock, obs)
-			opts := pool.DialOptions(w, gme.gcpJSON, gme.dialOptionsFor(e), gme.pl.ownDialer, gme.pl.dns)
+			opts := pool.DialOptions(w, gme.gcpJSON, gme.dialOptionsFor(e), gme.pl.ownDialer, gme.pl.dns, gme.settings.Health.brownoutOn())
 			conn, err := gme.dial(gme.dialCtx, e, opts...)
 			if err == nil && conn == nil {
 				err = errors.New("DialFunc returned no connection and no error")

@@ -94,15 +94,18 @@ func (poolBalancerBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOpti
 // poolLBConfig is the parsed spannerme_pool configuration.
 type poolLBConfig struct {
 	serviceconfig.LoadBalancingConfig
-	watch uint64
-	child serviceconfig.LoadBalancingConfig
+	watch       uint64
+	latencyConn bool // a connection of its own for the latency probes (latencyconn.go)
+	child       serviceconfig.LoadBalancingConfig
 }
 
-// ParseConfig reads {"watch":"<id>","child":<grpc_gcp configuration>}.
+// ParseConfig reads {"watch":"<id>","latencyConn":true,"child":<grpc_gcp configuration>}
+// (latencyConn may be left out: false).
 func (poolBalancerBuilder) ParseConfig(j json.RawMessage) (serviceconfig.LoadBalancingConfig, error) {
 	var c struct {
-		Watch uint64          `json:"watch,string"`
-		Child json.RawMessage `json:"child"`
+		Watch       uint64          `json:"watch,string"`
+		LatencyConn bool            `json:"latencyConn"`
+		Child       json.RawMessage `json:"child"`
 	}
 	if err := json.Unmarshal(j, &c); err != nil {
 		return nil, fmt.Errorf("%s: %w", poolBalancerName, err)
@@ -118,7 +121,7 @@ func (poolBalancerBuilder) ParseConfig(j json.RawMessage) (serviceconfig.LoadBal
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", poolBalancerName, err)
 	}
-	return &poolLBConfig{watch: c.Watch, child: child}, nil
+	return &poolLBConfig{watch: c.Watch, latencyConn: c.LatencyConn, child: child}, nil
 }
 
 // poolBalancer is grpc_gcp with every channel's state changes observed first, and its
@@ -138,6 +141,12 @@ type poolBalancer struct {
 	conns  map[balancer.SubConn]*conn // every gRPC SubConn of a channel, by itself
 	lives  lifetimes
 	closed bool
+	// expired counts the retired connections marked expired and not yet shut down.
+	expired int
+	// latencyConn: the LB configuration asks for a latency connection; lat is it (nil
+	// before the first addresses, and without the watch it is published in).
+	latencyConn bool
+	lat         *latencyConn
 
 	// pubMu serializes the pickers handed to gRPC and guards published, the last one with
 	// its state (republished after a channel changed connection), so that a republished
@@ -157,6 +166,7 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 				b.clock = b.watch.clock
 			}
 		}
+		b.latencyConn = c.latencyConn
 		b.mu.Unlock()
 		s.BalancerConfig = c.child
 	}
@@ -165,6 +175,8 @@ func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
 		w := b.watch
 		b.mu.Unlock()
 		w.record(KindDNS, errNoAddresses)
+	} else {
+		b.updateLatencyConn(resolvedAddresses(s.ResolverState))
 	}
 	return b.child.UpdateClientConnState(s)
 }
@@ -184,6 +196,13 @@ func (b *poolBalancer) ResolverError(err error) {
 // connection reach grpc_gcp as the channel's; those of its replacement and of its retired
 // connections do not (rotate.go).
 func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubConnState) {
+	b.subConnState(sc, s)
+}
+
+// subConnState applies a state change of one of the pool's SubConns, reported by gRPC on its
+// serializer: through UpdateSubConnState for grpc_gcp's own, through their StateListener for
+// the replacements of rotation (prepare).
+func (b *poolBalancer) subConnState(sc balancer.SubConn, s balancer.SubConnState) {
 	b.observe(sc, s)
 	fwd, todo := b.route(sc, s)
 	todo.run(b)
@@ -201,18 +220,26 @@ func (b *poolBalancer) Close() {
 	for _, c := range b.conns {
 		stopTimer(c)
 	}
+	lat := b.lat
+	b.lat = nil
 	b.mu.Unlock()
+	if lat != nil {
+		lat.sc.Shutdown()
+	}
 	b.child.Close()
 }
 
 func (b *poolBalancer) ExitIdle() { b.child.ExitIdle() }
 
 // observe records a channel's failed connection attempt (TRANSIENT_FAILURE with its error)
-// and a ready connection that closed (READY to IDLE: gRPC gives no error then). It runs
-// before grpc_gcp sees the change, so the error is recorded before the pool's state moves.
+// and a ready connection that closed (READY to IDLE: gRPC gives no error then), unless it is
+// a connection that rotation retired (rotate.go): the server ending it is the routine end
+// rotation waits for, and no error of the pool. It runs before grpc_gcp sees the change, so
+// the error is recorded before the pool's state moves.
 func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
 	b.mu.Lock()
 	prev := b.states[sc]
+	retired := b.conns[sc] != nil && b.conns[sc].role == roleRetired
 	if s.ConnectivityState == connectivity.Shutdown {
 		delete(b.states, sc)
 	} else {
@@ -223,7 +250,7 @@ func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
 	switch {
 	case s.ConnectivityState == connectivity.TransientFailure && s.ConnectionError != nil:
 		w.record(ClassifyConnError(s.ConnectionError), s.ConnectionError)
-	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle:
+	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle && !retired:
 		w.record(KindClosed, errConnClosed)
 	}
 }

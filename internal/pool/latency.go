@@ -41,6 +41,9 @@ type latencyProber struct {
 	// Set by startLatency before the pool is shared, never changed after.
 	interval, timeout time.Duration
 	probe             func(ctx context.Context, conn grpc.ClientConnInterface) error
+	// conn is what every latency probe is given: the pool's latency connection while it
+	// is READY, its channels otherwise (latencyconn.go).
+	conn *sentConn
 
 	mu      sync.Mutex // guards the fields below and the Add of the prober's wg for a tick
 	stopped bool
@@ -51,7 +54,8 @@ type latencyProber struct {
 // startLatency arms p's first latency probe, one Interval from now. p.probes must be
 // set up (startHealth): the latency probes share its context and its goroutine count.
 func (p *Pool) startLatency(o LatencyOptions) {
-	l := &latencyProber{interval: o.Interval, timeout: o.Timeout, probe: o.Probe}
+	l := &latencyProber{interval: o.Interval, timeout: o.Timeout, probe: o.Probe,
+		conn: &sentConn{cc: latencyRoute{w: p.watch, calls: p.conn}}}
 	p.latency = l
 	l.timer = p.clock.AfterFunc(l.interval, p.latencyTick)
 }
@@ -110,7 +114,7 @@ func (p *Pool) measureLatency() (time.Duration, bool) {
 	defer cancel()
 	ctx, sent := withSentFlag(ctx, p.clock)
 	start := p.clock.Now()
-	err := l.probe(ctx, p.probes.conn)
+	err := l.probe(ctx, l.conn)
 	end := p.clock.Now()
 	// The latency runs from when the request left: the time it waited behind the pool's
 	// calls for a free stream is the calls', not the endpoint's.

@@ -285,29 +285,7 @@ func TestLatencyProbeWaitingForAStreamIsNoSample(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	p, _ := readyPool(t, clk, &latencyObserver{}, LatencyOptions{Interval: interval, Timeout: timeout, Probe: hangingProbe},
 		grpc.MaxConcurrentStreams(1))
-	hold, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	held, err := p.conn.NewStream(hold, &grpc.StreamDesc{ServerStreams: true}, "/spannerme.test.Hang/Hold")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := held.SendMsg(&emptypb.Empty{}); err != nil {
-		t.Fatal(err)
-	}
-	// The server's SETTINGS (one stream) reach the client after the connection is READY:
-	// wait until a second stream is refused a slot, as the probe will be.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, c := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := p.conn.NewStream(ctx, &grpc.StreamDesc{}, "/spannerme.test.Hang/Other")
-		c()
-		if status.Code(err) == codes.DeadlineExceeded {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server's one-stream limit never applied: %v", err)
-		}
-	}
+	holdEveryStream(t, p)
 	clk.Advance(interval)
 	if got, known := p.Latency(); known {
 		t.Fatalf("latency %v from a probe that never got a stream, want none", got)

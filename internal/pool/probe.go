@@ -121,8 +121,9 @@ func (p *Pool) stopHealth() {
 	p.probes.wg.Wait()
 }
 
-// sentConn is the connection a probe function is given: the pool's (one sentConn per pool, so
-// that a probe function sees the same connection at every probe), recording, in the flag the
+// sentConn is the connection a probe function is given: the pool's for health probes, the
+// pool's latency route for latency probes (latencyconn.go; one sentConn of each per pool, so
+// that a probe function sees the same connection at every probe of its kind), recording, in the flag the
 // probe's ctx carries (withSentFlag), whether the probe's request left the client. gRPC holds a new stream, in NewStream (or, under grpcgcp's
 // session affinity, in the first SendMsg, where its interceptor opens the real stream) until
 // the server's limit of concurrent streams on a connection leaves one free; a probe that waited
@@ -173,7 +174,12 @@ var unaryDesc = &grpc.StreamDesc{}
 // Invoke runs a unary call as grpc-go's own Invoke does (a stream, one message each way), so
 // that it can tell whether the request was sent.
 func (c *sentConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	cs, err := c.NewStream(ctx, unaryDesc, method, opts...)
+	return invokeAsStream(ctx, c, method, args, reply, opts...)
+}
+
+// invokeAsStream runs a unary call on cc as a stream, as grpc-go's own Invoke does.
+func invokeAsStream(ctx context.Context, cc grpc.ClientConnInterface, method string, args, reply any, opts ...grpc.CallOption) error {
+	cs, err := cc.NewStream(ctx, unaryDesc, method, opts...)
 	if err != nil {
 		return err
 	}

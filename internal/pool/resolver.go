@@ -52,13 +52,14 @@ func recordDNS(w *Watch, dns resolver.Builder) []grpc.DialOption {
 type TrailingDialOption struct{ grpc.DialOption }
 
 // DialOptions returns the dial options of the pool w watches: its service config (the
-// spannerme_pool policy naming w, around gcpJSON, the grpc_gcp configuration), then base
+// spannerme_pool policy naming w, around gcpJSON, the grpc_gcp configuration, with a
+// connection of its own for latency probes when latencyConn is set: latencyconn.go), then base
 // (the endpoint's other dial options, the caller's last), then, when recordResolution is set
 // (the pool's owner dials it, so no caller's DialFunc adds options after these), the DNS
 // resolver that records resolution errors in w: gRPC's, or dns if not nil. A caller's own
 // "dns" resolver, earlier in base, wins over it.
-func DialOptions(w *Watch, gcpJSON []byte, base []grpc.DialOption, recordResolution bool, dns resolver.Builder) []grpc.DialOption {
-	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"watch":"%d","child":%s}}]}`, poolBalancerName, w.id, gcpJSON)
+func DialOptions(w *Watch, gcpJSON []byte, base []grpc.DialOption, recordResolution bool, dns resolver.Builder, latencyConn bool) []grpc.DialOption {
+	sc := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{"watch":"%d","latencyConn":%t,"child":%s}}]}`, poolBalancerName, w.id, latencyConn, gcpJSON)
 	opts := append([]grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}, base...)
 	if recordResolution {
 		opts = append(opts, recordDNS(w, dns)...)

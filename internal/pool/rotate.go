@@ -31,13 +31,16 @@ import (
 // sample. When the last rotationSamples samples agree (the longest at most rotationSpread
 // times the shortest: gRPC servers add ±10% of jitter to the age), their shortest is the
 // server's age, and every current connection that reaches half of it gets a replacement: a new
-// SubConn with the same addresses and options. Once the replacement is READY it becomes the
+// SubConn with the same addresses and options and a StateListener of its own, created idle on
+// gRPC's serializer when the connection's rotation is timed (gRPC calls a balancer there), and
+// asked to connect by the rotation timer (Connect may be called from any goroutine). Once the replacement is READY it becomes the
 // channel's current connection (grpcgcp sees no change: the channel stays READY), the picker
 // is republished (a pick that raced the swap and found the old connection closing waits for a
 // new picker), and the old connection is retired: it takes no new call, its calls in flight
 // finish on it, and it is left to the server, whose GOAWAY ends it and confirms the age (a
 // sample). A retired connection still open at rotationExpiry times the age disproves it: the
-// samples are forgotten and the connection is shut down. A replacement that fails, or a
+// samples are forgotten and the connection is shut down at the pool's next SubConn state
+// change, on gRPC's serializer (it takes no call meanwhile). A replacement that fails, or a
 // current connection that leaves READY first, ends the attempt; the next READY connection of
 // the channel is timed again. Without an agreed age nothing rotates: connections are then
 // exactly grpcgcp's.
@@ -75,6 +78,11 @@ type conn struct {
 	readyAt time.Time   // when it last became READY; zero while it has not
 	timer   clock.Timer // roleCurrent: its rotation; roleRetired: its expiry; nil if none
 	gen     uint64      // counts the timers set and stopped: a callback of an older one does nothing
+	// connecting: roleNext, asked to connect (rotate); a replacement is created idle, on
+	// gRPC's serializer, when its connection's rotation is timed (prepare).
+	connecting bool
+	// expired: roleRetired, outlived its expiry (expire); shut down at the next state change.
+	expired bool
 }
 
 // channel is the SubConn grpcgcp sees: one of its channels, standing for the gRPC SubConn it
@@ -90,7 +98,7 @@ type channel struct {
 	// Guarded by b.mu.
 	addrs []resolver.Address
 	opts  balancer.NewSubConnOptions
-	next  *conn // the replacement being connected; nil if none
+	next  *conn // the replacement, created idle, then connected at the rotation; nil if none
 	shut  bool  // Shutdown was called: nothing is replaced any more
 }
 
@@ -206,9 +214,11 @@ func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 }
 
 // afterUnlock is what a state change leaves to do once mu is released: SubConns to shut
-// down, and whether to republish the picker.
+// down, current connections whose replacement is to be created (prepare), and whether to
+// republish the picker. It runs on gRPC's serializer, where the change came from.
 type afterUnlock struct {
 	shutdown  []balancer.SubConn
+	prepare   []*conn
 	republish bool
 }
 
@@ -217,6 +227,9 @@ func (a *afterUnlock) shut(sc balancer.SubConn) { a.shutdown = append(a.shutdown
 func (a afterUnlock) run(b *poolBalancer) {
 	for _, sc := range a.shutdown {
 		sc.Shutdown()
+	}
+	for _, c := range a.prepare {
+		b.prepare(c)
 	}
 	if a.republish {
 		b.republish()
@@ -231,6 +244,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 	var a afterUnlock
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.shutExpiredLocked(&a)
 	c := b.conns[sc]
 	if c == nil {
 		return sc, a
@@ -242,17 +256,21 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		delete(b.conns, sc)
 		stopTimer(c)
 	}
+	if c.expired && st != connectivity.Ready { // ended before its shutdown
+		c.expired = false
+		b.expired--
+	}
 	ch := c.ch
 	switch c.role {
 	case roleCurrent:
 		switch {
 		case st == connectivity.Ready:
 			c.readyAt = now
-			b.scheduleRotationLocked(c, now)
+			b.scheduleRotationLocked(c, now, &a)
 		case prev == connectivity.Ready:
 			stopTimer(c)
 			if st == connectivity.Idle { // the server ended it (GOAWAY, or closed it)
-				b.learnLocked(now.Sub(c.readyAt), now)
+				b.learnLocked(now.Sub(c.readyAt), now, &a)
 			}
 			if n := ch.next; n != nil { // too late: grpc_gcp reconnects the channel
 				ch.next = nil
@@ -273,6 +291,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 				if cur := ch.cur.Load(); cur.state == connectivity.Ready && !ch.shut && !b.closed {
 					if age := b.lives.age(); age > 0 {
 						b.setTimer(cur, time.Duration(rotationRetry*float64(age)), b.rotate)
+						a.prepare = append(a.prepare, cur)
 					}
 				}
 			}
@@ -285,7 +304,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		if prev == connectivity.Ready && st != connectivity.Ready {
 			stopTimer(c)
 			if st == connectivity.Idle { // the server ended it: the age is confirmed
-				b.learnLocked(now.Sub(c.readyAt), now)
+				b.learnLocked(now.Sub(c.readyAt), now, &a)
 			}
 			if st != connectivity.Shutdown {
 				a.shut(c.sc)
@@ -307,7 +326,7 @@ func (b *poolBalancer) swapLocked(n *conn, now time.Time, a *afterUnlock) {
 	ch.next = nil
 	n.role = roleCurrent
 	ch.cur.Store(n)
-	b.scheduleRotationLocked(n, now)
+	b.scheduleRotationLocked(n, now, a)
 	old.role = roleRetired
 	stopTimer(old)
 	a.republish = true
@@ -320,66 +339,111 @@ func (b *poolBalancer) swapLocked(n *conn, now time.Time, a *afterUnlock) {
 }
 
 // scheduleRotationLocked times the rotation of c, a current connection that is READY, at half
-// the server's age; nothing when no age is agreed. b.mu must be held.
-func (b *poolBalancer) scheduleRotationLocked(c *conn, now time.Time) {
+// the server's age, and leaves a's run to create its replacement (prepare); nothing when no
+// age is agreed. b.mu must be held; a is the caller's, run once mu is released.
+func (b *poolBalancer) scheduleRotationLocked(c *conn, now time.Time, a *afterUnlock) {
 	stopTimer(c)
 	age := b.lives.age()
 	if age <= 0 || b.closed || c.ch.shut || c.ch.next != nil {
 		return
 	}
 	b.setTimer(c, c.readyAt.Add(age/2).Sub(now), b.rotate)
+	a.prepare = append(a.prepare, c)
 }
 
-// rotate starts connecting a replacement of c, if c is still its channel's current connection,
-// READY, its timer is of generation gen, and an age is still agreed. It runs on the rotation
-// timer's goroutine.
-func (b *poolBalancer) rotate(c *conn, gen uint64) {
+// prepare creates the replacement of c, idle, if c is still its channel's current connection,
+// READY, with its rotation timed and no replacement yet: a SubConn with the channel's
+// addresses and options and a StateListener of its own (subConnState). It runs on gRPC's
+// serializer (afterUnlock, from a call of gRPC's into the balancer), where gRPC expects a
+// balancer to create SubConns; the rotation timer only connects it (rotate).
+func (b *poolBalancer) prepare(c *conn) {
 	b.mu.Lock()
 	ch := c.ch
-	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready ||
-		ch.next != nil || b.lives.age() <= 0 {
+	wanted := func() bool {
+		return !b.closed && !ch.shut && ch.cur.Load() == c && c.state == connectivity.Ready && c.timer != nil && ch.next == nil
+	}
+	if !wanted() {
 		b.mu.Unlock()
 		return
 	}
-	c.timer = nil
 	addrs, opts := ch.addrs, ch.opts
 	b.mu.Unlock()
-	sc, err := b.cc.NewSubConn(addrs, opts) //lint:ignore SA1019 the same options as grpc_gcp's own channels
+	n := &conn{ch: ch, role: roleNext, state: connectivity.Idle}
+	opts.StateListener = func(s balancer.SubConnState) { b.subConnState(n.sc, s) }
+	//lint:ignore SA1019 grpc_gcp's channel addresses and options, as its own channels are created
+	sc, err := b.cc.NewSubConn(addrs, opts)
 	if err != nil {
 		return // gRPC is closing the balancer
 	}
 	b.mu.Lock()
-	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready || ch.next != nil {
+	n.sc = sc
+	if !wanted() {
 		b.mu.Unlock() // c changed meanwhile: no longer wanted
 		sc.Shutdown()
 		return
 	}
-	n := &conn{sc: sc, ch: ch, role: roleNext, state: connectivity.Idle}
 	b.conns[sc] = n
 	ch.next = n
 	b.mu.Unlock()
-	sc.Connect() // gRPC reports no state before this, so n is registered first
 }
 
-// expire shuts down a retired connection that the server has not ended by its expiry: the
-// age it was retired by is disproved, and forgotten. It runs on the expiry timer's goroutine;
-// gen is the timer's generation.
-func (b *poolBalancer) expire(c *conn, gen uint64) {
+// rotate starts connecting the replacement of c, if c is still its channel's current
+// connection, READY, its timer is of generation gen, an age is still agreed, and the
+// replacement was created (prepare) and not yet asked to connect. It runs on the rotation
+// timer's goroutine and creates and shuts down nothing: SubConn.Connect may be called from
+// any goroutine (gRPC's pick_first calls it from its picker).
+func (b *poolBalancer) rotate(c *conn, gen uint64) {
 	b.mu.Lock()
-	if c.gen != gen || c.role != roleRetired || c.state != connectivity.Ready {
+	ch := c.ch
+	n := ch.next
+	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready ||
+		n == nil || n.connecting || b.lives.age() <= 0 {
 		b.mu.Unlock()
 		return
 	}
 	c.timer = nil
-	b.lives.forget()
+	n.connecting = true
 	b.mu.Unlock()
-	c.sc.Shutdown()
+	n.sc.Connect() // gRPC reports no state before this, so n is registered first
+}
+
+// expire marks a retired connection that the server has not ended by its expiry: the age it
+// was retired by is disproved, and forgotten. The connection is shut down at the next state
+// change of any of the pool's SubConns (route, on gRPC's serializer), or when the pool
+// closes; it takes no call meanwhile. It runs on the expiry timer's goroutine; gen is the
+// timer's generation.
+func (b *poolBalancer) expire(c *conn, gen uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.gen != gen || c.role != roleRetired || c.state != connectivity.Ready {
+		return
+	}
+	c.timer = nil
+	c.expired = true
+	b.expired++
+	b.lives.forget()
+}
+
+// shutExpiredLocked leaves a's run to shut down the retired connections that expired.
+// b.mu must be held.
+func (b *poolBalancer) shutExpiredLocked(a *afterUnlock) {
+	if b.expired == 0 {
+		return
+	}
+	for _, c := range b.conns {
+		if c.expired {
+			c.expired = false
+			a.shut(c.sc)
+		}
+	}
+	b.expired = 0
 }
 
 // learnLocked records the lifetime d of a connection the server ended at now, unless the
 // previous sample was taken within rotationTogether of d before (the same event); when that
-// makes an age agreed, the READY current connections are timed. b.mu must be held.
-func (b *poolBalancer) learnLocked(d time.Duration, now time.Time) {
+// makes an age agreed, the READY current connections are timed (a: scheduleRotationLocked).
+// b.mu must be held.
+func (b *poolBalancer) learnLocked(d time.Duration, now time.Time, a *afterUnlock) {
 	if d <= 0 {
 		return
 	}
@@ -394,7 +458,7 @@ func (b *poolBalancer) learnLocked(d time.Duration, now time.Time) {
 	}
 	for _, c := range b.conns {
 		if c.role == roleCurrent && c.state == connectivity.Ready && c.timer == nil {
-			b.scheduleRotationLocked(c, now)
+			b.scheduleRotationLocked(c, now, a)
 		}
 	}
 }

@@ -49,6 +49,7 @@ func TestLifetimesAge(t *testing.T) {
 type fakeSubConn struct {
 	balancer.SubConn
 	name     string
+	listener func(balancer.SubConnState) // NewSubConnOptions.StateListener; nil if none
 	mu       sync.Mutex
 	connects int
 	shut     bool
@@ -75,10 +76,10 @@ type fakeClientConn struct {
 	pickers []balancer.Picker
 }
 
-func (c *fakeClientConn) NewSubConn([]resolver.Address, balancer.NewSubConnOptions) (balancer.SubConn, error) {
+func (c *fakeClientConn) NewSubConn(_ []resolver.Address, opts balancer.NewSubConnOptions) (balancer.SubConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := &fakeSubConn{name: fmt.Sprintf("sc%d", len(c.subs)+1)}
+	s := &fakeSubConn{name: fmt.Sprintf("sc%d", len(c.subs)+1), listener: opts.StateListener}
 	c.subs = append(c.subs, s)
 	return s, nil
 }
@@ -151,7 +152,13 @@ func (r *rotationRig) sub(i int) *fakeSubConn {
 	return subs[i-1]
 }
 
+// state reports a state of sc as gRPC does: to its StateListener, or to the balancer's
+// UpdateSubConnState for a SubConn created without one (grpc_gcp's).
 func (r *rotationRig) state(sc *fakeSubConn, s connectivity.State) {
+	if sc.listener != nil {
+		sc.listener(balancer.SubConnState{ConnectivityState: s})
+		return
+	}
 	//lint:ignore SA1019 the way grpc_gcp's SubConns report their state
 	r.b.UpdateSubConnState(sc, balancer.SubConnState{ConnectivityState: s})
 }
@@ -235,12 +242,12 @@ func TestConnectionReplacedAtHalfTheServersAge(t *testing.T) {
 		t.Fatalf("picked %v, want sc1", got)
 	}
 
+	sc2 := r.sub(2) // created idle when sc1's rotation was timed
 	r.clk.Advance(23 * time.Millisecond)
-	if n := len(r.cc.subConns()); n != 1 {
-		t.Fatalf("%d SubConns 23 ms after READY, want 1 (the replacement comes at 24 ms, half the age)", n)
+	if c, _ := sc2.counts(); c != 0 {
+		t.Fatalf("the replacement connected 23 ms after READY; it connects at 24 ms, half the age")
 	}
 	r.clk.Advance(time.Millisecond)
-	sc2 := r.sub(2)
 	if c, _ := sc2.counts(); c != 1 {
 		t.Fatalf("the replacement was asked to connect %d times, want 1", c)
 	}
@@ -267,21 +274,47 @@ func TestConnectionReplacedAtHalfTheServersAge(t *testing.T) {
 	}
 
 	connects, _ := sc1.counts()
+	lastErr := r.watch.last.Load()
 	r.clk.Advance(23 * time.Millisecond) // sc1 is 47 ms old
 	r.state(sc1, connectivity.Idle)      // the server's GOAWAY
 	if c, shut := sc1.counts(); !shut || c != connects {
 		t.Fatalf("replaced connection after the server ended it: shut %v, reconnected %d times; want shut, not reconnected", shut, c-connects)
 	}
+	if e := r.watch.last.Load(); e != lastErr {
+		t.Fatalf("the server's end of a replaced connection was recorded as the pool's error %+v; it is the routine end of a rotation", *e)
+	}
 	if got := r.picked(); got != sc2 {
 		t.Fatalf("picked %v after the replaced connection ended, want sc2", got)
 	}
 	// sc2 is replaced in its turn, 24 ms after it became READY.
-	if n := len(r.cc.subConns()); n != 2 {
-		t.Fatalf("%d SubConns 23 ms after sc2 became READY, want 2", n)
+	sc3 := r.sub(3)
+	if c, _ := sc3.counts(); c != 0 {
+		t.Fatalf("sc2's replacement connected 23 ms after sc2 became READY")
 	}
 	r.clk.Advance(time.Millisecond)
-	if n := len(r.cc.subConns()); n != 3 {
-		t.Fatalf("%d SubConns 24 ms after sc2 became READY, want 3: sc2's replacement", n)
+	if c, _ := sc3.counts(); c != 1 {
+		t.Fatalf("sc2's replacement was asked to connect %d times 24 ms after sc2 became READY, want 1", c)
+	}
+}
+
+// Rotation creates its SubConns only while gRPC calls the balancer (on gRPC's serializer), with
+// a StateListener of their own: the rotation timer, on a goroutine of its own, creates none and
+// only asks the replacement to connect.
+func TestRotationCreatesSubConnsOnlyOnGRPCsCalls(t *testing.T) {
+	r := newRotationRig(t)
+	r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+	r.ready(r.sub(1))
+	created := len(r.cc.subConns())
+	r.clk.Advance(20 * time.Millisecond) // the rotation timer fires
+	if n := len(r.cc.subConns()); n != created {
+		t.Fatalf("the rotation timer created %d SubConns; it may only connect one created before", n-created)
+	}
+	sc2 := r.sub(2)
+	if c, _ := sc2.counts(); c != 1 {
+		t.Fatalf("the replacement was asked to connect %d times at the rotation, want 1", c)
+	}
+	if sc2.listener == nil {
+		t.Fatal("the replacement has no StateListener: its states would come through the deprecated UpdateSubConnState")
 	}
 }
 
@@ -312,8 +345,9 @@ func TestNoReplacementWithoutAnAgreedAge(t *testing.T) {
 }
 
 // A replaced connection that the server has not ended at 1.5 times the age disproves it: the
-// pool shuts it down and forgets the age; the next replacement to become READY retires its
-// connection at once (no age left to confirm) and is not replaced itself.
+// pool forgets the age, and shuts the connection down at the next state change of its SubConns
+// (on gRPC's serializer, not on the expiry timer); the next replacement to become READY
+// retires its connection at once (no age left to confirm) and is not replaced itself.
 func TestUnconfirmedAgeIsForgotten(t *testing.T) {
 	r := newRotationRig(t)
 	sc1 := r.sub(1)
@@ -329,10 +363,13 @@ func TestUnconfirmedAgeIsForgotten(t *testing.T) {
 		t.Fatal("sc1 shut down before its expiry (60 ms, 1.5 times the age)")
 	}
 	r.clk.Advance(time.Millisecond)
-	if _, shut := sc1.counts(); !shut {
-		t.Fatal("sc1 not shut down at its expiry")
+	if _, shut := sc1.counts(); shut {
+		t.Fatal("sc1 shut down by the expiry timer; it is shut down on gRPC's serializer")
 	}
 	r.ready(sc3)
+	if _, shut := sc1.counts(); !shut {
+		t.Fatal("sc1 not shut down at the first state change after its expiry")
+	}
 	if _, shut := sc2.counts(); !shut {
 		t.Fatal("sc2 not shut down when sc3 replaced it without an age to confirm")
 	}
@@ -387,12 +424,15 @@ func TestReplacementAbandoned(t *testing.T) {
 			t.Fatalf("picked %v, want sc1", got)
 		}
 		// The replacement is tried again a tenth of the age later, while sc1 is READY.
+		sc3 := r.sub(3) // created idle when the retry was timed
 		r.clk.Advance(3 * time.Millisecond)
-		if n := len(r.cc.subConns()); n != 2 {
-			t.Fatalf("%d SubConns 3ms after the failure, want 2: the retry waits a tenth of the age (4ms)", n)
+		if c, _ := sc3.counts(); c != 0 {
+			t.Fatal("the retry connected 3ms after the failure; it waits a tenth of the age (4ms)")
 		}
 		r.clk.Advance(time.Millisecond)
-		sc3 := r.sub(3)
+		if c, _ := sc3.counts(); c != 1 {
+			t.Fatalf("the retry was asked to connect %d times a tenth of the age after the failure, want 1", c)
+		}
 		r.ready(sc3)
 		if got := r.picked(); got != sc3 {
 			t.Fatalf("picked %v, want the retried replacement sc3", got)

@@ -37,6 +37,9 @@ type Watch struct {
 
 	last    atomic.Pointer[ConnError]
 	changed atomic.Pointer[time.Time] // when the pool's connectivity state last changed
+	// latency is the pool's latency connection while it is READY (latencyconn.go); nil
+	// otherwise.
+	latency atomic.Pointer[latencyConnRef]
 
 	mu sync.Mutex // guards the fields below: the endpoint's transitions as reported
 	// up: the pool was last reported available.
