@@ -108,7 +108,7 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	gme.publish(p)
 	gme.changed.signal()
 	if ev.Kind == health.Ejected {
-		gme.confirmFallbacks(p)
+		gme.confirmFallbacks(p, ev.Class)
 	}
 }
 

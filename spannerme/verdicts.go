@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
@@ -47,9 +48,14 @@ func (v *verdicts) of(group string) *groupVerdicts {
 }
 
 // reason returns endpoint's last verdict in group; false before the group's first
-// evaluation that knew the endpoint.
+// evaluation that knew the endpoint. It creates nothing.
 func (v *verdicts) reason(group, endpoint string) (verdict.Reason, bool) {
-	g := v.of(group)
+	v.mu.Lock()
+	g := v.groups[group]
+	v.mu.Unlock()
+	if g == nil {
+		return 0, false
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r, ok := g.reasons[endpoint]
@@ -81,12 +87,15 @@ func (gme *GCPMultiEndpoint) evaluateAll() {
 // yet: the group keeps it Recovering, rule 1 of internal/multiendpoint).
 func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 	name := me.Name()
+	if s := gme.snap.Load(); s == nil || s.groups[name] != me {
+		return // closed, or a group an update removed or replaced: nothing to create for it
+	}
 	g := gme.verdicts.of(name)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := gme.snap.Load()
 	if s == nil || s.groups[name] != me {
-		return // closed, or a group an update replaced
+		return // replaced meanwhile
 	}
 	eps := me.Status().Endpoints
 	in := make([]verdict.Input, len(eps))
@@ -111,11 +120,12 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 	g.reasons = reasons
 }
 
-// confirmFallbacks probes at once every other endpoint of the groups that list p's endpoint,
-// which was just ejected (pool.Pool.Confirm): if they fail the same way, they are ejected too
+// confirmFallbacks probes at once, for the class c of calls that ejected p's endpoint, every
+// other endpoint of the groups that list it (pool.Pool.Confirm): if they fail the same way
+// (their writes too, say), they are ejected too
 // within one probe, every connected endpoint of the group is then ejected, and the group stays
 // where it is (rule 4 of internal/verdict) instead of moving to an endpoint that fails as well.
-func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool) {
+func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool, c health.Class) {
 	s := gme.snap.Load()
 	if s == nil || s.pools[p.Endpoint()] != p {
 		return
@@ -129,7 +139,7 @@ func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool) {
 		for _, e := range eps {
 			if q := s.pools[e.Endpoint]; q != nil && !confirmed[q] {
 				confirmed[q] = true
-				q.Confirm()
+				q.Confirm(c)
 			}
 		}
 	}

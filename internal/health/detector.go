@@ -104,6 +104,7 @@ type Detector struct {
 	probeSeq     uint64
 	lastSeq      uint64
 	probeStarted time.Time
+	probeClass   Class // the class the probe under way proves
 	lastProbeEnd time.Time
 	lastProbe    ProbeResult
 	// The counting interval; each class's counts are in classes.
@@ -229,7 +230,7 @@ func (d *Detector) Timeout() {
 		d.suspect = true // the probe under way decides
 	case d.lastProbeEnd.IsZero() || !d.clock.Now().Before(d.lastProbeEnd.Add(d.cfg.ProbeInterval/10)):
 		d.suspect = true
-		seq = d.startProbeLocked()
+		seq = d.startProbeLocked(Calls)
 	default:
 		// A probe ended a moment ago: the calls that keep timing out will make it suspect
 		// again soon; this bounds the probes slow calls cause.
@@ -241,21 +242,22 @@ func (d *Detector) Timeout() {
 }
 
 // Confirm asks whether the endpoint is still healthy because another endpoint of a group that
-// lists it was just ejected: it is probed at once (unless it is ejected, a probe is under
-// way or ended less than ProbeInterval/10 ago, or there is no Probe function). A failed
-// probe ejects it, as an idle endpoint's failed probe does (rule 5), so a fault that every
-// endpoint of a group shows is seen on each of them within one probe, not one
+// lists it was just ejected for failures of class c: it is probed at once, with a probe of
+// class c (unless it is ejected, a probe is under way or ended less than ProbeInterval/10
+// ago, or there is no Probe function). A failed probe ejects it for class c, as an idle
+// endpoint's failed probe does (rule 5), so a fault that every endpoint of a group shows (its
+// writes failing everywhere, say) is seen on each of them within one probe, not one
 // ProbeInterval later.
-func (d *Detector) Confirm() {
+func (d *Detector) Confirm(c Class) {
 	d.mu.Lock()
 	var seq uint64
 	if !d.closed && !d.out && d.probe != nil && d.probeSeq == 0 &&
 		(d.lastProbeEnd.IsZero() || !d.clock.Now().Before(d.lastProbeEnd.Add(d.cfg.ProbeInterval/10))) {
-		seq = d.startProbeLocked()
+		seq = d.startProbeLocked(c)
 	}
 	d.mu.Unlock()
 	if seq != 0 {
-		d.probe(seq, Calls)
+		d.probe(seq, c)
 	}
 }
 
@@ -271,6 +273,7 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 	now := d.clock.Now()
 	d.probeSeq = 0
 	d.lastProbeEnd = now
+	class := d.probeClass
 	skipped := errors.Is(err, ErrProbeSkipped)
 	if !skipped {
 		d.lastProbe = ProbeResult{At: d.probeStarted, Latency: latency, Err: bounded.Error(err, bounded.ServerText)}
@@ -281,8 +284,12 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 		case now.Before(d.until):
 			// It started before the ejection time was over: the timer set for the end of
 			// the ejection time probes again.
-		case err == nil:
+		case err == nil && class == d.class:
 			d.readmitLocked(now)
+		case err == nil:
+			// A probe of another class, started before the ejection, passed: it proves
+			// nothing of the class that failed (rule 7), which is probed at once.
+			d.armProbeLocked(0)
 		default:
 			d.armProbeLocked(d.cfg.ProbeInterval)
 		}
@@ -291,6 +298,8 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 		d.suspect = false
 	case d.suspect:
 		d.ejectLocked(Timeouts, Calls, fmt.Sprintf("calls timed out without an answer and the probe failed: %v", err))
+	case class != Calls:
+		d.ejectLocked(ProbeFailed, class, fmt.Sprintf("the probe of its %s, sent when another endpoint of its group was ejected for them, failed: %v", class, err))
 	default:
 		d.ejectLocked(ProbeFailed, Calls, fmt.Sprintf("the probe of an endpoint without successful calls failed: %v", err))
 	}
@@ -481,12 +490,12 @@ func (d *Detector) probeDue(gen uint64) {
 		d.readmitLocked(d.clock.Now())
 	case d.out:
 		if d.probeSeq == 0 {
-			seq, class = d.startProbeLocked(), d.class
-		} // else the probe under way ends after the ejection time and decides
+			seq, class = d.startProbeLocked(d.class), d.class
+		} // else the probe under way ends after the ejection time and decides (if it proves d.class)
 	default:
 		succ := d.successesLocked()
 		if succ == d.successesAtCheck && d.probe != nil && d.probeSeq == 0 {
-			seq = d.startProbeLocked()
+			seq = d.startProbeLocked(Calls)
 		}
 		if d.probe != nil {
 			d.armIdleProbeLocked()
@@ -501,10 +510,11 @@ func (d *Detector) probeDue(gen uint64) {
 
 // startProbeLocked marks a probe as under way and returns its number; the caller calls
 // d.probe with it once d.mu is released. d.mu must be held.
-func (d *Detector) startProbeLocked() uint64 {
+func (d *Detector) startProbeLocked(c Class) uint64 {
 	d.lastSeq++
 	d.probeSeq = d.lastSeq
 	d.probeStarted = d.clock.Now()
+	d.probeClass = c
 	return d.probeSeq
 }
 

@@ -144,7 +144,9 @@ func runSteps(t *testing.T, cfg Config, withProbe bool, steps []step) *harness {
 			case "timeout":
 				h.d.Timeout()
 			case "confirm":
-				h.d.Confirm()
+				h.d.Confirm(Calls)
+			case "confirmwrites":
+				h.d.Confirm(Writes)
 			case "pass":
 				h.answer(nil)
 			case "probefail":
@@ -636,5 +638,30 @@ func TestServerTextIsBounded(t *testing.T) {
 	h.answer(errors.New(long))
 	if e := h.d.Status().LastProbe.Err; e == nil || len(e.Error()) > most {
 		t.Fatalf("the failed probe's error is kept as %v", e)
+	}
+}
+
+// A confirming probe proves the class that ejected the other endpoint, and its failure ejects
+// for that class; a probe of another class that was under way at an ejection and passes after
+// the ejection time readmits nothing: the class that failed is probed at once.
+func TestProbesProveTheirClass(t *testing.T) {
+	h := runSteps(t, testConfig, true, []step{
+		{at: time.Second, ev: "confirmwrites", wantProbes: 1},
+		{at: time.Second, ev: "probefail", wantOut: true, wantEvents: []string{"ejected:probe failed:30s"}},
+	})
+	if st := h.d.Status(); st.Class != Writes {
+		t.Fatalf("ejected for %v by a failed writes probe, want writes", st.Class)
+	}
+	h = runSteps(t, testConfig, true, []step{
+		{at: time.Second, ev: "timeout", wantProbes: 1}, // a probe of class calls under way
+		{at: 2 * time.Second, ev: "commitfail", n: 5, wantOut: true, wantProbes: 1, wantEvents: []string{"ejected:consecutive failures:30s"}},
+		{at: 32 * time.Second, ev: "pass", wantOut: true}, // after the ejection time: it proves calls, not writes
+		{at: 32 * time.Second, wantOut: true, wantProbes: 1},
+		{at: 32 * time.Second, ev: "pass", wantEvents: []string{"readmitted"}},
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := []Class{Calls, Writes}; !slices.Equal(h.probeClasses, want) {
+		t.Fatalf("probe classes %v, want %v", h.probeClasses, want)
 	}
 }

@@ -206,11 +206,11 @@ func (p *Pool) Connected() bool { return p.ready.Load() }
 // health.
 func (p *Pool) Ejected() bool { return p.health != nil && p.health.Ejected() }
 
-// Confirm probes the endpoint at once, because another endpoint of a group that lists it was
-// ejected (health.Detector.Confirm); nothing without health.
-func (p *Pool) Confirm() {
+// Confirm probes the endpoint's calls of class c at once, because another endpoint of a group
+// that lists it was ejected for them (health.Detector.Confirm); nothing without health.
+func (p *Pool) Confirm(c health.Class) {
 	if p.health != nil {
-		p.health.Confirm()
+		p.health.Confirm(c)
 	}
 }
 
