@@ -17,7 +17,11 @@ import (
 // evaluation of every group (publish, sampleBrownouts, apply).
 //
 // Safe for concurrent use. Lock order: a group's mu, then (inside the evaluation) the
-// brownout state's and the state machine's own locks; mu guards the map alone.
+// brownout state's and the state machine's own locks; mu guards the map alone. A group's mu
+// is held while its state machine runs, and so while a switch is counted on the meter
+// provider's switches counter (an OpenTelemetry instrument's Add, which must not block);
+// never across a gRPC call, a dial, or OnSwitch, OnHealth or the Logger (switch events are
+// queued for them).
 type verdicts struct {
 	mu     sync.Mutex // guards groups
 	groups map[string]*groupVerdicts
