@@ -63,7 +63,7 @@ race:
 FUZZTIME ?= 10m
 FUZZPARALLEL ?= 1
 FUZZ_TARGETS = ./spannerme:FuzzParseConfigYAML ./spannerme:FuzzParseConfigJSON ./spannerme:FuzzEndpoint \
-	./spannerme:FuzzRequestClassifiers
+	./internal/spannerreq:FuzzRequestClassifiers
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg"; \

@@ -14,6 +14,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // Invoke performs a unary call on the current endpoint of the call's group. While that
@@ -41,12 +42,12 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	defer p.Release()
 	dr := gme.snap.Load().directedReads()
 	if dro := dr[me.Name()]; dro != nil {
-		args = gme.roTxns.withDirectedReads(args, dro)
+		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
 	if err == nil {
-		gme.roTxns.noteBegin(method, args, reply)
+		gme.roTxns.NoteBegin(method, args, reply)
 	}
 	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
@@ -56,12 +57,12 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	return nil
 }
 
-// callClass is the health class of a unary call (methodClass), where a query that names
+// callClass is the health class of a unary call (spannerreq.Class), where a query that names
 // by ID a read-only transaction this GCPMultiEndpoint saw begin (roTxns) is a read, not a
 // write: the Spanner client's queries in a multi-use read-only transaction.
 func (gme *GCPMultiEndpoint) callClass(method string, args any) health.Class {
-	c := methodClass(method, args)
-	if c == health.Writes && method == methodExecuteSQL && gme.roTxns.namesReadOnly(args) {
+	c := spannerreq.Class(method, args)
+	if c == health.Writes && method == spannerreq.MethodExecuteSQL && gme.roTxns.NamesReadOnly(args) {
 		return health.Reads
 	}
 	return c

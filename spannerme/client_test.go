@@ -19,6 +19,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -629,7 +630,7 @@ func TestCase_F29_RegionUpDefaultDown(t *testing.T) {
 		got := served(b.eps, func() {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			err = gme.Invoke(cctx, spannerService+"CreateSession", &spannerpb.CreateSessionRequest{Database: b.database}, &spannerpb.Session{})
+			err = gme.Invoke(cctx, spannerreq.Service+"CreateSession", &spannerpb.CreateSessionRequest{Database: b.database}, &spannerpb.Session{})
 		})
 		if err != nil {
 			t.Fatalf("a session call: %v", err)

@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // FileConfig is a parsed configuration file (LoadConfig, ParseConfig): what
@@ -884,7 +885,7 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 		o.Replicas = &spannerpb.DirectedReadOptions_ExcludeReplicas_{ExcludeReplicas: &spannerpb.DirectedReadOptions_ExcludeReplicas{
 			ReplicaSelections: exclude}}
 	}
-	if problem := checkDirectedReadOptions(o); problem != "" {
+	if problem := spannerreq.CheckDirectedReadOptions(o); problem != "" {
 		return d.errAt(resolve(n), path, "group %s: %s", q(group), problem)
 	}
 	if d.settings.DirectedReads == nil {

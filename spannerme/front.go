@@ -2,22 +2,16 @@ package spannerme
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sync"
 
-	"cloud.google.com/go/spanner"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // How a Spanner client reaches the GCPMultiEndpoint. The client is not given a connection:
@@ -43,7 +37,7 @@ import (
 //
 // The Spanner client's request-ID interceptor is added after every client option, so it
 // would run after ours, which ends the chain: what it does (the header, the span attribute,
-// the request ID and commit marker on errors) is done here (requestID, withRequestID).
+// the request ID and commit marker on errors) is done here (spannerreq.FromCallOptions, spannerreq.WithError).
 
 // frontScheme is the scheme of the front connection's target. Its resolver is given to the
 // front's dial only (grpc.WithResolvers), never registered globally.
@@ -79,7 +73,7 @@ const (
 
 // newFront returns the front of one Spanner client (of every client of one Configurator
 // function) over gme: calls made on its connection carry the Spanner client's request-ID
-// header (see requestID) and go into gme. The front counts in Status (Clients or
+// header (see spannerreq.FromCallOptions) and go into gme. The front counts in Status (Clients or
 // Configurators) until it is released. Errors: ErrClosed after gme.Close (and on a zero
 // value).
 func newFront(gme *GCPMultiEndpoint, kind frontKind) (*front, error) {
@@ -93,18 +87,18 @@ func newFront(gme *GCPMultiEndpoint, kind frontKind) (*front, error) {
 		option.WithGRPCDialOption(grpc.WithIdleTimeout(0)), // idleness would close the resolver
 		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				id, ok := requestID(opts)
+				id, ok := spannerreq.FromCallOptions(opts)
 				if !ok {
 					return gme.Invoke(ctx, method, req, reply, opts...)
 				}
-				err := gme.Invoke(withRequestIDHeader(ctx, id), method, req, reply, opts...)
-				return withRequestID(err, id)
+				err := gme.Invoke(spannerreq.WithHeader(ctx, id), method, req, reply, opts...)
+				return spannerreq.WithError(err, id)
 			})),
 		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(
 			func(ctx context.Context, desc *grpc.StreamDesc, _ *grpc.ClientConn, method string, _ grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				id, ok := requestID(opts)
+				id, ok := spannerreq.FromCallOptions(opts)
 				if ok {
-					ctx = withRequestIDHeader(ctx, id)
+					ctx = spannerreq.WithHeader(ctx, id)
 				}
 				return gme.newStream(ctx, desc, method, id, opts)
 			})),
@@ -176,91 +170,3 @@ func (p refusedPool) NewStream(ctx context.Context, desc *grpc.StreamDesc, metho
 // Close does nothing: the connection is closed already, and the driver may give the pool to
 // its next client.
 func (p refusedPool) Close() error { return nil }
-
-// requestIDHeader is the Spanner client's request-ID header (cloud.google.com/go/spanner
-// v1.96.1, request_id_header.go).
-const requestIDHeader = "x-goog-spanner-request-id"
-
-// requestID finds the request ID the Spanner client passes to its own interceptor: a
-// grpc.Header call option whose metadata holds requestIDHeader. It must be read before the
-// call: gRPC writes the response headers into that metadata. This is what the Spanner
-// client's requestIDHeaderInjector reads; that interceptor runs after ours, which ends the
-// chain, so never.
-func requestID(opts []grpc.CallOption) (string, bool) {
-	for _, o := range opts {
-		h, ok := o.(grpc.HeaderCallOption)
-		if !ok || h.HeaderAddr == nil {
-			continue
-		}
-		if ids := h.HeaderAddr.Get(requestIDHeader); len(ids) != 0 && ids[0] != "" {
-			return ids[0], true
-		}
-	}
-	return "", false
-}
-
-// withRequestIDHeader returns ctx with the request-ID header added to its outgoing metadata,
-// and the ID set on the current span as the Spanner client does.
-func withRequestIDHeader(ctx context.Context, id string) context.Context {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String("x_goog_spanner_request_id", id))
-	}
-	return metadata.AppendToOutgoingContext(ctx, requestIDHeader, id)
-}
-
-// outcomeUnknownText is what the Spanner client appends to the description of an error
-// that may have ended a Commit, and the text of *spanner.TransactionOutcomeUnknownError.
-var outcomeUnknownText = new(spanner.TransactionOutcomeUnknownError).Error()
-
-// withRequestID returns err as the Spanner client's request-ID interceptor returns it
-// (cloud.google.com/go/spanner v1.96.1, request_id_header.go augmentErrorWithRequestID):
-// nil, io.EOF and context.Canceled unchanged (and every error when id is empty); any other
-// error as a *spanner.Error carrying id; and a DEADLINE_EXCEEDED one, the caller's own
-// deadline included, on every method, marked as a potential commit, as the interceptor marks
-// it: its description ends with "transaction outcome unknown" and errors.As finds a
-// *spanner.TransactionOutcomeUnknownError in it. The client's commit paths return such an
-// error as they get it (errors.go toSpannerErrorWithCommitInfo), so a Commit that timed out
-// says its outcome is unknown, as through a plain client.
-func withRequestID(err error, id string) error {
-	if id == "" || err == nil || err == io.EOF || err == context.Canceled {
-		return err
-	}
-	//lint:ignore SA1019 the request ID lives in spanner.Error, which the Spanner client's own interceptor returns too
-	var se *spanner.Error
-	if errors.As(err, &se) {
-		se.RequestID = id
-		return se
-	}
-	if err == context.DeadlineExceeded {
-		err = status.FromContextError(err).Err()
-	}
-	// The interceptor marks every error it sees as DEADLINE_EXCEEDED; the conversion then
-	// marks those whose status says so (an error of code Unknown is not marked).
-	if status.Code(err) != codes.DeadlineExceeded {
-		if errors.As(spanner.ToSpannerError(err), &se) {
-			se.RequestID = id
-			return se
-		}
-		return err
-	}
-	if errors.As(spanner.ToSpannerError(outcomeUnknown{cause: err}), &se) {
-		se.Desc += ", " + outcomeUnknownText
-		se.RequestID = id
-		return se
-	}
-	return err
-}
-
-// outcomeUnknown is a DEADLINE_EXCEEDED error marked as a potential commit, shaped so that
-// spanner.ToSpannerError wraps it as the Spanner client wraps its own
-// TransactionOutcomeUnknownError: the same status and text, and errors.As finds a
-// *spanner.TransactionOutcomeUnknownError and the cause. One difference, listed in
-// docs/transport.md: that TransactionOutcomeUnknownError's own Unwrap returns nil (its
-// field is unexported), where the client's returns the cause.
-type outcomeUnknown struct{ cause error }
-
-func (e outcomeUnknown) Error() string              { return outcomeUnknownText }
-func (e outcomeUnknown) GRPCStatus() *status.Status { return status.Convert(e.cause) }
-func (e outcomeUnknown) Unwrap() []error {
-	return []error{new(spanner.TransactionOutcomeUnknownError), e.cause}
-}

@@ -22,6 +22,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
@@ -64,7 +65,7 @@ type GCPMultiEndpoint struct {
 	directed directedReads
 	// roTxns are the read-only transactions seen beginning, for the directed reads of the
 	// requests that name them by ID.
-	roTxns readOnlyTxns
+	roTxns spannerreq.ReadOnlyTxns
 	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
 	configStatus atomic.Pointer[ConfigStatus]
 

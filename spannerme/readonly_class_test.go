@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // Queries (unary ExecuteSql) in a multi-use read-only transaction, named by the ID that its
@@ -37,7 +39,7 @@ func TestQueriesInAReadOnlyTransactionCountAsReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fe.FailMethods(codes.Unavailable, methodExecuteSQL); err != nil {
+	if err := fe.FailMethods(codes.Unavailable, spannerreq.MethodExecuteSQL); err != nil {
 		t.Fatal(err)
 	}
 	byID := &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Id{Id: tx.Id}}

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
@@ -28,20 +29,15 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 // newStream is NewStream for a call that carries the Spanner client's request ID id ("" for
 // none; the header is already in ctx), which is added to the stream's errors.
 func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
-	class := methodClass(method, nil)
+	class := spannerreq.Class(method, nil)
 	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
-		return nil, withRequestID(err, id)
+		return nil, spannerreq.WithError(err, id)
 	}
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
 	if err != nil {
-		return nil, withRequestID(notConnectedError(err, me, p), id)
+		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)
 	}
-	if directedStreamMethod(method) {
-		if dro := gme.snap.Load().directedReads()[me.Name()]; dro != nil {
-			cs = &directedStream{ClientStream: cs, txns: &gme.roTxns, dro: dro}
-		}
-	}
-	return cs, nil
+	return gme.roTxns.WithDirectedStream(cs, method, gme.snap.Load().directedReads()[me.Name()]), nil
 }

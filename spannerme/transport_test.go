@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 )
 
@@ -372,7 +373,7 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 	record := func(ctx context.Context, method string) {
 		md, _ := metadata.FromOutgoingContext(ctx)
 		mu.Lock()
-		ids[method[strings.LastIndex(method, "/")+1:]] = append(ids[method[strings.LastIndex(method, "/")+1:]], md.Get(requestIDHeader)...)
+		ids[method[strings.LastIndex(method, "/")+1:]] = append(ids[method[strings.LastIndex(method, "/")+1:]], md.Get(spannerreq.Header)...)
 		mu.Unlock()
 	}
 	opts := append(clientOptions(),

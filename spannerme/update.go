@@ -12,6 +12,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // UpdateMultiEndpoints applies a new configuration while calls flow. It returns once new
@@ -151,7 +152,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
 			}
 			fresh[e] = pool.New(e, conn, pool.Options{Observer: obs, Clock: gme.pl.clock, Watch: w,
-				Health: gme.settings.Health.poolOptions(), LazyStreams: gme.lazyStreams, DecorateError: withRequestID})
+				Health: gme.settings.Health.poolOptions(), LazyStreams: gme.lazyStreams, DecorateError: spannerreq.WithError})
 		}
 	}
 	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);

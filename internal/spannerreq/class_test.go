@@ -1,4 +1,4 @@
-package spannerme
+package spannerreq
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
-func TestMethodClass(t *testing.T) {
+func TestClass(t *testing.T) {
 	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
 	rw := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}
 	pdml := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_PartitionedDml_{PartitionedDml: &spannerpb.TransactionOptions_PartitionedDml{}}}
@@ -38,24 +38,24 @@ func TestMethodClass(t *testing.T) {
 		{"get session (the probe)", "GetSession", nil, health.Sessions},
 		{"unknown Spanner method", "Frobnicate", nil, health.Calls},
 	} {
-		if got := methodClass(spannerService+tc.method, tc.req); got != tc.want {
+		if got := Class(Service+tc.method, tc.req); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if got := methodClass("/grpc.testing.TestService/UnaryCall", nil); got != health.Calls {
+	if got := Class("/grpc.testing.TestService/UnaryCall", nil); got != health.Calls {
 		t.Errorf("another service's method: %v, want calls", got)
 	}
 }
 
 // BenchmarkMethodClass measures what classing a call costs on the call path.
-func BenchmarkMethodClass(b *testing.B) {
+func BenchmarkClass(b *testing.B) {
 	req := &spannerpb.ExecuteSqlRequest{}
 	for _, m := range []string{"ExecuteStreamingSql", "Commit", "ExecuteSql", "GetSession"} {
-		method := spannerService + m
+		method := Service + m
 		b.Run(m, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = methodClass(method, req)
+				_ = Class(method, req)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package spannerme
+package spannerreq
 
 import (
 	"strings"
@@ -8,16 +8,16 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
-// spannerService prefixes the Spanner API's method names.
-const spannerService = "/google.spanner.v1.Spanner/"
+// Service prefixes the Spanner API's full method names.
+const Service = "/google.spanner.v1.Spanner/"
 
-// methodClass returns the class a call to method with request req (nil for a stream, whose
-// request comes later) counts in for health from call outcomes (HealthSettings): each class
+// Class returns the class a call to method with request req (nil for a stream, whose
+// request comes later) counts in for health from call outcomes (spannerme.HealthSettings): each class
 // is judged apart, so that an endpoint whose writes keep failing while its reads succeed is
 // ejected. Streams are classed by method alone: a streaming query or read counts as a read,
 // inside a read-write transaction too. It allocates nothing.
-func methodClass(method string, req any) health.Class {
-	name, ok := strings.CutPrefix(method, spannerService)
+func Class(method string, req any) health.Class {
+	name, ok := strings.CutPrefix(method, Service)
 	if !ok {
 		return health.Calls
 	}
@@ -27,7 +27,7 @@ func methodClass(method string, req any) health.Class {
 	case "Commit", "ExecuteBatchDml", "Rollback":
 		return health.Writes
 	case "ExecuteSql": // DML, and queries of the legacy session pool
-		if r, ok := req.(*spannerpb.ExecuteSqlRequest); ok && readOnly(r.GetTransaction()) {
+		if r, ok := req.(*spannerpb.ExecuteSqlRequest); ok && ReadOnly(r.GetTransaction()) {
 			return health.Reads
 		}
 		return health.Writes
@@ -42,11 +42,11 @@ func methodClass(method string, req any) health.Class {
 	return health.Calls
 }
 
-// readOnly reports whether a request with the transaction selector sel runs read-only: a
+// ReadOnly reports whether a request with the transaction selector sel runs read-only: a
 // single-use transaction (the default) or one it begins that is read-only. A transaction
 // named by ID is taken as read-write, as the Spanner client's DML uses them; a unary call
-// is classed with the read-only transactions seen beginning too (callClass).
-func readOnly(sel *spannerpb.TransactionSelector) bool {
+// is classed with the read-only transactions seen beginning too (ReadOnlyTxns.NamesReadOnly).
+func ReadOnly(sel *spannerpb.TransactionSelector) bool {
 	switch {
 	case sel == nil:
 		return true
