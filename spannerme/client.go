@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
 // emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
@@ -120,7 +121,7 @@ func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
 		// credentials, production ones included.
 		return nil, nil, settingErr("GCPMultiEndpointOptions.DialFunc",
 			"cannot be combined with %s=%s: the emulator needs plaintext without credentials, which a DialFunc does not receive; unset one of them",
-			emulatorHostEnv, bounded.Text(host, maxQuoted))
+			emulatorHostEnv, bounded.Text(host, configfile.MaxQuoted))
 	}
 	if host == "" && gmeCfg.DialFunc == nil && !settings.SendCredentialsInPlaintext {
 		if err := tr.checkPlaintextCredentials(opts); err != nil {

@@ -1,21 +1,15 @@
 package spannerme
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
@@ -24,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
@@ -92,15 +87,10 @@ func (e *ConfigFileError) Unwrap() []error {
 	return []error{ErrInvalidConfig}
 }
 
-// The limits of a configuration file (docs/configuration.md, "Limits", states them). With
-// them, parsing is linear in the file's size and its memory is bounded: a file over a limit
+// The limits of a configuration file's schema (docs/configuration.md, "Limits", states
+// them, with the limits of its size and values, internal/configfile's): a file over a limit
 // is refused with a *ConfigFileError before anything is built from it.
 const (
-	// maxConfigSize bounds a configuration file, in bytes.
-	maxConfigSize = 1 << 20
-	// maxConfigNodes bounds the values of a file: every mapping, list, key and scalar
-	// counts one.
-	maxConfigNodes = 100_000
 	// maxGroups bounds the groups (multiEndpoints), maxGroupEndpoints the endpoints of one
 	// group, maxEndpoints the distinct endpoints of every group together (each is a pool
 	// of connections), and maxEndpointOptions the entries of the endpoints section.
@@ -110,18 +100,13 @@ const (
 	maxEndpointOptions = 1000
 )
 
-// The limits of what a configuration error echoes of the file: a value is quoted with at
-// most maxQuoted bytes of it, a ConfigFileError's Field holds at most maxErrorField bytes
-// and its Problem at most maxErrorProblem; what is cut ends with a marker
-// ("…[cut: N bytes in all]").
+// The limits of what a ConfigFileError holds: its Field holds at most maxErrorField bytes
+// and its Problem at most maxErrorProblem; what is cut ends with a marker ("…[cut: N bytes in
+// all]"). A value of the file is quoted with at most configfile.MaxQuoted bytes of it.
 const (
-	maxQuoted       = 80
 	maxErrorField   = 256
 	maxErrorProblem = 512
 )
-
-// q quotes a value from the file for an error, bounded to maxQuoted bytes.
-func q(s string) string { return bounded.Quote(s, maxQuoted) }
 
 // LoadConfig reads and parses the configuration file at path, YAML or JSON, as ParseConfig
 // does; a file whose name ends in ".json" (in any case) is read as JSON whatever its first
@@ -142,25 +127,16 @@ func readConfigFile(path string) ([]byte, error) {
 	return data, err
 }
 
-// readConfigFileInfo reads the file at path, at most maxConfigSize bytes (a larger file is a
-// *ConfigFileError), and returns its content with its size and modification time as the
+// readConfigFileInfo reads the file at path, at most configfile.MaxSize bytes (a larger file
+// is a *ConfigFileError), and returns its content with its size and modification time as the
 // opened file had them.
 func readConfigFileInfo(path string) ([]byte, os.FileInfo, error) {
-	f, err := os.Open(path)
+	data, fi, err := configfile.ReadFile(path)
+	if fe := (*configfile.Error)(nil); errors.As(err, &fe) {
+		return nil, nil, &ConfigFileError{File: path, Problem: fe.Problem}
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("spannerme configuration: %w", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("spannerme configuration: %s: %w", path, err)
-	}
-	if len(data) > maxConfigSize {
-		return nil, nil, &ConfigFileError{File: path, Problem: fmt.Sprintf("larger than %d bytes", maxConfigSize)}
 	}
 	return data, fi, nil
 }
@@ -195,6 +171,9 @@ func ParseConfig(data []byte) (*FileConfig, error) {
 // parsed form of what it validated, which a watcher applies as is.
 func parseConfigFile(data []byte, path string) (*FileConfig, *parsedFile, error) {
 	c, parsed, err := parseConfigData(data, strings.EqualFold(filepath.Ext(path), ".json"))
+	if de := (*configfile.Error)(nil); errors.As(err, &de) {
+		err = &ConfigFileError{Line: de.Line, Column: de.Column, Field: de.Field, Problem: de.Problem}
+	}
 	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
 		fe.File = path
 		fe.Field = bounded.Text(fe.Field, maxErrorField)
@@ -204,12 +183,13 @@ func parseConfigFile(data []byte, path string) (*FileConfig, *parsedFile, error)
 }
 
 func parseConfigData(data []byte, isJSON bool) (*FileConfig, *parsedFile, error) {
-	if len(data) > maxConfigSize {
-		return nil, nil, &ConfigFileError{Problem: fmt.Sprintf("larger than %d bytes (%d)", maxConfigSize, len(data))}
+	dec, root, err := configfile.Parse(data, isJSON)
+	if err != nil {
+		return nil, nil, err
 	}
 	sum := sha256.Sum256(data)
-	d := &fileDecoder{data: data}
-	if err := d.decode(data, isJSON); err != nil {
+	d := &fileDecoder{Decoder: dec}
+	if err := d.decode(root); err != nil {
 		return nil, nil, err
 	}
 	c := &FileConfig{Options: d.options, Settings: d.settings, Hash: hex.EncodeToString(sum[:])}
@@ -228,11 +208,10 @@ type parsedFile struct {
 	directed     directedReads
 }
 
-// fileDecoder walks the YAML node tree of a configuration file. It records where each group
-// and endpoint is, to place validation errors.
+// fileDecoder reads a configuration file's node tree (configfile.Decoder) into the options
+// and settings it configures: the file's schema.
 type fileDecoder struct {
-	// data is the file's content, to place an error in a JSON file (jsonTree).
-	data     []byte
+	*configfile.Decoder
 	options  *grpcgcp.GCPMultiEndpointOptions
 	settings Settings
 	// poolSize and affinity come from poolSize and sessionAffinity.
@@ -240,86 +219,27 @@ type fileDecoder struct {
 	poolSet  bool
 	affinity bool
 	affSet   bool
-	// nodes locates fields by path, for errors found after decoding.
-	nodes map[string]*yaml.Node
 	// endpoints holds the distinct endpoints of every group, to bound them.
 	endpoints map[string]bool
 }
 
-// fieldDecoders decode the fields of one mapping, by key.
-type fieldDecoders map[string]func(n *yaml.Node, path string) error
-
-func (d *fileDecoder) errAt(n *yaml.Node, path, format string, args ...any) error {
-	e := &ConfigFileError{Field: path, Problem: fmt.Sprintf(format, args...)}
-	e.Line, e.Column = d.pos(n)
-	return e
-}
-
-// pos returns the line and column of n (0, 0 for nil). A node of a JSON file holds its byte
-// offset (jsonNode): its position is computed here, for the one error that reports it, so
-// that parsing stays linear.
-func (d *fileDecoder) pos(n *yaml.Node) (line, column int) {
-	switch {
-	case n == nil:
-		return 0, 0
-	case n.Column < 0:
-		return position(d.data, n.Line)
-	}
-	return n.Line, n.Column
-}
-
-// decode reads data, JSON when isJSON or when it starts with '{', else YAML, into the
-// decoder's options and settings.
-func (d *fileDecoder) decode(data []byte, isJSON bool) error {
-	t := bytes.TrimSpace(data)
-	if len(t) == 0 {
-		return &ConfigFileError{Problem: "the file is empty"}
-	}
-	var root *yaml.Node
-	if isJSON || t[0] == '{' {
-		var err error
-		if root, err = jsonTree(data, maxConfigNodes); err != nil {
-			if fe := (*ConfigFileError)(nil); !isJSON && errors.As(err, &fe) {
-				fe.Problem += " (the file starts with '{', so it is read as JSON)"
-			}
-			return err
-		}
-	} else {
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		var doc yaml.Node
-		if err := dec.Decode(&doc); err != nil {
-			return yamlSyntaxError(data, err)
-		}
-		var extra yaml.Node
-		if err := dec.Decode(&extra); err == nil {
-			return d.errAt(&extra, "", "more than one YAML document")
-		} else if err != io.EOF {
-			return yamlSyntaxError(data, err)
-		}
-		if err := checkYAMLTree(&doc, maxConfigNodes); err != nil {
-			return err
-		}
-		root = &doc
-		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-			root = root.Content[0]
-		}
-	}
-	d.nodes = map[string]*yaml.Node{}
+// decode reads the file's root mapping into the decoder's options and settings.
+func (d *fileDecoder) decode(root *configfile.Node) error {
 	d.options = &grpcgcp.GCPMultiEndpointOptions{}
-	err := d.mapping(root, "", fieldDecoders{
-		"default": func(n *yaml.Node, p string) (err error) {
-			d.options.Default, err = d.str(n, p)
+	err := d.Mapping(root, "", configfile.Fields{
+		"default": func(n *configfile.Node, p string) (err error) {
+			d.options.Default, err = d.Str(n, p)
 			return err
 		},
 		"multiEndpoints": d.groups,
 		"endpoints":      d.endpointOptions,
-		"poolSize": func(n *yaml.Node, p string) error {
-			v, err := d.uint(n, p, 1, 1024)
+		"poolSize": func(n *configfile.Node, p string) error {
+			v, err := d.Uint(n, p, 1, 1024)
 			d.poolSize, d.poolSet = uint32(v), true
 			return err
 		},
-		"sessionAffinity": func(n *yaml.Node, p string) error {
-			v, err := d.boolean(n, p)
+		"sessionAffinity": func(n *configfile.Node, p string) error {
+			v, err := d.Bool(n, p)
 			d.affinity, d.affSet = v, true
 			return err
 		},
@@ -329,8 +249,8 @@ func (d *fileDecoder) decode(data []byte, isJSON bool) error {
 		return err
 	}
 	for _, req := range []string{"default", "multiEndpoints"} {
-		if d.nodes[req] == nil {
-			return d.errAt(root, req, "required field missing")
+		if d.Node(req) == nil {
+			return d.ErrAt(root, req, "required field missing")
 		}
 	}
 	if d.poolSet || d.affSet {
@@ -346,446 +266,38 @@ func (d *fileDecoder) decode(data []byte, isJSON bool) error {
 	return nil
 }
 
-// checkYAMLTree refuses a YAML tree with more than limit nodes once its aliases are
-// expanded: the decoders walk an alias's anchor again at each alias, so a few kilobytes of
-// nested aliases would otherwise expand to millions of values. An alias inside its own
-// anchor counts as too many. The size of each anchored node is computed once, so the check
-// is linear in the tree's own size. The error is placed at the node whose expansion crossed
-// the limit.
-func checkYAMLTree(root *yaml.Node, limit int) error {
-	c := yamlCounter{sizes: map[*yaml.Node]int{}, limit: limit}
-	if c.size(root) <= limit {
-		return nil
-	}
-	e := &ConfigFileError{Problem: fmt.Sprintf("more than %d values (mappings, lists, keys and scalars; aliases expanded): the limit of a configuration file", limit)}
-	if c.over != nil {
-		e.Line, e.Column = c.over.Line, c.over.Column
-	}
-	return e
-}
-
-type yamlCounter struct {
-	sizes map[*yaml.Node]int // anchored nodes' sizes; inProgress while being counted
-	limit int
-	over  *yaml.Node // the first node whose size took its parent over limit
-}
-
-const inProgress = -1
-
-// size returns the number of nodes of n with aliases expanded, or a number over the limit
-// as soon as it is known to be over.
-func (c *yamlCounter) size(n *yaml.Node) int {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
-	}
-	if n.Anchor != "" {
-		if s, ok := c.sizes[n]; ok {
-			if s == inProgress { // an alias inside its own anchor: endless
-				return c.limit + 1
-			}
-			return s
-		}
-		c.sizes[n] = inProgress
-	}
-	total := 1
-	for _, ch := range n.Content {
-		if total += c.size(ch); total > c.limit {
-			if c.over == nil {
-				c.over = ch
-			}
-			return total
-		}
-	}
-	if n.Anchor != "" {
-		c.sizes[n] = total
-	}
-	return total
-}
-
-// yamlSyntaxError turns the parser's error ("yaml: line 3: ...") into a *ConfigFileError.
-// When the parser stopped at a character that cannot start a token or at a tab, and a line
-// indented with a tab is the error's line or the next one (the parser's line can be the one
-// before), the error is that tab: YAML forbids tabs in indentation (YAML 1.2.2, section 6.1,
-// https://yaml.org/spec/1.2.2/#61-indentation-spaces), and the parser's words do not say so.
-func yamlSyntaxError(data []byte, err error) error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	e := &ConfigFileError{Problem: "not valid YAML: " + msg}
-	if rest, ok := strings.CutPrefix(msg, "line "); ok {
-		if i := strings.Index(rest, ":"); i > 0 {
-			if line, err := strconv.Atoi(rest[:i]); err == nil {
-				e.Line, e.Problem = line, "not valid YAML: "+strings.TrimSpace(rest[i+1:])
-			}
-		}
-	}
-	if e.Line > 0 && (strings.Contains(msg, "tab") || strings.Contains(msg, "cannot start any token")) {
-		if line, col := tabIndentation(data, e.Line, e.Line+1); line > 0 {
-			e.Line, e.Column = line, col
-			e.Problem = "not valid YAML: tabs are not allowed for indentation (indent with spaces)"
-		}
-	}
-	return e
-}
-
-// tabIndentation returns the line and column (1-based) of the first tab in the indentation
-// (the blanks that start a line) of lines from to to of data, or 0, 0.
-func tabIndentation(data []byte, from, to int) (line, column int) {
-	for i, l := range bytes.Split(data, []byte("\n")) {
-		if i+1 < from || i+1 > to {
-			continue
-		}
-		for j, c := range l {
-			if c == '\t' {
-				return i + 1, j + 1
-			}
-			if c != ' ' {
-				break
-			}
-		}
-	}
-	return 0, 0
-}
-
-// jsonTree parses data as JSON with encoding/json into the node tree that the field
-// decoders walk, each node with its tag as YAML's core schema would give it (!!str for a
-// string, !!int or !!float for a number, !!bool, !!null), so a quoted number stays a string,
-// and its byte offset in Line, with Column -1 (fileDecoder.pos turns it into a line and
-// column when an error needs it). Errors are *ConfigFileError with the line and column of the
-// syntax error, or of the value past limit nodes.
-func jsonTree(data []byte, limit int) (*yaml.Node, error) {
-	// Unmarshal checks the whole input's syntax first, trailing data included (into a
-	// RawMessage: a number too large for a float64 is valid JSON), and its
-	// *json.SyntaxError locates the mistake; the tree is then built from a valid input.
-	var raw json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return nil, jsonSyntaxError(data, err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	left := limit
-	n, err := jsonNode(dec, data, &left)
-	if fe := (*ConfigFileError)(nil); errors.As(err, &fe) {
-		return nil, err
-	}
-	if err != nil {
-		return nil, jsonSyntaxError(data, err)
-	}
-	return n, nil
-}
-
-// jsonNode reads one JSON value from dec, whose input is data, as a node; left counts the
-// nodes that may still be made.
-func jsonNode(dec *json.Decoder, data []byte, left *int) (*yaml.Node, error) {
-	start := int(dec.InputOffset())
-	for start < len(data) && strings.IndexByte(" \t\r\n,:", data[start]) >= 0 {
-		start++ // the separators before the token, which Token consumes with it
-	}
-	if *left <= 0 {
-		line, column := position(data, start)
-		return nil, &ConfigFileError{Line: line, Column: column,
-			Problem: "more than " + strconv.Itoa(maxConfigNodes) + " values (objects, arrays, keys and scalars): the limit of a configuration file"}
-	}
-	*left--
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	n := &yaml.Node{Kind: yaml.ScalarNode, Line: start, Column: -1}
-	switch t := tok.(type) {
-	case json.Delim:
-		n.Kind, n.Tag = yaml.SequenceNode, "!!seq"
-		if t == '{' {
-			n.Kind, n.Tag = yaml.MappingNode, "!!map"
-		}
-		for dec.More() {
-			c, err := jsonNode(dec, data, left) // a key (a string) then its value, in a mapping
-			if err != nil {
-				return nil, err
-			}
-			n.Content = append(n.Content, c)
-		}
-		if _, err := dec.Token(); err != nil { // the closing delimiter
-			return nil, err
-		}
-	case string:
-		n.Tag, n.Value, n.Style = "!!str", t, yaml.DoubleQuotedStyle
-	case json.Number:
-		n.Tag, n.Value = "!!int", t.String()
-		if strings.ContainsAny(n.Value, ".eE") {
-			n.Tag = "!!float"
-		}
-	case bool:
-		n.Tag, n.Value = "!!bool", strconv.FormatBool(t)
-	case nil:
-		n.Tag, n.Value = "!!null", "null"
-	}
-	return n, nil
-}
-
-// jsonSyntaxError turns an error of encoding/json into a *ConfigFileError with the line and
-// column of a *json.SyntaxError's offset.
-func jsonSyntaxError(data []byte, err error) error {
-	e := &ConfigFileError{Problem: "not valid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
-	if se := (*json.SyntaxError)(nil); errors.As(err, &se) {
-		// Offset counts the bytes read, the offending one included; at the end of the
-		// input, the mistake is the end.
-		off := int(se.Offset) - 1
-		if errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(se.Error(), "unexpected end of JSON input") {
-			off = len(data)
-		}
-		e.Line, e.Column = position(data, off)
-		if strings.Contains(se.Error(), "looking for beginning of") && lastNonBlank(data, int(se.Offset)-1) == ',' {
-			e.Problem += " (a comma before a closing bracket or brace: JSON allows no trailing comma)"
-		}
-	}
-	return e
-}
-
-// lastNonBlank returns the last byte of data before offset that is not white space, or 0.
-func lastNonBlank(data []byte, offset int) byte {
-	for i := min(offset, len(data)) - 1; i >= 0; i-- {
-		if c := data[i]; c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return c
-		}
-	}
-	return 0
-}
-
-// position returns the line and column (1-based; the column in characters) of data[offset].
-func position(data []byte, offset int) (line, column int) {
-	offset = max(0, min(offset, len(data)))
-	before := data[:offset]
-	lineStart := bytes.LastIndexByte(before, '\n') + 1
-	return bytes.Count(before, []byte("\n")) + 1, utf8.RuneCount(before[lineStart:]) + 1
-}
-
-// resolve follows an alias to its anchor.
-func resolve(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// mapping decodes a mapping node field by field: unknown and repeated keys are errors.
-func (d *fileDecoder) mapping(n *yaml.Node, path string, fields fieldDecoders) error {
-	n = resolve(n)
+func (d *fileDecoder) groups(n *configfile.Node, path string) error {
+	n = configfile.Resolve(n)
 	if n.Kind != yaml.MappingNode {
-		return d.errAt(n, path, "want a mapping (key: value), got %s", kindName(n))
-	}
-	seen := map[string]*yaml.Node{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			return d.errAt(k, path, "want a field name, got %s", kindName(k))
-		}
-		p := join(path, k.Value)
-		if prev := seen[k.Value]; prev != nil {
-			line, _ := d.pos(prev)
-			return d.errAt(k, p, "given twice (first at line %d)", line)
-		}
-		seen[k.Value] = k
-		dec, ok := fields[k.Value]
-		if !ok {
-			return d.errAt(k, p, "unknown field%s", suggest(k.Value, fields))
-		}
-		d.nodes[p] = k
-		if err := dec(v, p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// suggest returns " (did you mean X?)" for the known field X nearest to key (fewest edits,
-// ignoring case; a field that contains key or is contained in it counts as two edits away),
-// and the list of known fields too when even the nearest is more than a third of key's
-// length (at least 2 edits) away.
-func suggest(key string, fields fieldDecoders) string {
-	names := make([]string, 0, len(fields))
-	for f := range fields {
-		names = append(names, f)
-	}
-	if len(names) == 0 {
-		return ""
-	}
-	sort.Strings(names)
-	if len(key) > 64 { // no field name is that long; and editDistance is quadratic
-		return fmt.Sprintf(" (known fields: %s)", strings.Join(names, ", "))
-	}
-	best, bestD := "", -1
-	lk := strings.ToLower(key)
-	for _, f := range names {
-		lf := strings.ToLower(f)
-		dist := editDistance(lk, lf)
-		if min(len(lk), len(lf)) >= 4 && (strings.Contains(lf, lk) || strings.Contains(lk, lf)) {
-			dist = min(dist, 2)
-		}
-		if bestD < 0 || dist < bestD {
-			best, bestD = f, dist
-		}
-	}
-	if bestD <= max(2, len(key)/3) {
-		return fmt.Sprintf(" (did you mean %s?)", best)
-	}
-	return fmt.Sprintf(" (did you mean %s? known fields: %s)", best, strings.Join(names, ", "))
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "nothing (null)"
-		}
-		return q(n.Value)
-	}
-	return "nothing"
-}
-
-func (d *fileDecoder) scalar(n *yaml.Node, path, want string) (*yaml.Node, error) {
-	n = resolve(n)
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return nil, d.errAt(n, path, "want %s, got %s", want, kindName(n))
-	}
-	return n, nil
-}
-
-func (d *fileDecoder) str(n *yaml.Node, path string) (string, error) {
-	s, err := d.scalar(n, path, "a string")
-	if err != nil {
-		return "", err
-	}
-	if s.Tag != "!!str" {
-		return "", d.errAt(s, path, "want a string, got %s (quote it)", kindName(s))
-	}
-	return s.Value, nil
-}
-
-func (d *fileDecoder) boolean(n *yaml.Node, path string) (bool, error) {
-	s, err := d.scalar(n, path, "true or false")
-	if err != nil {
-		return false, err
-	}
-	switch {
-	case s.Tag != "!!bool" && (s.Value == "true" || s.Value == "false"):
-		return false, d.errAt(s, path, "want true or false, got the string %s (write it without quotes)", q(s.Value))
-	case s.Tag == "!!bool" && s.Value == "true":
-		return true, nil
-	case s.Tag == "!!bool" && s.Value == "false":
-		return false, nil
-	}
-	return false, d.errAt(s, path, "want true or false, got %s", q(s.Value))
-}
-
-// quotedNumber is the hint of an error about a number written as a string.
-func quotedNumber(s *yaml.Node) string {
-	if s.Tag != "!!str" {
-		return ""
-	}
-	if _, err := strconv.ParseFloat(s.Value, 64); err != nil {
-		return ""
-	}
-	return " (a string: write the number without quotes)"
-}
-
-func (d *fileDecoder) uint(n *yaml.Node, path string, lo, hi uint64) (uint64, error) {
-	s, err := d.scalar(n, path, "a whole number")
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseUint(s.Value, 10, 32)
-	if err != nil || v < lo || v > hi || s.Tag != "!!int" {
-		return 0, d.errAt(s, path, "want a whole number from %d to %d, got %s%s", lo, hi, q(s.Value), quotedNumber(s))
-	}
-	return v, nil
-}
-
-// duration reads a Go duration ("2s", "300ms", "1m30s"; "0" is zero). Negative values are
-// an error unless off is not empty: then the word off means -1.
-func (d *fileDecoder) duration(n *yaml.Node, path string, off string) (time.Duration, error) {
-	s, err := d.scalar(n, path, `a duration such as "2s"`)
-	if err != nil {
-		return 0, err
-	}
-	if off != "" && s.Value == "off" {
-		return -1, nil
-	}
-	v, err := time.ParseDuration(s.Value)
-	if err != nil {
-		return 0, d.errAt(s, path, "invalid duration %s (write e.g. 2s, 300ms, 1m30s)", q(s.Value))
-	}
-	if v < 0 {
-		if off != "" {
-			return 0, d.errAt(s, path, "negative duration %s (write off to %s)", q(s.Value), off)
-		}
-		return 0, d.errAt(s, path, "negative duration %s", q(s.Value))
-	}
-	return v, nil
-}
-
-func (d *fileDecoder) groups(n *yaml.Node, path string) error {
-	n = resolve(n)
-	if n.Kind != yaml.MappingNode {
-		return d.errAt(n, path, "want a mapping of group names to groups, got %s", kindName(n))
+		return d.ErrAt(n, path, "want a mapping of group names to groups, got %s", configfile.KindName(n))
 	}
 	if groups := len(n.Content) / 2; groups > maxGroups {
-		return d.errAt(n, path, "%d groups: at most %d are accepted", groups, maxGroups)
+		return d.ErrAt(n, path, "%d groups: at most %d are accepted", groups, maxGroups)
 	}
 	d.options.MultiEndpoints = map[string]*multiendpoint.MultiEndpointOptions{}
-	fields := fieldDecoders{}
+	fields := configfile.Fields{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		name := resolve(n.Content[i]).Value
-		fields[name] = func(v *yaml.Node, p string) error { return d.group(name, v, p) }
+		name := configfile.Resolve(n.Content[i]).Value
+		fields[name] = func(v *configfile.Node, p string) error { return d.group(name, v, p) }
 	}
-	return d.mapping(n, path, fields)
+	return d.Mapping(n, path, fields)
 }
 
-func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
+func (d *fileDecoder) group(name string, n *configfile.Node, path string) error {
 	g := &multiendpoint.MultiEndpointOptions{}
 	d.options.MultiEndpoints[name] = g
-	err := d.mapping(n, path, fieldDecoders{
-		"endpoints": func(n *yaml.Node, p string) error {
-			n = resolve(n)
+	err := d.Mapping(n, path, configfile.Fields{
+		"endpoints": func(n *configfile.Node, p string) error {
+			n = configfile.Resolve(n)
 			if n.Kind != yaml.SequenceNode {
-				return d.errAt(n, p, "want a list of endpoints, got %s", kindName(n))
+				return d.ErrAt(n, p, "want a list of endpoints, got %s", configfile.KindName(n))
 			}
 			if len(n.Content) > maxGroupEndpoints {
-				return d.errAt(n, p, "%d endpoints: a group has at most %d", len(n.Content), maxGroupEndpoints)
+				return d.ErrAt(n, p, "%d endpoints: a group has at most %d", len(n.Content), maxGroupEndpoints)
 			}
 			for i, e := range n.Content {
 				ep := fmt.Sprintf("%s[%d]", p, i)
-				s, err := d.str(e, ep)
+				s, err := d.Str(e, ep)
 				if err != nil {
 					return err
 				}
@@ -793,25 +305,25 @@ func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
 					d.endpoints = map[string]bool{}
 				}
 				if d.endpoints[s] = true; len(d.endpoints) > maxEndpoints {
-					return d.errAt(resolve(e), ep, "more than %d distinct endpoints in all groups together", maxEndpoints)
+					return d.ErrAt(configfile.Resolve(e), ep, "more than %d distinct endpoints in all groups together", maxEndpoints)
 				}
-				d.nodes[ep] = resolve(e)
+				d.SetNode(ep, configfile.Resolve(e))
 				g.Endpoints = append(g.Endpoints, s)
 			}
 			return nil
 		},
-		"recoveryTimeout": func(n *yaml.Node, p string) (err error) {
-			g.RecoveryTimeout, err = d.duration(n, p, "")
+		"recoveryTimeout": func(n *configfile.Node, p string) (err error) {
+			g.RecoveryTimeout, err = d.Duration(n, p, "")
 			return err
 		},
-		"switchingDelay": func(n *yaml.Node, p string) (err error) {
-			g.SwitchingDelay, err = d.duration(n, p, "")
+		"switchingDelay": func(n *configfile.Node, p string) (err error) {
+			g.SwitchingDelay, err = d.Duration(n, p, "")
 			return err
 		},
-		"directedReads": func(n *yaml.Node, p string) error { return d.directedReads(name, n, p) },
+		"directedReads": func(n *configfile.Node, p string) error { return d.directedReads(name, n, p) },
 	})
-	if err == nil && d.nodes[join(path, "endpoints")] == nil {
-		return d.errAt(resolve(n), join(path, "endpoints"), "required field missing")
+	if err == nil && d.Node(configfile.Join(path, "endpoints")) == nil {
+		return d.ErrAt(configfile.Resolve(n), configfile.Join(path, "endpoints"), "required field missing")
 	}
 	return err
 }
@@ -819,25 +331,25 @@ func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
 // directedReads reads a group's directedReads into Settings.DirectedReads (directedreads.go):
 // includeReplicas (with autoFailoverDisabled) or excludeReplicas, each a list of
 // {location, type} selections.
-func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) error {
+func (d *fileDecoder) directedReads(group string, n *configfile.Node, path string) error {
 	var include, exclude []*spannerpb.DirectedReadOptions_ReplicaSelection
 	var noFailover bool
-	selections := func(dst *[]*spannerpb.DirectedReadOptions_ReplicaSelection) func(*yaml.Node, string) error {
-		return func(n *yaml.Node, p string) error {
-			n = resolve(n)
+	selections := func(dst *[]*spannerpb.DirectedReadOptions_ReplicaSelection) func(*configfile.Node, string) error {
+		return func(n *configfile.Node, p string) error {
+			n = configfile.Resolve(n)
 			if n.Kind != yaml.SequenceNode {
-				return d.errAt(n, p, "want a list of replica selections ({location: us-west2, type: READ_ONLY}), got %s", kindName(n))
+				return d.ErrAt(n, p, "want a list of replica selections ({location: us-west2, type: READ_ONLY}), got %s", configfile.KindName(n))
 			}
 			*dst = []*spannerpb.DirectedReadOptions_ReplicaSelection{} // present, even if empty
 			for i, e := range n.Content {
 				sel := &spannerpb.DirectedReadOptions_ReplicaSelection{}
-				err := d.mapping(e, fmt.Sprintf("%s[%d]", p, i), fieldDecoders{
-					"location": func(n *yaml.Node, p string) (err error) {
-						sel.Location, err = d.str(n, p)
+				err := d.Mapping(e, fmt.Sprintf("%s[%d]", p, i), configfile.Fields{
+					"location": func(n *configfile.Node, p string) (err error) {
+						sel.Location, err = d.Str(n, p)
 						return err
 					},
-					"type": func(n *yaml.Node, p string) error {
-						v, err := d.str(n, p)
+					"type": func(n *configfile.Node, p string) error {
+						v, err := d.Str(n, p)
 						if err != nil {
 							return err
 						}
@@ -847,7 +359,7 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 						case "READ_WRITE":
 							sel.Type = spannerpb.DirectedReadOptions_ReplicaSelection_READ_WRITE
 						default:
-							return d.errAt(resolve(n), p, "want READ_ONLY or READ_WRITE, got %s", q(v))
+							return d.ErrAt(configfile.Resolve(n), p, "want READ_ONLY or READ_WRITE, got %s", configfile.Q(v))
 						}
 						return nil
 					},
@@ -860,11 +372,11 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 			return nil
 		}
 	}
-	err := d.mapping(n, path, fieldDecoders{
+	err := d.Mapping(n, path, configfile.Fields{
 		"includeReplicas": selections(&include),
 		"excludeReplicas": selections(&exclude),
-		"autoFailoverDisabled": func(n *yaml.Node, p string) (err error) {
-			noFailover, err = d.boolean(n, p)
+		"autoFailoverDisabled": func(n *configfile.Node, p string) (err error) {
+			noFailover, err = d.Bool(n, p)
 			return err
 		},
 	})
@@ -874,9 +386,9 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 	o := &spannerpb.DirectedReadOptions{}
 	switch {
 	case include != nil && exclude != nil:
-		return d.errAt(resolve(n), path, "give includeReplicas or excludeReplicas, not both")
-	case exclude != nil && d.nodes[join(path, "autoFailoverDisabled")] != nil:
-		return d.errAt(d.nodes[join(path, "autoFailoverDisabled")], join(path, "autoFailoverDisabled"),
+		return d.ErrAt(configfile.Resolve(n), path, "give includeReplicas or excludeReplicas, not both")
+	case exclude != nil && d.Node(configfile.Join(path, "autoFailoverDisabled")) != nil:
+		return d.ErrAt(d.Node(configfile.Join(path, "autoFailoverDisabled")), configfile.Join(path, "autoFailoverDisabled"),
 			"applies only to includeReplicas")
 	case include != nil:
 		o.Replicas = &spannerpb.DirectedReadOptions_IncludeReplicas_{IncludeReplicas: &spannerpb.DirectedReadOptions_IncludeReplicas{
@@ -886,7 +398,7 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 			ReplicaSelections: exclude}}
 	}
 	if problem := spannerreq.CheckDirectedReadOptions(o); problem != "" {
-		return d.errAt(resolve(n), path, "group %s: %s", q(group), problem)
+		return d.ErrAt(configfile.Resolve(n), path, "group %s: %s", configfile.Q(group), problem)
 	}
 	if d.settings.DirectedReads == nil {
 		d.settings.DirectedReads = map[string]*spannerpb.DirectedReadOptions{}
@@ -895,52 +407,52 @@ func (d *fileDecoder) directedReads(group string, n *yaml.Node, path string) err
 	return nil
 }
 
-func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
-	n = resolve(n)
+func (d *fileDecoder) endpointOptions(n *configfile.Node, path string) error {
+	n = configfile.Resolve(n)
 	if n.Kind != yaml.MappingNode {
-		return d.errAt(n, path, "want a mapping of endpoints to their options, got %s", kindName(n))
+		return d.ErrAt(n, path, "want a mapping of endpoints to their options, got %s", configfile.KindName(n))
 	}
 	if entries := len(n.Content) / 2; entries > maxEndpointOptions {
-		return d.errAt(n, path, "%d entries: at most %d are accepted", entries, maxEndpointOptions)
+		return d.ErrAt(n, path, "%d entries: at most %d are accepted", entries, maxEndpointOptions)
 	}
 	d.settings.EndpointOptions = map[string]EndpointOptions{}
 	type namedBy struct {
-		key        *yaml.Node // the endpoint's key in the file
+		key        *configfile.Node // the endpoint's key in the file
 		normalized string
 	}
 	named := map[string]namedBy{} // name -> the endpoint that has it
-	fields := fieldDecoders{}
+	fields := configfile.Fields{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := resolve(n.Content[i])
-		fields[key.Value] = func(v *yaml.Node, p string) error {
+		key := configfile.Resolve(n.Content[i])
+		fields[key.Value] = func(v *configfile.Node, p string) error {
 			// An endpoint that no group lists is accepted, as in Settings.EndpointOptions
 			// (parseEndpointOptions): its options apply once a group lists it, so an
 			// endpoint taken out of its groups keeps its options in the file.
 			ne, problem := normalizeEndpoint(key.Value)
 			if problem != "" {
-				return d.errAt(key, p, "%s", problem)
+				return d.ErrAt(key, p, "%s", problem)
 			}
 			var eo EndpointOptions
-			err := d.mapping(v, p, fieldDecoders{
-				"authority": func(n *yaml.Node, p string) (err error) {
-					if eo.Authority, err = d.str(n, p); err == nil {
+			err := d.Mapping(v, p, configfile.Fields{
+				"authority": func(n *configfile.Node, p string) (err error) {
+					if eo.Authority, err = d.Str(n, p); err == nil {
 						if problem := checkAuthority(eo.Authority); problem != "" {
-							err = d.errAt(resolve(n), p, "%s: %s", q(eo.Authority), problem)
+							err = d.ErrAt(configfile.Resolve(n), p, "%s: %s", configfile.Q(eo.Authority), problem)
 						}
 					}
 					return err
 				},
-				"name": func(n *yaml.Node, p string) (err error) {
-					if eo.Name, err = d.str(n, p); err != nil {
+				"name": func(n *configfile.Node, p string) (err error) {
+					if eo.Name, err = d.Str(n, p); err != nil {
 						return err
 					}
 					if problem := checkEndpointName(eo.Name); problem != "" {
-						return d.errAt(resolve(n), p, "%s: %s", q(eo.Name), problem)
+						return d.ErrAt(configfile.Resolve(n), p, "%s: %s", configfile.Q(eo.Name), problem)
 					}
 					if other, taken := named[eo.Name]; taken && other.normalized != ne {
-						line, _ := d.pos(other.key)
-						return d.errAt(resolve(n), p, "%s is also the name of endpoint %s (line %d); names must be unique",
-							q(eo.Name), bounded.Text(other.key.Value, maxQuoted), line)
+						line, _ := d.Pos(other.key)
+						return d.ErrAt(configfile.Resolve(n), p, "%s is also the name of endpoint %s (line %d); names must be unique",
+							configfile.Q(eo.Name), bounded.Text(other.key.Value, configfile.MaxQuoted), line)
 					}
 					named[eo.Name] = namedBy{key, ne}
 					return nil
@@ -950,66 +462,59 @@ func (d *fileDecoder) endpointOptions(n *yaml.Node, path string) error {
 			return err
 		}
 	}
-	return d.mapping(n, path, fields)
+	return d.Mapping(n, path, fields)
 }
 
-func (d *fileDecoder) settingsSection(n *yaml.Node, path string) error {
+func (d *fileDecoder) settingsSection(n *configfile.Node, path string) error {
 	s := &d.settings
-	dur := func(dst *time.Duration, off string) func(*yaml.Node, string) error {
-		return func(n *yaml.Node, p string) (err error) {
-			*dst, err = d.duration(n, p, off)
+	dur := func(dst *time.Duration, off string) func(*configfile.Node, string) error {
+		return func(n *configfile.Node, p string) (err error) {
+			*dst, err = d.Duration(n, p, off)
 			return err
 		}
 	}
-	return d.mapping(n, path, fieldDecoders{
+	return d.Mapping(n, path, configfile.Fields{
 		"reconnectMaxDelay": dur(&s.ReconnectMaxDelay, ""),
 		"minConnectTimeout": dur(&s.MinConnectTimeout, ""),
 		"keepaliveTime":     dur(&s.KeepaliveTime, "turn keepalive off"),
 		"keepaliveTimeout":  dur(&s.KeepaliveTimeout, ""),
-		"keepaliveWithoutCalls": func(n *yaml.Node, p string) (err error) {
-			s.KeepaliveWithoutCalls, err = d.boolean(n, p)
+		"keepaliveWithoutCalls": func(n *configfile.Node, p string) (err error) {
+			s.KeepaliveWithoutCalls, err = d.Bool(n, p)
 			return err
 		},
 		"drainTimeout": dur(&s.DrainTimeout, ""),
-		"switchingJitter": func(n *yaml.Node, p string) error {
-			sc, err := d.scalar(n, p, "a number from 0 to 1")
-			if err != nil {
-				return err
-			}
-			v, err := strconv.ParseFloat(sc.Value, 64)
-			if err != nil || !(v >= 0 && v <= 1) || (sc.Tag != "!!float" && sc.Tag != "!!int") {
-				return d.errAt(sc, p, "want a number from 0 to 1 (a fraction of SwitchingDelay), got %s%s", q(sc.Value), quotedNumber(sc))
-			}
-			s.SwitchingJitter = v
-			return nil
+		"switchingJitter": func(n *configfile.Node, p string) (err error) {
+			s.SwitchingJitter, err = d.Number(n, p, "a number from 0 to 1", " (a fraction of SwitchingDelay)",
+				func(v float64) bool { return v >= 0 && v <= 1 })
+			return err
 		},
-		"health": func(n *yaml.Node, p string) error { return d.healthSection(n, p) },
+		"health": func(n *configfile.Node, p string) error { return d.healthSection(n, p) },
 	})
 }
 
 // healthSection reads settings.health into Settings.Health (health.go).
-func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
+func (d *fileDecoder) healthSection(n *configfile.Node, path string) error {
 	h := &d.settings.Health
-	dur := func(dst *time.Duration) func(*yaml.Node, string) error {
-		return func(n *yaml.Node, p string) (err error) {
-			*dst, err = d.duration(n, p, "")
+	dur := func(dst *time.Duration) func(*configfile.Node, string) error {
+		return func(n *configfile.Node, p string) (err error) {
+			*dst, err = d.Duration(n, p, "")
 			return err
 		}
 	}
-	count := func(dst *int, hi uint64) func(*yaml.Node, string) error {
-		return func(n *yaml.Node, p string) error {
-			v, err := d.uint(n, p, 0, hi)
+	count := func(dst *int, hi uint64) func(*configfile.Node, string) error {
+		return func(n *configfile.Node, p string) error {
+			v, err := d.Uint(n, p, 0, hi)
 			*dst = int(v)
 			return err
 		}
 	}
-	flag := func(dst *bool) func(*yaml.Node, string) error {
-		return func(n *yaml.Node, p string) (err error) {
-			*dst, err = d.boolean(n, p)
+	flag := func(dst *bool) func(*configfile.Node, string) error {
+		return func(n *configfile.Node, p string) (err error) {
+			*dst, err = d.Bool(n, p)
 			return err
 		}
 	}
-	return d.mapping(n, path, fieldDecoders{
+	return d.Mapping(n, path, configfile.Fields{
 		"disabled":                   flag(&h.Disabled),
 		"interval":                   dur(&h.Interval),
 		"consecutiveFailures":        count(&h.ConsecutiveFailures, 1<<31-1),
@@ -1020,21 +525,14 @@ func (d *fileDecoder) healthSection(n *yaml.Node, path string) error {
 		"probeTimeout":               dur(&h.ProbeTimeout),
 		"probeInterval":              dur(&h.ProbeInterval),
 		"resourceExhaustedIsFailure": flag(&h.ResourceExhaustedIsFailure),
-		"brownout": func(n *yaml.Node, p string) error {
+		"brownout": func(n *configfile.Node, p string) error {
 			b := &h.Brownout
-			return d.mapping(n, p, fieldDecoders{
+			return d.Mapping(n, p, configfile.Fields{
 				"disabled": flag(&b.Disabled),
-				"ratio": func(n *yaml.Node, p string) error {
-					sc, err := d.scalar(n, p, "a number of at least 1")
-					if err != nil {
-						return err
-					}
-					v, err := strconv.ParseFloat(sc.Value, 64)
-					if err != nil || !(v >= 1 && !math.IsInf(v, 1)) || (sc.Tag != "!!float" && sc.Tag != "!!int") {
-						return d.errAt(sc, p, "want a number of at least 1 (how many times slower than the fallback), got %s%s", q(sc.Value), quotedNumber(sc))
-					}
-					b.Ratio = v
-					return nil
+				"ratio": func(n *configfile.Node, p string) (err error) {
+					b.Ratio, err = d.Number(n, p, "a number of at least 1", " (how many times slower than the fallback)",
+						func(v float64) bool { return v >= 1 && !math.IsInf(v, 1) })
+					return err
 				},
 				"margin":        dur(&b.Margin),
 				"window":        dur(&b.Window),
@@ -1071,12 +569,12 @@ func (d *fileDecoder) validate() (*parsedFile, error) {
 		path = "multiEndpoints"
 	case ce.Group != "" && ce.Index >= 0:
 		path = fmt.Sprintf("multiEndpoints.%s.endpoints[%d]", ce.Group, ce.Index)
-	case ce.Group != "" && d.nodes["multiEndpoints."+ce.Group] != nil:
+	case ce.Group != "" && d.Node("multiEndpoints."+ce.Group) != nil:
 		path = "multiEndpoints." + ce.Group
 	case ce.Endpoint != "":
 		path = "endpoints." + ce.Endpoint
 	}
 	fe := &ConfigFileError{Field: path, Problem: strings.TrimPrefix(ce.Error(), ErrInvalidConfig.Error()+": "), Err: ce}
-	fe.Line, fe.Column = d.pos(d.nodes[path])
+	fe.Line, fe.Column = d.Pos(d.Node(path))
 	return nil, fe
 }

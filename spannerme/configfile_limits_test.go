@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
 // Hostile configuration files: each is refused, quickly and in bounded memory
@@ -166,7 +168,7 @@ func checkBoundedError(t *testing.T, fe *ConfigFileError) {
 
 // ParseConfig has the size cap LoadConfig has.
 func TestParseConfigRefusesOversizedInput(t *testing.T) {
-	in := []byte(groupOfYAML(1) + "#" + strings.Repeat("x", maxConfigSize) + "\n")
+	in := []byte(groupOfYAML(1) + "#" + strings.Repeat("x", configfile.MaxSize) + "\n")
 	c, err := ParseConfig(in)
 	if c != nil || !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "larger than 1048576 bytes") {
 		t.Errorf("ParseConfig of %d bytes = %v, %v", len(in), c, err)

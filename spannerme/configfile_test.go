@@ -14,6 +14,8 @@ import (
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
 func TestParseConfigExamples(t *testing.T) {
@@ -160,7 +162,7 @@ func TestLoadConfigNamesFile(t *testing.T) {
 		t.Errorf("missing file: %v, want ErrNotExist", err)
 	}
 	big := filepath.Join(t.TempDir(), "big.yaml")
-	if err := os.WriteFile(big, make([]byte, maxConfigSize+1), 0o600); err != nil {
+	if err := os.WriteFile(big, make([]byte, configfile.MaxSize+1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := LoadConfig(big); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "larger than") {
