@@ -1,6 +1,6 @@
 // Package brownout decides, per group, which endpoints are degraded: far slower than the
-// best of the group's other available endpoints (DESIGN.md § "Endpoint health from call
-// outcomes", Brownout). It keeps no clock and no timer: the caller passes the time of every
+// best of the group's other available endpoints (docs/health.md,
+// "Brownout"). It keeps no clock and no timer: the caller passes the time of every
 // evaluation (one per latency sample), so "sustained for Window" is checked at the samples,
 // at most one sample interval late.
 //

@@ -59,8 +59,8 @@ type kindInfo struct {
 	// hard: while it holds, the endpoint is not healthy: calls through it cannot succeed.
 	hard bool
 	// silent: a hard fault that leaves the pool's connections READY, so connectivity alone
-	// never fails the group over; only outcome-based health (DESIGN.md, "Endpoint health from
-	// call outcomes") or, for a silent blackhole, HTTP/2 keepalive can.
+	// never fails the group over; only outcome-based health (docs/health.md) or, for a
+	// silent blackhole, HTTP/2 keepalive can.
 	silent bool
 	// heal is the kind that ends it (0 for instant kinds and heals).
 	heal Kind

@@ -52,7 +52,7 @@ func (o Outcome) String() string {
 // DEADLINE_EXCEEDED. overloadIsFailure makes RESOURCE_EXHAUSTED a Failure; otherwise it is a
 // Success (the backend answered).
 //
-// The classes (DESIGN.md § "Endpoint health from call outcomes"):
+// The classes of outcomes (docs/health.md tells what each does to an endpoint):
 //
 //   - nil: Success.
 //   - UNAVAILABLE that gRPC's transport made because the call's connection went away

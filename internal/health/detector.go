@@ -1,6 +1,6 @@
 // Package health decides, from call outcomes and probes, whether one endpoint is ejected: no
-// longer available for calls although its connections may be up (DESIGN.md § "Endpoint
-// health from call outcomes").
+// longer available for calls although its connections may be up (docs/health.md;
+// docs/design.md, "Health from call outcomes").
 //
 // The rules, in the terms of gRPC's outlier detection (gRFC A50) and Envoy's:
 //

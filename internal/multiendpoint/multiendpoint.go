@@ -2,7 +2,7 @@
 // ordered by priority, each endpoint's availability, and the one current endpoint that calls
 // use.
 //
-// The rules (DESIGN.md § "The state machine"):
+// The rules (docs/design.md tells how they fit with the rest):
 //
 //  1. A new endpoint starts Recovering when RecoveryTimeout > 0 (time to connect); an
 //     endpoint ready when it is added (Options.InitialState) starts Available. With

@@ -15,12 +15,12 @@ import (
 )
 
 // The property test drives random event sequences against the MultiEndpoint on a fake clock
-// and against refModel, a reference written from DESIGN.md § "The state machine" and the
-// package doc. The model keeps no timers: it keeps, per endpoint, the state, when it entered
+// and against refModel, a reference written from the rules of the package
+// doc. The model keeps no timers: it keeps, per endpoint, the state, when it entered
 // it, when its recovery clock started and when its switching delay started, plus the pending
 // switch's target and due time, and computes every deadline explicitly when time moves.
 //
-// Rule 2 as DESIGN.md states it: a drop during probation continues the clock of the first
+// Rule 2 as the package doc states it: a drop during probation continues the clock of the first
 // drop (a return never moves it), so an endpoint that had been Unavailable is Unavailable
 // again at once; only a drop after a whole probation starts a fresh clock. Rule 3: a switch
 // lands SwitchingDelay after its target's own last return to Available (at once if already

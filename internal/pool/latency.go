@@ -17,7 +17,7 @@ import (
 
 // LatencyOptions turns on a pool's latency probes: the same probe RPC, sent on every
 // endpoint every Interval, so that the latencies of a group's endpoints compare like for like
-// (brownout detection, DESIGN.md § "Endpoint health from call outcomes", Brownout).
+// (brownout detection, docs/health.md, "Brownout").
 type LatencyOptions struct {
 	// Interval is the time from the start of one latency probe to the start of the next (a
 	// probe that took longer than Interval is followed by the next at once); it must be
