@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"runtime/debug"
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
-	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,9 +15,6 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
-
-// emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
-const emulatorHostEnv = "SPANNER_EMULATOR_HOST"
 
 // NewMultiEndpointClient is NewMultiEndpointClientWithConfig with the Spanner client's
 // default configuration, as upstream's spanner.NewMultiEndpointClient.
@@ -177,53 +172,3 @@ func checkDatabase(database string) error {
 }
 
 var emulatorScheme = regexp.MustCompile(`^(http://|https://|passthrough:///)`)
-
-// userAgent is the Spanner client's user agent ("spanner-go/v1.96.1"), read from the build
-// information, followed by this package's name.
-func userAgent() string {
-	v := ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "cloud.google.com/go/spanner" {
-				v = "/" + d.Version
-			}
-		}
-	}
-	return "spanner-go" + v + " spannerme"
-}
-
-// NoAffinityConfig returns a GRPCgcpConfig without session affinity, with a fixed pool of
-// poolSize channels per endpoint (0: the default sizing rule, see DefaultPoolSize). No
-// affinity is what the client constructors use by default, since every call of the Spanner
-// client's one multiplexed session would be pinned to one channel; this function is
-// kept for code that passes it explicitly.
-func NoAffinityConfig(poolSize uint32) *pb.ApiConfig {
-	return &pb.ApiConfig{ChannelPool: &pb.ChannelPoolConfig{MaxSize: poolSize}}
-}
-
-// SessionAffinityConfig returns upstream's Spanner session affinity as a GRPCgcpConfig
-// (cloud.google.com/go/spanner v1.96.1, createGCPMultiEndpoint), with a fixed pool of
-// poolSize channels per endpoint (0: the default sizing rule): a session is bound to a
-// channel, round-robin, when it is created (CreateSession, BatchCreateSessions), and every
-// call of the session goes to that channel. It spreads a client that uses many regular
-// sessions; with the Spanner client's one multiplexed session it pins every call to one
-// channel, which is why it is not the default.
-func SessionAffinityConfig(poolSize uint32) *pb.ApiConfig {
-	method := func(cmd pb.AffinityConfig_Command, key string, names ...string) *pb.MethodConfig {
-		return &pb.MethodConfig{Name: names, Affinity: &pb.AffinityConfig{Command: cmd, AffinityKey: key}}
-	}
-	const svc = "/google.spanner.v1.Spanner/"
-	return &pb.ApiConfig{
-		ChannelPool: &pb.ChannelPoolConfig{MaxSize: poolSize, BindPickStrategy: pb.ChannelPoolConfig_ROUND_ROBIN},
-		Method: []*pb.MethodConfig{
-			method(pb.AffinityConfig_BIND, "name", svc+"CreateSession"),
-			method(pb.AffinityConfig_BIND, "session.name", svc+"BatchCreateSessions"),
-			method(pb.AffinityConfig_UNBIND, "name", svc+"DeleteSession"),
-			method(pb.AffinityConfig_BOUND, "name", svc+"GetSession"),
-			method(pb.AffinityConfig_BOUND, "session",
-				svc+"BeginTransaction", svc+"Commit", svc+"ExecuteBatchDml", svc+"ExecuteSql",
-				svc+"ExecuteStreamingSql", svc+"PartitionQuery", svc+"PartitionRead", svc+"Read",
-				svc+"Rollback", svc+"StreamingRead"),
-		},
-	}
-}

@@ -3,6 +3,7 @@ package spannerme
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // enumText gives an enum type E its text forms, from its names indexed by value: String's
@@ -32,4 +33,11 @@ func (t enumText[E]) Unmarshal(b []byte, v *E) error {
 		}
 	}
 	return fmt.Errorf("spannerme: unknown %s %q", t.what, b)
+}
+
+func parseDurationOrZero(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	return time.ParseDuration(s)
 }

@@ -4,17 +4,13 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
-	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // Attribute keys of the metrics and of the trace attributes.
@@ -333,35 +329,37 @@ func (c *attrCache) of(group, endpoint, name string) *callAttrs {
 	return a
 }
 
-// callBegin marks a call of group sent to pool p: the call's span, if it is recording,
-// gets the group and the endpoint (and its name, if it has one) as attributes, and the start
-// time is returned if the metrics record anything (zero otherwise: the call is not measured).
-func (o *observer) callBegin(ctx context.Context, p *pool.Pool, group string) time.Time {
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(attribute.String(AttrMultiEndpoint, group))
-		span.SetAttributes(endpointAttrs(p.Endpoint(), poolName(p))...)
+// metricsView returns what the observable metrics read; false after Close (and on a zero
+// value), when only the waiting calls are observed.
+func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
+	v := metricsView{waiting: gme.waiting.Load()}
+	if gme.zero() {
+		return v, false
 	}
-	m := o.metrics
-	if m.calls.Enabled(ctx) || m.duration.Enabled(ctx) {
-		return time.Now()
+	gme.mu.Lock()
+	if gme.closed {
+		gme.mu.Unlock()
+		return v, false
 	}
-	return time.Time{}
-}
-
-// callEnd records the end of a call that callBegin measured from start, with its error
-// (nil: OK), under the attribute sets a.
-func (o *observer) callEnd(ctx context.Context, a *callAttrs, start time.Time, err error) {
-	code := codes.OK
-	if err != nil {
-		code = status.Code(err)
-		if int(code) >= numCodes {
-			code = codes.Unknown
+	pools := gme.allPoolsLocked()
+	v.names = gme.namesLocked()
+	for p := range gme.retired {
+		if n := poolName(p); n != "" && gme.pools[p.Endpoint()] == nil {
+			v.names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
 		}
 	}
-	m := o.metrics
-	m.calls.Add(ctx, 1, a.add[code]...)
-	if code != codes.OK {
-		m.failures.Add(ctx, 1, a.add[code]...)
+	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
+	for _, me := range gme.groups {
+		groups = append(groups, me)
 	}
-	m.duration.Record(ctx, time.Since(start).Seconds(), a.record[code]...)
+	gme.mu.Unlock()
+	v.active = make(map[string]int64, len(pools))
+	for _, p := range pools {
+		v.active[p.Endpoint()] += p.InFlight()
+	}
+	for _, me := range groups {
+		v.groups = append(v.groups, me.Status())
+	}
+	v.degraded = gme.brown.degradedSet()
+	return v, true
 }

@@ -6,6 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -165,4 +170,45 @@ func (h *switchHistory) retain(keep func(group string) bool) {
 			delete(h.groups, g)
 		}
 	}
+}
+
+// callBegin marks a call of group sent to pool p: the call's span, if it is recording,
+// gets the group and the endpoint (and its name, if it has one) as attributes, and the start
+// time is returned if the metrics record anything (zero otherwise: the call is not measured).
+func (o *observer) callBegin(ctx context.Context, p *pool.Pool, group string) time.Time {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String(AttrMultiEndpoint, group))
+		span.SetAttributes(endpointAttrs(p.Endpoint(), poolName(p))...)
+	}
+	m := o.metrics
+	if m.calls.Enabled(ctx) || m.duration.Enabled(ctx) {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// callEnd records the end of a call that callBegin measured from start, with its error
+// (nil: OK), under the attribute sets a.
+func (o *observer) callEnd(ctx context.Context, a *callAttrs, start time.Time, err error) {
+	code := codes.OK
+	if err != nil {
+		code = status.Code(err)
+		if int(code) >= numCodes {
+			code = codes.Unknown
+		}
+	}
+	m := o.metrics
+	m.calls.Add(ctx, 1, a.add[code]...)
+	if code != codes.OK {
+		m.failures.Add(ctx, 1, a.add[code]...)
+	}
+	m.duration.Record(ctx, time.Since(start).Seconds(), a.record[code]...)
+}
+
+// poolName returns the name of p's endpoint, "" for none.
+func poolName(p *pool.Pool) string {
+	if e := eventsOf(p); e != nil {
+		return e.name()
+	}
+	return ""
 }

@@ -58,14 +58,6 @@ func eventsOf(p *pool.Pool) *poolEvents {
 	return e
 }
 
-// poolName returns the name of p's endpoint, "" for none.
-func poolName(p *pool.Pool) string {
-	if e := eventsOf(p); e != nil {
-		return e.name()
-	}
-	return ""
-}
-
 var _ pool.Observer = (*poolEvents)(nil)
 
 // Availability publishes p's availability to the groups and wakes the waiting calls: a

@@ -143,13 +143,6 @@ func (g *GroupStatus) UnmarshalJSON(b []byte) error {
 	return err
 }
 
-func parseDurationOrZero(s string) (time.Duration, error) {
-	if s == "" {
-		return 0, nil
-	}
-	return time.ParseDuration(s)
-}
-
 // EndpointStatus is one endpoint of a group, in a GroupStatus.
 type EndpointStatus struct {
 	// Endpoint is the endpoint as configured ("https://" forms normalized to host:port).
@@ -250,64 +243,6 @@ func endpointStateOf(s multiendpoint.State) EndpointState {
 		return Recovering
 	}
 	return Unavailable
-}
-
-// SwitchReason says why a group's current endpoint changed. It is written as its String form
-// in JSON and text. The zero value is no reason: no SwitchEvent carries it.
-type SwitchReason int
-
-// The switch reasons.
-const (
-	// Fallback: the current endpoint became unavailable and a lower-priority one took over.
-	Fallback SwitchReason = iota + 1
-	// Recovery: a higher-priority endpoint became available again and took over (after
-	// SwitchingDelay when the previous current endpoint was still available).
-	Recovery
-	// Reconfiguration: UpdateMultiEndpoints (or a watched file's reload) changed the group's
-	// endpoints or durations, or SetGroupTimeouts its durations.
-	Reconfiguration
-)
-
-var switchReasonText = enumText[SwitchReason]{typ: "SwitchReason", what: "switch reason",
-	names: []string{Fallback: "fallback", Recovery: "recovery", Reconfiguration: "reconfiguration"}}
-
-// String returns "fallback", "recovery" or "reconfiguration".
-func (r SwitchReason) String() string { return switchReasonText.String(r) }
-
-// MarshalText returns String's result.
-func (r SwitchReason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
-
-// UnmarshalText reads what MarshalText writes.
-func (r *SwitchReason) UnmarshalText(b []byte) error { return switchReasonText.Unmarshal(b, r) }
-
-// switchReasonOf maps the state machine's reasons to the public ones.
-func switchReasonOf(r multiendpoint.Reason) SwitchReason {
-	switch r {
-	case multiendpoint.Fallback:
-		return Fallback
-	case multiendpoint.Recovery:
-		return Recovery
-	}
-	return Reconfiguration
-}
-
-// SwitchEvent reports one change of a group's current endpoint, to Settings.OnSwitch and in
-// GroupStatus.Switches.
-type SwitchEvent struct {
-	// Name is the group's (MultiEndpoint's) name.
-	Name string `json:"name"`
-	// From is the endpoint that was current; To is the new current endpoint.
-	From string `json:"from"`
-	To   string `json:"to"`
-	// Reason says why the current endpoint changed.
-	Reason SwitchReason `json:"reason"`
-	// At is when the change took effect.
-	At time.Time `json:"at"`
-}
-
-// switchEventOf converts a state machine's event.
-func switchEventOf(ev multiendpoint.Event) SwitchEvent {
-	return SwitchEvent{Name: ev.Name, From: ev.From, To: ev.To, Reason: switchReasonOf(ev.Reason), At: ev.At}
 }
 
 // groupStatusOf converts a state machine's status.
@@ -429,41 +364,6 @@ func poolStatusOf(s pool.Status) PoolStatus {
 	return ps
 }
 
-// metricsView returns what the observable metrics read; false after Close (and on a zero
-// value), when only the waiting calls are observed.
-func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
-	v := metricsView{waiting: gme.waiting.Load()}
-	if gme.zero() {
-		return v, false
-	}
-	gme.mu.Lock()
-	if gme.closed {
-		gme.mu.Unlock()
-		return v, false
-	}
-	pools := gme.allPoolsLocked()
-	v.names = gme.namesLocked()
-	for p := range gme.retired {
-		if n := poolName(p); n != "" && gme.pools[p.Endpoint()] == nil {
-			v.names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
-		}
-	}
-	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
-	for _, me := range gme.groups {
-		groups = append(groups, me)
-	}
-	gme.mu.Unlock()
-	v.active = make(map[string]int64, len(pools))
-	for _, p := range pools {
-		v.active[p.Endpoint()] += p.InFlight()
-	}
-	for _, me := range groups {
-		v.groups = append(v.groups, me.Status())
-	}
-	v.degraded = gme.brown.degradedSet()
-	return v, true
-}
-
 // namesLocked returns the names of the configured endpoints that have one, by endpoint.
 // gme.mu must be held.
 func (gme *GCPMultiEndpoint) namesLocked() map[string]string {
@@ -487,4 +387,43 @@ func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool.Pool {
 		pools = append(pools, p)
 	}
 	return pools
+}
+
+// ConfigStatus is the status of a configuration file that a ConfigWatcher applies
+// (ConfigWatcher.Status, and Status.Config of its GCPMultiEndpoint).
+type ConfigStatus struct {
+	// Path is the watched file, as given to WatchConfig.
+	Path string `json:"path"`
+	// Hash is the hex SHA-256 (FileConfig.Hash) of the configuration in force, and AppliedAt
+	// when it was applied.
+	Hash      string    `json:"hash"`
+	AppliedAt time.Time `json:"appliedAt"`
+	// Applied counts the configurations applied, the first (by WatchConfig) included.
+	Applied int64 `json:"applied"`
+	// LastError is the error of the last reload: nil when it applied the file or found the
+	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
+	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
+	// Its text holds at most 1024 bytes (what is cut ends with "…[cut: N bytes in all]").
+	LastError error `json:"-"`
+	// LastErrorAt is when LastError last happened (a file that stays bad fails again at each
+	// re-read, without being parsed again, and is logged only the first time); zero when
+	// there was none yet.
+	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
+	// RestartNeeded lists what the configuration in force asks for but a running
+	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
+	// "sessionAffinity", and "endpoints.<endpoint>" for an endpoint whose pool was dialed
+	// with other EndpointOptions. They take effect when the GCPMultiEndpoint is created
+	// again (an endpoint's options also when it is removed and added again). A key the file
+	// leaves out asks for its default: dropping poolSize or sessionAffinity lists it too.
+	// Empty when none.
+	RestartNeeded []string `json:"restartNeeded,omitempty"`
+}
+
+func (s *ConfigStatus) clone() *ConfigStatus {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.RestartNeeded = append([]string(nil), s.RestartNeeded...)
+	return &c
 }

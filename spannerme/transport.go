@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -328,4 +329,21 @@ func dialsPlaintext(opts []option.ClientOption) bool {
 	first := make([]byte, len(httpPreface))
 	_, err = io.ReadFull(server, first)
 	return err == nil && string(first) == httpPreface
+}
+
+// emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
+const emulatorHostEnv = "SPANNER_EMULATOR_HOST"
+
+// userAgent is the Spanner client's user agent ("spanner-go/v1.96.1"), read from the build
+// information, followed by this package's name.
+func userAgent() string {
+	v := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "cloud.google.com/go/spanner" {
+				v = "/" + d.Version
+			}
+		}
+	}
+	return "spanner-go" + v + " spannerme"
 }

@@ -88,15 +88,6 @@ func (gme *GCPMultiEndpoint) SetGroupTimeouts(group string, recoveryTimeout, swi
 	return fromStateMachine(me.SetTimeouts(recoveryTimeout, switchingDelay))
 }
 
-// durationRule says what a kept group's zero RecoveryTimeout or SwitchingDelay in a new
-// configuration means.
-type durationRule bool
-
-const (
-	keepUnsetDurations durationRule = true  // zero keeps the group's value (UpdateMultiEndpoints)
-	durationsAsWritten durationRule = false // zero is zero (a configuration file's reload)
-)
-
 // durationsFor returns the durations group g of a new configuration gives its kept state
 // machine me under rule.
 func durationsFor(g groupConfig, me *multiendpoint.MultiEndpoint, rule durationRule) (recoveryTimeout, switchingDelay time.Duration) {
@@ -264,17 +255,6 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	return nil
 }
 
-// publish asks for the verdicts of every group of the current snapshot after a change of
-// p's inputs (connectivity, ejection, brownout), if p is still the pool serving its endpoint
-// (verdicts.go).
-func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
-	s := gme.snap.Load()
-	if s == nil || s.pools[p.Endpoint()] != p {
-		return // closed, or a retired pool: its news concern nobody
-	}
-	gme.evaluateAll()
-}
-
 // onSwitch receives every group's switch events, synchronously: waiting calls pick again,
 // the observer counts and remembers the event, and it is queued for the logger and
 // Settings.OnSwitch, with the names of its endpoints as they are now.
@@ -422,15 +402,4 @@ func initialState(p *pool.Pool) multiendpoint.State {
 		return multiendpoint.Unavailable
 	}
 	return multiendpoint.Recovering
-}
-
-// sampleBrownouts evaluates the brownout rule at a latency sample or an availability change
-// of p (brownouts.sample) and, when an endpoint's degraded state changed, every group's
-// verdicts. Called on a pool's goroutines with no lock held.
-func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
-	s := gme.snap.Load()
-	if changes := gme.brown.sample(s, p, gme.pl.clock, gme.obs.brownout); len(changes) > 0 {
-		gme.evaluateAll()
-		gme.changed.signal()
-	}
 }

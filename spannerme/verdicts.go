@@ -148,3 +148,25 @@ func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool, c health.Class) {
 		}
 	}
 }
+
+// publish asks for the verdicts of every group of the current snapshot after a change of
+// p's inputs (connectivity, ejection, brownout), if p is still the pool serving its endpoint
+// (verdicts.go).
+func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
+	s := gme.snap.Load()
+	if s == nil || s.pools[p.Endpoint()] != p {
+		return // closed, or a retired pool: its news concern nobody
+	}
+	gme.evaluateAll()
+}
+
+// sampleBrownouts evaluates the brownout rule at a latency sample or an availability change
+// of p (brownouts.sample) and, when an endpoint's degraded state changed, every group's
+// verdicts. Called on a pool's goroutines with no lock held.
+func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
+	s := gme.snap.Load()
+	if changes := gme.brown.sample(s, p, gme.pl.clock, gme.obs.brownout); len(changes) > 0 {
+		gme.evaluateAll()
+		gme.changed.signal()
+	}
+}
