@@ -423,3 +423,28 @@ func (gme *GCPMultiEndpoint) Close() error {
 	gme.obs.close()
 	return errors.Join(errs...)
 }
+
+// namesLocked returns the names of the configured endpoints that have one, by endpoint.
+// gme.mu must be held.
+func (gme *GCPMultiEndpoint) namesLocked() map[string]string {
+	names := make(map[string]string)
+	for e, p := range gme.pools {
+		if n := poolName(p); n != "" {
+			names[e] = n
+		}
+	}
+	return names
+}
+
+// allPoolsLocked returns the pools of the configured endpoints and the retired ones still
+// draining. gme.mu must be held.
+func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool.Pool {
+	pools := make([]*pool.Pool, 0, len(gme.pools)+len(gme.retired))
+	for _, p := range gme.pools {
+		pools = append(pools, p)
+	}
+	for p := range gme.retired {
+		pools = append(pools, p)
+	}
+	return pools
+}

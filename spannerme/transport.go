@@ -301,8 +301,8 @@ func withoutAuthentication(opts []option.ClientOption) bool {
 // section 3.4); on a TLS connection it writes a ClientHello first.
 const httpPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-// probeTimeout bounds dialsPlaintext's wait for the first bytes of its in-memory connection.
-const probeTimeout = 5 * time.Second
+// plaintextProbeTimeout bounds dialsPlaintext's wait for the first bytes of its in-memory connection.
+const plaintextProbeTimeout = 5 * time.Second
 
 // dialsPlaintext reports whether a pool dialed with opts speaks plaintext: it dials one
 // connection with them (without credentials, so nothing is looked up or sent) over an
@@ -316,7 +316,7 @@ func dialsPlaintext(opts []option.ClientOption) bool {
 	all = append(all, internaloption.SkipDialSettingsValidation(), option.WithoutAuthentication(),
 		option.WithGRPCDialOption(grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return client, nil })),
 		option.WithEndpoint("passthrough:///spannerme-transport-probe"), option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil))
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), plaintextProbeTimeout)
 	defer cancel()
 	cc, err := gtransport.Dial(ctx, all...)
 	if err != nil {
@@ -325,7 +325,7 @@ func dialsPlaintext(opts []option.ClientOption) bool {
 	}
 	defer cc.Close()
 	cc.Connect()
-	_ = server.SetReadDeadline(time.Now().Add(probeTimeout))
+	_ = server.SetReadDeadline(time.Now().Add(plaintextProbeTimeout))
 	first := make([]byte, len(httpPreface))
 	_, err = io.ReadFull(server, first)
 	return err == nil && string(first) == httpPreface
