@@ -44,7 +44,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	if dro := dr[me.Name()]; dro != nil {
 		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
-	start := gme.obs.callBegin(ctx, p, me.Name())
+	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
 	if err == nil {
 		gme.roTxns.NoteBegin(method, args, reply)

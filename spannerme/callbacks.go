@@ -5,6 +5,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/textform"
 )
 
 // SwitchReason says why a group's current endpoint changed. It is written as its String form
@@ -23,8 +24,8 @@ const (
 	Reconfiguration
 )
 
-var switchReasonText = enumText[SwitchReason]{typ: "SwitchReason", what: "switch reason",
-	names: []string{Fallback: "fallback", Recovery: "recovery", Reconfiguration: "reconfiguration"}}
+var switchReasonText = textform.Enum[SwitchReason]{Type: "SwitchReason", What: "switch reason",
+	Names: []string{Fallback: "fallback", Recovery: "recovery", Reconfiguration: "reconfiguration"}}
 
 // String returns "fallback", "recovery" or "reconfiguration".
 func (r SwitchReason) String() string { return switchReasonText.String(r) }
@@ -84,8 +85,8 @@ const (
 	ReasonProbeFailed = EjectionReason(health.ProbeFailed)
 )
 
-var ejectionReasonText = enumText[EjectionReason]{typ: "EjectionReason", what: "ejection reason", emptyIsZero: true,
-	names: []string{0: "", ReasonConsecutiveFailures: health.ConsecutiveFailures.String(),
+var ejectionReasonText = textform.Enum[EjectionReason]{Type: "EjectionReason", What: "ejection reason", EmptyIsZero: true,
+	Names: []string{0: "", ReasonConsecutiveFailures: health.ConsecutiveFailures.String(),
 		ReasonFailurePercentage: health.FailurePercentage.String(), ReasonTimeouts: health.Timeouts.String(),
 		ReasonProbeFailed: health.ProbeFailed.String()}}
 
@@ -108,8 +109,8 @@ const (
 	EndpointReadmitted = HealthEventKind(health.Readmitted)
 )
 
-var healthEventKindText = enumText[HealthEventKind]{typ: "HealthEventKind", what: "health event kind",
-	names: []string{EndpointEjected: health.Ejected.String(), EndpointReadmitted: health.Readmitted.String()}}
+var healthEventKindText = textform.Enum[HealthEventKind]{Type: "HealthEventKind", What: "health event kind",
+	Names: []string{EndpointEjected: health.Ejected.String(), EndpointReadmitted: health.Readmitted.String()}}
 
 // String returns "ejected" or "readmitted".
 func (k HealthEventKind) String() string { return healthEventKindText.String(k) }

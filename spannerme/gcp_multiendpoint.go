@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -54,9 +55,9 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	pl        plumbing
 	log       *slog.Logger
-	obs       *observer  // logs of transitions, metrics, switch history
-	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
-	verdicts  verdicts   // each group's verdicts: which endpoints it may use, and why
+	obs       *observer        // logs of transitions, metrics, switch history
+	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
+	verdicts  verdicts         // each group's verdicts: which endpoints it may use, and why
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -303,7 +304,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
-		brown:        newBrownouts(settings.Health, pl.latency),
+		brown:        brownout.NewGroups(settings.Health.brownoutOn(), settings.Health.Brownout.rule()),
 
 		lazyStreams: lazyStreams,
 	}

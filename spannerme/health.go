@@ -12,6 +12,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/textform"
 )
 
 // HealthSettings tunes endpoint health from call outcomes (docs/health.md): an
@@ -311,7 +312,7 @@ func (p *ProbeStatus) UnmarshalJSON(b []byte) error {
 	}
 	*p = ProbeStatus(j.probeStatusAlias)
 	var err error
-	p.Latency, err = parseDurationOrZero(j.Latency)
+	p.Latency, err = textform.ParseDuration(j.Latency)
 	return err
 }
 
@@ -369,4 +370,56 @@ type healthFields struct {
 func (h HealthSettings) comparable() healthFields {
 	return healthFields{disabled: h.Disabled, overload: h.ResourceExhaustedIsFailure, cfg: h.detectorConfig(), probeTimeout: h.ProbeTimeout,
 		brownout: h.Brownout}
+}
+
+// BrownoutStatus is an endpoint's brownout state in one group (BrownoutSettings), in an
+// EndpointStatus. In JSON the latencies are Go duration strings such as "402ms".
+type BrownoutStatus struct {
+	// Degraded reports that the endpoint is far slower than its fallback: it is not
+	// available to this group (its State says Recovering or Unavailable).
+	Degraded bool `json:"degraded"`
+	// Since is when Degraded last changed; zero if it never has.
+	Since time.Time `json:"since,omitzero"`
+	// Latency is the endpoint's latency at the last evaluation: the median of its last
+	// three latency probes; zero while unknown.
+	Latency time.Duration `json:"-"`
+	// Fallback is the endpoint it was compared with (the fastest other available endpoint
+	// of the group), "" when none; FallbackLatency is that endpoint's latency.
+	Fallback        string        `json:"fallback,omitempty"`
+	FallbackLatency time.Duration `json:"-"`
+}
+
+type brownoutStatusAlias BrownoutStatus
+
+type brownoutStatusJSON struct {
+	brownoutStatusAlias
+	Latency         string `json:"latency,omitempty"`
+	FallbackLatency string `json:"fallbackLatency,omitempty"`
+}
+
+// MarshalJSON writes the latencies as Go duration strings, omitted when zero.
+func (b BrownoutStatus) MarshalJSON() ([]byte, error) {
+	j := brownoutStatusJSON{brownoutStatusAlias: brownoutStatusAlias(b)}
+	if b.Latency != 0 {
+		j.Latency = b.Latency.String()
+	}
+	if b.FallbackLatency != 0 {
+		j.FallbackLatency = b.FallbackLatency.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (b *BrownoutStatus) UnmarshalJSON(data []byte) error {
+	var j brownoutStatusJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*b = BrownoutStatus(j.brownoutStatusAlias)
+	var err error
+	if b.Latency, err = textform.ParseDuration(j.Latency); err != nil {
+		return err
+	}
+	b.FallbackLatency, err = textform.ParseDuration(j.FallbackLatency)
+	return err
 }

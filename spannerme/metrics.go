@@ -360,6 +360,6 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	for _, me := range groups {
 		v.groups = append(v.groups, me.Status())
 	}
-	v.degraded = gme.brown.degradedSet()
+	v.degraded = gme.brown.DegradedSet()
 	return v, true
 }

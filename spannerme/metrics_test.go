@@ -300,7 +300,7 @@ func TestCallMeasurementDoesNotAllocate(t *testing.T) {
 			p, me := snap.pools["127.0.0.1:1"], snap.def
 			ctx := context.Background()
 			measure := func() {
-				start := gme.obs.callBegin(ctx, p, me.Name())
+				start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 				p.EndCall(ctx, me.Name(), start, nil)
 			}
 			measure() // builds the attribute sets

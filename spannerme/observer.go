@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -172,13 +173,14 @@ func (h *switchHistory) retain(keep func(group string) bool) {
 	}
 }
 
-// callBegin marks a call of group sent to pool p: the call's span, if it is recording,
-// gets the group and the endpoint (and its name, if it has one) as attributes, and the start
+// callBegin marks a call of group sent to endpoint, named name ("" for none): the call's
+// span, if it is recording, gets the group and the endpoint (and its name, if it has one) as
+// attributes, and the start
 // time is returned if the metrics record anything (zero otherwise: the call is not measured).
-func (o *observer) callBegin(ctx context.Context, p *pool.Pool, group string) time.Time {
+func (o *observer) callBegin(ctx context.Context, endpoint, name, group string) time.Time {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String(AttrMultiEndpoint, group))
-		span.SetAttributes(endpointAttrs(p.Endpoint(), poolName(p))...)
+		span.SetAttributes(endpointAttrs(endpoint, name)...)
 	}
 	m := o.metrics
 	if m.calls.Enabled(ctx) || m.duration.Enabled(ctx) {
@@ -205,10 +207,15 @@ func (o *observer) callEnd(ctx context.Context, a *callAttrs, start time.Time, e
 	m.duration.Record(ctx, time.Since(start).Seconds(), a.record[code]...)
 }
 
-// poolName returns the name of p's endpoint, "" for none.
-func poolName(p *pool.Pool) string {
-	if e := eventsOf(p); e != nil {
-		return e.name()
+// brownout logs one change of an endpoint's degraded state in a group: WARN when it becomes
+// degraded, INFO when it is no longer. It queues the line and never blocks.
+func (o *observer) brownout(c brownout.Change) {
+	v := c.Verdict
+	args := []any{"multiendpoint", c.Group, "endpoint", v.Endpoint, "latency", v.Latency.Round(time.Millisecond),
+		"fallback", v.Fallback, "fallback_latency", v.FallbackLatency.Round(time.Millisecond)}
+	if v.Degraded {
+		o.log(slog.LevelWarn, c.At, "spannerme: endpoint degraded (brownout): far slower than its fallback", args...)
+		return
 	}
-	return ""
+	o.log(slog.LevelInfo, c.At, "spannerme: endpoint no longer degraded (brownout)", args...)
 }

@@ -112,3 +112,11 @@ func (e *poolEvents) CallEnd(ctx context.Context, group string, start time.Time,
 	l := e.label.Load()
 	e.gme.obs.callEnd(ctx, l.attrs.of(group, e.endpoint, l.name), start, err)
 }
+
+// poolName returns the name of p's endpoint, "" for none.
+func poolName(p *pool.Pool) string {
+	if e := eventsOf(p); e != nil {
+		return e.name()
+	}
+	return ""
+}

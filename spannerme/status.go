@@ -2,7 +2,6 @@ package spannerme
 
 import (
 	"encoding/json"
-	"errors"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/textform"
 )
 
 // Status is a point-in-time view of a GCPMultiEndpoint, made by GCPMultiEndpoint.Status. It
@@ -51,37 +51,6 @@ type Status struct {
 	// applied (it stays after the watcher's Close); nil when no ConfigWatcher was started for
 	// this GCPMultiEndpoint. In JSON its LastError is the error's text.
 	Config *ConfigStatus `json:"config,omitempty"`
-}
-
-// MarshalJSON writes a ConfigStatus with its LastError as text (omitted when none).
-func (s ConfigStatus) MarshalJSON() ([]byte, error) {
-	type alias ConfigStatus
-	j := struct {
-		alias
-		LastError string `json:"lastError,omitempty"`
-	}{alias: alias(s)}
-	if s.LastError != nil {
-		j.LastError = s.LastError.Error()
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON reads what MarshalJSON writes; LastError becomes an error with the text
-// written.
-func (s *ConfigStatus) UnmarshalJSON(b []byte) error {
-	type alias ConfigStatus
-	var j struct {
-		alias
-		LastError string `json:"lastError,omitempty"`
-	}
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*s = ConfigStatus(j.alias)
-	if j.LastError != "" {
-		s.LastError = errors.New(j.LastError)
-	}
-	return nil
 }
 
 // GroupStatus is one group (MultiEndpoint) in a Status.
@@ -136,10 +105,10 @@ func (g *GroupStatus) UnmarshalJSON(b []byte) error {
 	}
 	*g = GroupStatus(j.groupStatusAlias)
 	var err error
-	if g.RecoveryTimeout, err = parseDurationOrZero(j.RecoveryTimeout); err != nil {
+	if g.RecoveryTimeout, err = textform.ParseDuration(j.RecoveryTimeout); err != nil {
 		return err
 	}
-	g.SwitchingDelay, err = parseDurationOrZero(j.SwitchingDelay)
+	g.SwitchingDelay, err = textform.ParseDuration(j.SwitchingDelay)
 	return err
 }
 
@@ -222,8 +191,8 @@ const (
 	Recovering
 )
 
-var endpointStateText = enumText[EndpointState]{typ: "EndpointState", what: "endpoint state",
-	names: []string{Unavailable: "Unavailable", Available: "Available", Recovering: "Recovering"}}
+var endpointStateText = textform.Enum[EndpointState]{Type: "EndpointState", What: "endpoint state",
+	Names: []string{Unavailable: "Unavailable", Available: "Available", Recovering: "Recovering"}}
 
 // String returns "Unavailable", "Available" or "Recovering".
 func (s EndpointState) String() string { return endpointStateText.String(s) }
@@ -348,10 +317,17 @@ func (gme *GCPMultiEndpoint) Status() Status {
 // brownoutStatus returns endpoint's brownout status in group; nil when off (or for a zero
 // value).
 func (gme *GCPMultiEndpoint) brownoutStatus(group, endpoint string) *BrownoutStatus {
-	if gme.zero() {
+	if gme.zero() || !gme.brown.On() {
 		return nil
 	}
-	return gme.brown.statusOf(group, endpoint)
+	st := &BrownoutStatus{}
+	if v, ok := gme.brown.StatusOf(group, endpoint); ok {
+		st.Degraded, st.Since, st.Fallback, st.FallbackLatency = v.Degraded, v.Since, v.Fallback, v.FallbackLatency
+		if v.Known {
+			st.Latency = v.Latency
+		}
+	}
+	return st
 }
 
 // poolStatusOf converts a pool's status.
@@ -362,43 +338,4 @@ func poolStatusOf(s pool.Status) PoolStatus {
 		ps.LastError = &ConnError{Kind: ConnErrorKind(e.Kind), Message: e.Message, At: e.At}
 	}
 	return ps
-}
-
-// ConfigStatus is the status of a configuration file that a ConfigWatcher applies
-// (ConfigWatcher.Status, and Status.Config of its GCPMultiEndpoint).
-type ConfigStatus struct {
-	// Path is the watched file, as given to WatchConfig.
-	Path string `json:"path"`
-	// Hash is the hex SHA-256 (FileConfig.Hash) of the configuration in force, and AppliedAt
-	// when it was applied.
-	Hash      string    `json:"hash"`
-	AppliedAt time.Time `json:"appliedAt"`
-	// Applied counts the configurations applied, the first (by WatchConfig) included.
-	Applied int64 `json:"applied"`
-	// LastError is the error of the last reload: nil when it applied the file or found the
-	// configuration in force unchanged. A *ConfigFileError for a bad edit (errors.As), a read
-	// error, or an error of UpdateMultiEndpoints. The previous configuration stays in force.
-	// Its text holds at most 1024 bytes (what is cut ends with "…[cut: N bytes in all]").
-	LastError error `json:"-"`
-	// LastErrorAt is when LastError last happened (a file that stays bad fails again at each
-	// re-read, without being parsed again, and is logged only the first time); zero when
-	// there was none yet.
-	LastErrorAt time.Time `json:"lastErrorAt,omitzero"`
-	// RestartNeeded lists what the configuration in force asks for but a running
-	// GCPMultiEndpoint cannot change, sorted: "settings.<field>" for a setting, "poolSize",
-	// "sessionAffinity", and "endpoints.<endpoint>" for an endpoint whose pool was dialed
-	// with other EndpointOptions. They take effect when the GCPMultiEndpoint is created
-	// again (an endpoint's options also when it is removed and added again). A key the file
-	// leaves out asks for its default: dropping poolSize or sessionAffinity lists it too.
-	// Empty when none.
-	RestartNeeded []string `json:"restartNeeded,omitempty"`
-}
-
-func (s *ConfigStatus) clone() *ConfigStatus {
-	if s == nil {
-		return nil
-	}
-	c := *s
-	c.RestartNeeded = append([]string(nil), s.RestartNeeded...)
-	return &c
 }

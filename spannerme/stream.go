@@ -34,7 +34,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, spannerreq.WithError(err, id)
 	}
-	start := gme.obs.callBegin(ctx, p, me.Name())
+	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)

@@ -226,7 +226,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		p.StartMonitor()
 	}
 	for _, p := range pools {
-		gme.brown.sample(gme.snap.Load(), p, gme.pl.clock, gme.obs.brownout)
+		gme.sampleBrownout(gme.snap.Load(), p)
 	}
 	gme.evaluateAll()
 	// 6. Retire what is gone.
@@ -247,7 +247,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		}
 	}
 	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
-	gme.brown.retain(func(name string) bool { return groups[name] != nil })
+	gme.brown.Retain(func(name string) bool { return groups[name] != nil })
 	gme.verdicts.retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -110,7 +111,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 		if p == nil {
 			continue
 		}
-		in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.degraded(name, e.Endpoint)}
+		in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint)}
 		known[i] = in[i].Connected || p.Settled()
 	}
 	verdict.Evaluate(in, out)
@@ -161,12 +162,50 @@ func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
 }
 
 // sampleBrownouts evaluates the brownout rule at a latency sample or an availability change
-// of p (brownouts.sample) and, when an endpoint's degraded state changed, every group's
+// of p (sampleBrownout) and, when an endpoint's degraded state changed, every group's
 // verdicts. Called on a pool's goroutines with no lock held.
 func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
-	s := gme.snap.Load()
-	if changes := gme.brown.sample(s, p, gme.pl.clock, gme.obs.brownout); len(changes) > 0 {
+	if changes := gme.sampleBrownout(gme.snap.Load(), p); len(changes) > 0 {
 		gme.evaluateAll()
 		gme.changed.signal()
 	}
+}
+
+// sampleBrownout evaluates the brownout rule (internal/brownout) for every group of the
+// routing snapshot s that lists p's endpoint (when p still serves it in s), with every
+// endpoint's latency (pool.Pool.Latency, or plumbing.latency in tests), logs each change of an
+// endpoint's degraded state (in the order of the changes) and returns the changes. Nil when
+// brownout detection is off, s is nil (closed) or p is retired. Called on a pool's goroutines
+// with no lock held.
+func (gme *GCPMultiEndpoint) sampleBrownout(s *snapshot, p *pool.Pool) []brownout.Change {
+	if !gme.brown.On() {
+		return nil
+	}
+	endpoint := p.Endpoint()
+	if s == nil || s.pools[endpoint] != p {
+		return nil // closed, or a retired pool
+	}
+	latency := gme.pl.latency
+	if latency == nil {
+		latency = (*pool.Pool).Latency
+	}
+	var changes []brownout.Change
+	for name, me := range s.groups {
+		st := me.Status()
+		listed := false
+		samples := make([]brownout.Sample, 0, len(st.Endpoints))
+		for _, e := range st.Endpoints {
+			listed = listed || e.Endpoint == endpoint
+			smp := brownout.Sample{Endpoint: e.Endpoint}
+			if q := s.pools[e.Endpoint]; q != nil {
+				smp.Latency, smp.Known = latency(q)
+				smp.Available = q.Available()
+			}
+			samples = append(samples, smp)
+		}
+		if listed {
+			changes = append(changes, gme.brown.Evaluate(name, gme.pl.clock, samples, gme.obs.brownout)...)
+		}
+	}
+	return changes
 }
