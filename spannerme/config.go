@@ -83,10 +83,6 @@ func (c *config) endpoints() map[string]bool {
 	return set
 }
 
-func configErr(group, endpoint string, index int, format string, args ...any) error {
-	return &ConfigError{Group: group, Endpoint: endpoint, Index: index, Problem: fmt.Sprintf(format, args...)}
-}
-
 // parseConfig validates the MultiEndpoint part of o (groups, endpoints, durations, default)
 // without changing o. Errors are *ConfigError, wrapping ErrInvalidConfig.
 func parseConfig(o *grpcgcp.GCPMultiEndpointOptions) (*config, error) {

@@ -104,3 +104,7 @@ func notConnectedError(err error, me *multiendpoint.MultiEndpoint, p *pool.Pool)
 		p.Endpoint(), me.Name(), c.Kind, c.Message, sp.GetMessage())
 	return status.ErrorProto(sp)
 }
+
+func configErr(group, endpoint string, index int, format string, args ...any) error {
+	return &ConfigError{Group: group, Endpoint: endpoint, Index: index, Problem: fmt.Sprintf(format, args...)}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
 // DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
@@ -57,7 +58,7 @@ type GCPMultiEndpoint struct {
 	log       *slog.Logger
 	obs       *observer        // logs of transitions, metrics, switch history
 	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
-	verdicts  verdicts         // each group's verdicts: which endpoints it may use, and why
+	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -448,4 +449,102 @@ func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool.Pool {
 		pools = append(pools, p)
 	}
 	return pools
+}
+
+// metricsView returns what the observable metrics read; false after Close (and on a zero
+// value), when only the waiting calls are observed.
+func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
+	v := metricsView{waiting: gme.waiting.Load()}
+	if gme.zero() {
+		return v, false
+	}
+	gme.mu.Lock()
+	if gme.closed {
+		gme.mu.Unlock()
+		return v, false
+	}
+	pools := gme.allPoolsLocked()
+	v.names = gme.namesLocked()
+	for p := range gme.retired {
+		if n := poolName(p); n != "" && gme.pools[p.Endpoint()] == nil {
+			v.names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
+		}
+	}
+	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
+	for _, me := range gme.groups {
+		groups = append(groups, me)
+	}
+	gme.mu.Unlock()
+	v.active = make(map[string]int64, len(pools))
+	for _, p := range pools {
+		v.active[p.Endpoint()] += p.InFlight()
+	}
+	for _, me := range groups {
+		v.groups = append(v.groups, me.Status())
+	}
+	v.degraded = gme.brown.DegradedSet()
+	return v, true
+}
+
+// frontsLocked counts the fronts: the Spanner clients' (NewMultiEndpointClient*, NewClient)
+// and the Configurators'. gme.mu must be held.
+func (gme *GCPMultiEndpoint) frontsLocked() (clients, configurators int) {
+	for f := range gme.fronts {
+		if f.kind == configuratorFront {
+			configurators++
+		} else {
+			clients++
+		}
+	}
+	return clients, configurators
+}
+
+// evaluateAll evaluates every group of the routing snapshot in force. Called with no lock
+// held, on the goroutine of the change (a pool's monitor or probe, an update).
+func (gme *GCPMultiEndpoint) evaluateAll() {
+	for _, me := range gme.snap.Load().groupsOrNil() {
+		gme.evaluate(me)
+	}
+}
+
+// evaluate reads the inputs of every endpoint of group me from the routing snapshot in force,
+// takes the group's verdicts and tells the state machine each endpoint's availability, except
+// for an endpoint whose pool is still in its first connection attempt (nothing is known of it
+// yet: the group keeps it Recovering, rule 1 of internal/multiendpoint). It holds the group's
+// lock in gme.verdicts while the state machine runs, and so while a switch is counted on the
+// meter provider's switches counter (an OpenTelemetry instrument's Add, which must not block);
+// never across a gRPC call, a dial, or OnSwitch, OnHealth or the Logger (switch events are
+// queued for them).
+func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
+	name := me.Name()
+	if s := gme.snap.Load(); s == nil || s.groups[name] != me {
+		return // closed, or a group an update removed or replaced: nothing to create for it
+	}
+	gme.verdicts.Evaluate(name, func() map[string]verdict.Reason {
+		s := gme.snap.Load()
+		if s == nil || s.groups[name] != me {
+			return nil // replaced meanwhile
+		}
+		eps := me.Status().Endpoints
+		in := make([]verdict.Input, len(eps))
+		out := make([]verdict.Reason, len(eps))
+		known := make([]bool, len(eps))
+		for i, e := range eps {
+			p := s.pools[e.Endpoint]
+			if p == nil {
+				continue
+			}
+			in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint)}
+			known[i] = in[i].Connected || p.Settled()
+		}
+		verdict.Evaluate(in, out)
+		reasons := make(map[string]verdict.Reason, len(eps))
+		for i, e := range eps {
+			reasons[e.Endpoint] = out[i]
+			if known[i] {
+				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
+			}
+		}
+		return reasons
+	})
 }

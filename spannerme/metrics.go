@@ -328,38 +328,3 @@ func (c *attrCache) of(group, endpoint, name string) *callAttrs {
 	c.m.Store(&next)
 	return a
 }
-
-// metricsView returns what the observable metrics read; false after Close (and on a zero
-// value), when only the waiting calls are observed.
-func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
-	v := metricsView{waiting: gme.waiting.Load()}
-	if gme.zero() {
-		return v, false
-	}
-	gme.mu.Lock()
-	if gme.closed {
-		gme.mu.Unlock()
-		return v, false
-	}
-	pools := gme.allPoolsLocked()
-	v.names = gme.namesLocked()
-	for p := range gme.retired {
-		if n := poolName(p); n != "" && gme.pools[p.Endpoint()] == nil {
-			v.names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
-		}
-	}
-	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
-	for _, me := range gme.groups {
-		groups = append(groups, me)
-	}
-	gme.mu.Unlock()
-	v.active = make(map[string]int64, len(pools))
-	for _, p := range pools {
-		v.active[p.Endpoint()] += p.InFlight()
-	}
-	for _, me := range groups {
-		v.groups = append(v.groups, me.Status())
-	}
-	v.degraded = gme.brown.DegradedSet()
-	return v, true
-}

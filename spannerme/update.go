@@ -248,7 +248,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	}
 	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
 	gme.brown.Retain(func(name string) bool { return groups[name] != nil })
-	gme.verdicts.retain(func(name string) bool { return groups[name] != nil })
+	gme.verdicts.Retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)
 	}

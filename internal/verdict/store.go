@@ -1,0 +1,76 @@
+package verdict
+
+import "sync"
+
+// Store holds each group's last verdicts, by endpoint, and serializes each group's
+// evaluations: Evaluate reads the inputs, decides and tells the state machine under the
+// group's own lock, so that the last evaluation, which follows the last change of any input,
+// lands last. The zero value is empty and ready to use.
+//
+// Safe for concurrent use. Lock order: a group's lock, then whatever Evaluate's function
+// takes (the brownout state's and the state machine's own locks); the store's own lock
+// guards the map of groups alone and is never held with a group's.
+type Store struct {
+	mu     sync.Mutex // guards groups
+	groups map[string]*groupVerdicts
+}
+
+// groupVerdicts is one group's last evaluation.
+type groupVerdicts struct {
+	mu      sync.Mutex        // serializes the group's evaluations
+	reasons map[string]Reason // by endpoint; guarded by mu
+}
+
+// of returns group's verdicts, created on first use.
+func (v *Store) of(group string) *groupVerdicts {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.groups == nil {
+		v.groups = make(map[string]*groupVerdicts)
+	}
+	g := v.groups[group]
+	if g == nil {
+		g = &groupVerdicts{}
+		v.groups[group] = g
+	}
+	return g
+}
+
+// Evaluate runs eval under group's lock (creating the group's entry on first use) and keeps
+// the verdicts, by endpoint, that it returns; eval returning nil keeps the previous ones (the
+// group was removed or replaced meanwhile, say). eval must not call back into the Store for
+// the same group.
+func (v *Store) Evaluate(group string, eval func() map[string]Reason) {
+	g := v.of(group)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r := eval(); r != nil {
+		g.reasons = r
+	}
+}
+
+// Reason returns endpoint's last verdict in group; false before the group's first
+// evaluation that knew the endpoint. It creates nothing.
+func (v *Store) Reason(group, endpoint string) (Reason, bool) {
+	v.mu.Lock()
+	g := v.groups[group]
+	v.mu.Unlock()
+	if g == nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.reasons[endpoint]
+	return r, ok
+}
+
+// Retain forgets the groups for which keep is false.
+func (v *Store) Retain(keep func(group string) bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for name := range v.groups {
+		if !keep(name) {
+			delete(v.groups, name)
+		}
+	}
+}
