@@ -24,7 +24,7 @@ import (
 //     the endpoint is down, the endpoint up and down, ejections and readmissions, the end of
 //     calls;
 //   - the groups (switched): a group's current endpoint changed;
-//   - the call path (callBegin; metrics.go).
+//   - the call path (callBegin, callEnd).
 //
 // Its methods are safe for concurrent use, take no lock across a user callback (log lines
 // go through a queue delivered on a goroutine of the observer's own) and never block.

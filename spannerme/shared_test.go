@@ -1,6 +1,6 @@
 package spannerme
 
-// Spanner clients over a GCPMultiEndpoint they do not own (shared.go): NewClient and
+// Spanner clients over a GCPMultiEndpoint they do not own (client.go): NewClient and
 // Configurator, against ONE in-memory Spanner behind fake PSC endpoints. spannertest serves
 // every database name from one store, so "three databases" here are three database paths
 // of one backend; integration_test runs the same story on three real databases of the
