@@ -483,6 +483,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 		v.groups = append(v.groups, me.Status())
 	}
 	v.degraded = gme.brown.DegradedSet()
+	v.verdicts = gme.verdicts.All()
 	return v, true
 }
 
@@ -520,7 +521,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 	if s := gme.snap.Load(); s == nil || s.groups[name] != me {
 		return // closed, or a group an update removed or replaced: nothing to create for it
 	}
-	gme.verdicts.Evaluate(name, func() map[string]verdict.Reason {
+	gme.verdicts.Evaluate(name, func(prev map[string]verdict.Reason) map[string]verdict.Reason {
 		s := gme.snap.Load()
 		if s == nil || s.groups[name] != me {
 			return nil // replaced meanwhile
@@ -543,6 +544,13 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 			reasons[e.Endpoint] = out[i]
 			if known[i] {
 				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
+			}
+			if was, ok := prev[e.Endpoint]; ok && was != out[i] {
+				endpointName := ""
+				if p := s.pools[e.Endpoint]; p != nil {
+					endpointName = poolName(p)
+				}
+				gme.obs.verdictChanged(name, e.Endpoint, endpointName, was, out[i])
 			}
 		}
 		return reasons

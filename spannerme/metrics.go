@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
 // Attribute keys of the metrics and of the trace attributes.
@@ -34,6 +35,10 @@ const (
 	AttrEndpointState = "spannerme.endpoint.state"
 	// AttrSwitchReason is a SwitchReason: fallback, recovery or reconfiguration.
 	AttrSwitchReason = "spannerme.switch.reason"
+	// AttrVerdict is an endpoint's verdict in a group, on the verdict gauge: why the group may
+	// or may not use it (EndpointStatus.Verdict), as a short key: usable, not_connected,
+	// ejected, degraded, degraded_last_resort or ejected_everywhere.
+	AttrVerdict = "spannerme.endpoint.verdict"
 	// AttrEjectionReason says why outcome-based health ejected an endpoint: an EjectionReason
 	// in its String form (EjectionReason lists the values).
 	AttrEjectionReason = "spannerme.ejection.reason"
@@ -60,6 +65,7 @@ const (
 	metricSwitches       = "spannerme.multiendpoint.switches"
 	metricEjections      = "spannerme.endpoint.ejections"
 	metricDegraded       = "spannerme.endpoint.degraded"
+	metricVerdict        = "spannerme.endpoint.verdict"
 	metricCalls          = "spannerme.client.calls"
 	metricFailures       = "spannerme.client.call.failures"
 	metricDuration       = "spannerme.client.call.duration"
@@ -82,6 +88,8 @@ var metricDocs = []metricDoc{
 		"endpoints taken out of service by outcome-based health"},
 	{metricDegraded, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
 		"1 for each endpoint degraded by brownout detection in a group (far slower than its fallback: not available to that group), 0 for the others; absent when brownout detection is off"},
+	{metricVerdict, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrVerdict},
+		"1 for each endpoint's verdict in each group (why the group may or may not use it), 0 for the other verdicts"},
 	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
 	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
@@ -103,7 +111,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 type metrics struct {
 	calls, failures, switches, ejections metric.Int64Counter
 	duration                             metric.Float64Histogram
-	state, current, degraded             metric.Int64ObservableGauge
+	state, current, degraded, verdict    metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
 
 	mu  sync.Mutex // guards reg
@@ -141,7 +149,8 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		calls: counter(metricCalls), failures: counter(metricFailures),
 		switches: counter(metricSwitches), ejections: counter(metricEjections),
 		state: gauge(metricEndpointState), current: gauge(metricCurrent), degraded: gauge(metricDegraded),
-		active: upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
+		verdict: gauge(metricVerdict),
+		active:  upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
 	}
 	u, d := doc(metricDuration)
 	m.duration, _ = meter.Float64Histogram(metricDuration, u, d, metric.WithExplicitBucketBoundaries(durationBuckets...))
@@ -159,7 +168,7 @@ func fillNoop(m *metrics) {
 	if m.duration == nil {
 		m.duration = noop.Float64Histogram{}
 	}
-	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current, &m.degraded} {
+	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current, &m.degraded, &m.verdict} {
 		if *g == nil {
 			*g = noop.Int64ObservableGauge{}
 		}
@@ -180,6 +189,8 @@ type metricsView struct {
 	// degraded holds, per group, whether each endpoint is degraded (brownout); nil when
 	// brownout detection is off.
 	degraded map[string]map[string]bool
+	// verdicts holds, per group, each endpoint's last verdict.
+	verdicts map[string]map[string]verdict.Reason
 }
 
 // observe registers the callback of the observable instruments, which reads view at each
@@ -204,6 +215,12 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 				}
 				o.ObserveInt64(m.current, boolInt(e.Endpoint == st.Current), metric.WithAttributes(
 					append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name), attribute.Int(AttrEndpointPriority, e.Priority)}, ep...)...))
+				if r, ok := v.verdicts[st.Name][e.Endpoint]; ok {
+					for _, each := range verdict.Reasons() {
+						o.ObserveInt64(m.verdict, boolInt(each == r), metric.WithAttributes(append([]attribute.KeyValue{
+							attribute.String(AttrMultiEndpoint, st.Name), attribute.String(AttrVerdict, each.Key())}, ep...)...))
+					}
+				}
 				if v.degraded != nil {
 					o.ObserveInt64(m.degraded, boolInt(v.degraded[st.Name][e.Endpoint]), metric.WithAttributes(
 						append([]attribute.KeyValue{attribute.String(AttrMultiEndpoint, st.Name)}, ep...)...))
@@ -211,7 +228,7 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 			}
 		}
 		return nil
-	}, m.state, m.current, m.degraded, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting)
 	if err != nil {
 		return // the provider reports it; the synchronous instruments still work
 	}

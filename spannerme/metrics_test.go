@@ -410,10 +410,11 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 		o.ObserveInt64(m.state, 1)
 		o.ObserveInt64(m.current, 1)
 		o.ObserveInt64(m.degraded, 1)
+		o.ObserveInt64(m.verdict, 1)
 		o.ObserveInt64(m.active, 1)
 		o.ObserveInt64(m.waiting, 1)
 		return nil
-	}, m.state, m.current, m.degraded, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting)
 	if err != nil {
 		t.Fatal(err)
 	}

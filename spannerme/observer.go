@@ -15,6 +15,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
 // observer turns what a GCPMultiEndpoint sees into log lines (one per transition of an
@@ -218,4 +219,23 @@ func (o *observer) brownout(c brownout.Change) {
 		return
 	}
 	o.log(slog.LevelInfo, c.At, "spannerme: endpoint no longer degraded (brownout)", args...)
+}
+
+// verdictChanged logs that endpoint's verdict in group changed from was to now, when the
+// change is the group's own finding: to or from a last resort (DegradedLastResort,
+// EjectedEverywhere), which no line of the endpoint's tells. The other changes follow a line
+// of the endpoint's own (up, down, ejected, readmitted, degraded), which is not repeated per
+// group. WARN when the endpoint becomes a last resort, INFO when it stops being one. One line
+// per group and change, never per call.
+func (o *observer) verdictChanged(group, endpoint, name string, was, now verdict.Reason) {
+	lastResort := func(r verdict.Reason) bool { return r == verdict.DegradedLastResort || r == verdict.EjectedEverywhere }
+	if !lastResort(was) && !lastResort(now) {
+		return
+	}
+	level, msg := slog.LevelInfo, "spannerme: endpoint no longer a last resort"
+	if lastResort(now) {
+		level, msg = slog.LevelWarn, "spannerme: endpoint used as a last resort: no endpoint of the group is usable"
+	}
+	o.log(level, o.now(), msg,
+		append([]any{"multiendpoint", group}, endpointArgs(endpoint, name, "verdict", now.String(), "was", was.String())...)...)
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/grpc/codes"
 
@@ -26,8 +28,12 @@ func TestVerdictSlowEndpointsAreTheLastResort(t *testing.T) {
 	b, c := startServer(t, "B"), startServer(t, "C")
 	clk := clock.NewFake(time.Time{})
 	lat := &fakeLatencies{lat: map[string]time.Duration{}}
+	logs := &syncBuffer{}
+	s := fastSettings(logs)
+	reader, mp := newMetricReader()
+	s.MeterProvider = mp
 	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(rt, sd, a.Addr(), b, c)}),
-		fastSettings(nil), plumbing{clock: clk, latency: lat.of})
+		s, plumbing{clock: clk, latency: lat.of})
 	eventually(t, 10*time.Second, "every endpoint Available", func() bool {
 		for _, e := range groupOf(gme, "g").Endpoints {
 			if e.State != Available {
@@ -66,6 +72,19 @@ func TestVerdictSlowEndpointsAreTheLastResort(t *testing.T) {
 		return g.Endpoints[0].Verdict == verdict.NotConnected.String() &&
 			g.Endpoints[1].Verdict == verdict.DegradedLastResort.String() && g.Endpoints[2].Verdict == verdict.DegradedLastResort.String()
 	})
+	// The verdict shows in the logs (one line per endpoint: no other line tells it) and in
+	// the verdict gauge.
+	for _, e := range []string{b, c} {
+		if got := logLines(logs, "level=WARN", "last resort", "endpoint="+e, "was=degraded"); len(got) != 1 {
+			t.Errorf("%d last-resort lines for %s, want 1:\n%s", len(got), e, logs)
+		}
+		for key, want := range map[string]int64{"degraded_last_resort": 1, "degraded": 0, "usable": 0} {
+			if v, ok := valueWhere(collect(t, reader), metricVerdict, attribute.String(AttrMultiEndpoint, "g"),
+				attribute.String(AttrEndpoint, e), attribute.String(AttrVerdict, key)); !ok || v != want {
+				t.Errorf("verdict{%s, %s} = %d (%v), want %d", e, key, v, ok, want)
+			}
+		}
+	}
 	// No brownout evaluation has run since (the fake clock has not moved): the verdicts
 	// alone made B and C available.
 	if bs, _ := brownoutOf(gme, "g", b); bs == nil || !bs.Degraded {

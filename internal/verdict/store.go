@@ -36,15 +36,16 @@ func (v *Store) of(group string) *groupVerdicts {
 	return g
 }
 
-// Evaluate runs eval under group's lock (creating the group's entry on first use) and keeps
+// Evaluate runs eval under group's lock (creating the group's entry on first use), passing it
+// the group's previous verdicts (nil before the first; eval must not modify them), and keeps
 // the verdicts, by endpoint, that it returns; eval returning nil keeps the previous ones (the
 // group was removed or replaced meanwhile, say). eval must not call back into the Store for
 // the same group.
-func (v *Store) Evaluate(group string, eval func() map[string]Reason) {
+func (v *Store) Evaluate(group string, eval func(prev map[string]Reason) map[string]Reason) {
 	g := v.of(group)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if r := eval(); r != nil {
+	if r := eval(g.reasons); r != nil {
 		g.reasons = r
 	}
 }
@@ -62,6 +63,27 @@ func (v *Store) Reason(group, endpoint string) (Reason, bool) {
 	defer g.mu.Unlock()
 	r, ok := g.reasons[endpoint]
 	return r, ok
+}
+
+// All returns a copy of every group's last verdicts, by group and endpoint.
+func (v *Store) All() map[string]map[string]Reason {
+	v.mu.Lock()
+	groups := make(map[string]*groupVerdicts, len(v.groups))
+	for name, g := range v.groups {
+		groups[name] = g
+	}
+	v.mu.Unlock()
+	out := make(map[string]map[string]Reason, len(groups))
+	for name, g := range groups {
+		g.mu.Lock()
+		m := make(map[string]Reason, len(g.reasons))
+		for e, r := range g.reasons {
+			m[e] = r
+		}
+		g.mu.Unlock()
+		out[name] = m
+	}
+	return out
 }
 
 // Retain forgets the groups for which keep is false.

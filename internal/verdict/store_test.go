@@ -12,8 +12,13 @@ func TestStoreKeepsTheLastEvaluation(t *testing.T) {
 	if _, ok := s.Reason("g", "a"); ok {
 		t.Fatal("a verdict before any evaluation")
 	}
-	s.Evaluate("g", func() map[string]Reason { return map[string]Reason{"a": Usable, "b": Ejected} })
-	s.Evaluate("g", func() map[string]Reason { return nil }) // replaced meanwhile: keep
+	s.Evaluate("g", func(map[string]Reason) map[string]Reason { return map[string]Reason{"a": Usable, "b": Ejected} })
+	s.Evaluate("g", func(prev map[string]Reason) map[string]Reason {
+		if prev["b"] != Ejected {
+			t.Errorf("previous verdicts %v, want b ejected", prev)
+		}
+		return nil // replaced meanwhile: keep
+	})
 	if r, ok := s.Reason("g", "b"); !ok || r != Ejected {
 		t.Errorf("Reason(g, b) = %v, %v; want ejected", r, ok)
 	}
@@ -25,7 +30,7 @@ func TestStoreKeepsTheLastEvaluation(t *testing.T) {
 	inside := 0
 	for range 8 {
 		wg.Go(func() {
-			s.Evaluate("g", func() map[string]Reason {
+			s.Evaluate("g", func(map[string]Reason) map[string]Reason {
 				inside++ // the race detector fails this if two evaluations of g overlap
 				defer func() { inside-- }()
 				if inside != 1 {

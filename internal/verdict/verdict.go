@@ -57,6 +57,25 @@ const (
 	EjectedEverywhere
 )
 
+// reasonKeys are the reasons as metric attribute values: short, stable, snake_case.
+var reasonKeys = [...]string{
+	Usable:             "usable",
+	NotConnected:       "not_connected",
+	Ejected:            "ejected",
+	Degraded:           "degraded",
+	DegradedLastResort: "degraded_last_resort",
+	EjectedEverywhere:  "ejected_everywhere",
+}
+
+// Key returns the reason as a metric attribute value: "usable", "not_connected", "ejected",
+// "degraded", "degraded_last_resort" or "ejected_everywhere".
+func (r Reason) Key() string {
+	if int(r) < len(reasonKeys) {
+		return reasonKeys[r]
+	}
+	return "reason_" + strconv.Itoa(int(r))
+}
+
 var reasonNames = [...]string{
 	Usable:             "usable",
 	NotConnected:       "not connected",
@@ -74,6 +93,16 @@ func (r Reason) String() string {
 		return reasonNames[r]
 	}
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Reasons returns every reason, in the order of their values: what a metric of verdicts
+// reports one series for each of.
+func Reasons() []Reason {
+	all := make([]Reason, len(reasonNames))
+	for i := range all {
+		all[i] = Reason(i)
+	}
+	return all
 }
 
 // Available reports whether an endpoint with this reason is available to its group.

@@ -19,6 +19,7 @@ package statuspage
 
 import (
 	"bytes"
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -272,20 +273,7 @@ func newPageView(st spannerme.Status) pageView {
 		for _, e := range g.Endpoints {
 			p := pools[e.Endpoint]
 			ev := endpointView{EndpointStatus: e, Current: e.Endpoint == g.Current, For: ago(st.At, e.Since), Connectivity: p.Connectivity}
-			if e.State != spannerme.Available {
-				switch {
-				case st.Closed:
-					ev.Reason = "closed"
-				case p.Health.Ejected:
-					ev.Reason = healthText(st.At, p.Health)
-				case e.Brownout != nil && e.Brownout.Degraded:
-					ev.Reason = brownoutText(st.At, *e.Brownout)
-				case p.LastError != nil:
-					ev.Reason = fmt.Sprintf("%s: %s", p.LastError.Kind, p.LastError.Message)
-				case p.Connectivity != "":
-					ev.Reason = "pool " + p.Connectivity
-				}
-			}
+			ev.Reason = endpointReason(st, e, p)
 			ev.Latency = "-"
 			if b := e.Brownout; b != nil {
 				ev.Degraded = b.Degraded
@@ -300,6 +288,36 @@ func newPageView(st spannerme.Status) pageView {
 	v.Rejected = rejectedEdit(st)
 	v.Summary, v.SummaryOK = summary(st, names, v.Rejected != "")
 	return v
+}
+
+// endpointReason says why endpoint e is, or is not, available to its group: its verdict
+// (EndpointStatus.Verdict, the one place that decides), followed by what explains it (the
+// ejection, the brownout, the connection error), for every endpoint that is not plainly
+// usable; "" for a usable one. Before the first verdict (and after Close) it explains a state
+// other than Available from the pool alone.
+func endpointReason(st spannerme.Status, e spannerme.EndpointStatus, p spannerme.PoolStatus) string {
+	var detail string
+	switch {
+	case st.Closed:
+		return "closed"
+	case p.Health.Ejected:
+		detail = healthText(st.At, p.Health)
+	case e.Brownout != nil && e.Brownout.Degraded:
+		detail = brownoutText(st.At, *e.Brownout)
+	case p.LastError != nil && p.Connectivity != "READY":
+		detail = fmt.Sprintf("%s: %s", p.LastError.Kind, p.LastError.Message)
+	case p.Connectivity != "" && p.Connectivity != "READY":
+		detail = "pool " + p.Connectivity
+	}
+	switch {
+	case e.Verdict == "" && e.State == spannerme.Available, e.Verdict == "usable":
+		return ""
+	case e.Verdict == "":
+		return detail
+	case detail == "", strings.HasPrefix(detail, e.Verdict):
+		return cmp.Or(detail, e.Verdict)
+	}
+	return e.Verdict + ": " + detail
 }
 
 // brownoutText says why a degraded endpoint is not available: its latency against its

@@ -404,3 +404,36 @@ func TestStatusPageCutsLongText(t *testing.T) {
 		t.Errorf("a cell shows more than %d bytes of the text", maxCellText)
 	}
 }
+
+// The page's reason for an endpoint leads with its verdict, the one place that decides, and
+// explains it; a usable endpoint has none, and a last resort shows although it is Available.
+func TestEndpointReasonFollowsTheVerdict(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	st := spannerme.Status{At: now}
+	ejected := spannerme.PoolStatus{Connectivity: "READY", Health: spannerme.PoolHealth{Ejected: true,
+		Reason: spannerme.ReasonConsecutiveFailures, EjectedUntil: now.Add(20 * time.Second), Detail: "5 failures"}}
+	slow := &spannerme.BrownoutStatus{Degraded: true, Latency: 400 * time.Millisecond, Fallback: "a:1", FallbackLatency: 20 * time.Millisecond}
+	down := spannerme.PoolStatus{Connectivity: "TRANSIENT_FAILURE", LastError: &spannerme.ConnError{Kind: "refused", Message: "connection refused"}}
+	for _, tc := range []struct {
+		name string
+		e    spannerme.EndpointStatus
+		p    spannerme.PoolStatus
+		want string
+	}{
+		{"usable", spannerme.EndpointStatus{State: spannerme.Available, Verdict: "usable"}, spannerme.PoolStatus{Connectivity: "READY"}, ""},
+		{"ejected", spannerme.EndpointStatus{State: spannerme.Recovering, Verdict: "ejected"}, ejected, "ejected (consecutive failures), 20s left: 5 failures"},
+		{"ejected everywhere", spannerme.EndpointStatus{State: spannerme.Available, Verdict: "ejected, as every connected endpoint of the group is"}, ejected,
+			"ejected, as every connected endpoint of the group is: ejected (consecutive failures), 20s left: 5 failures"},
+		{"degraded, last resort", spannerme.EndpointStatus{State: spannerme.Available, Verdict: "degraded, but no other endpoint is usable", Brownout: slow},
+			spannerme.PoolStatus{Connectivity: "READY"}, "degraded, but no other endpoint is usable: degraded (brownout): 400ms, far slower than a:1 (20ms)"},
+		{"not connected", spannerme.EndpointStatus{State: spannerme.Unavailable, Verdict: "not connected"}, down, "not connected: refused: connection refused"},
+		{"before the first verdict", spannerme.EndpointStatus{State: spannerme.Recovering}, spannerme.PoolStatus{Connectivity: "CONNECTING"}, "pool CONNECTING"},
+	} {
+		if got := endpointReason(st, tc.e, tc.p); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := endpointReason(spannerme.Status{At: now, Closed: true}, spannerme.EndpointStatus{Verdict: "usable"}, down); got != "closed" {
+		t.Errorf("closed: %q", got)
+	}
+}
