@@ -49,7 +49,9 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	if err == nil {
 		gme.roTxns.NoteBegin(method, args, reply)
 	}
-	p.Observe(class, method, err, false)
+	if err != nil || spannerreq.SuccessCounts(method, args) {
+		p.Observe(class, method, err, false)
+	}
 	p.EndCall(ctx, me.Name(), start, err)
 	if err != nil {
 		return notConnectedError(err, me, p)

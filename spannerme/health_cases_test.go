@@ -835,13 +835,13 @@ func TestCase_F25_LongCommitFailureEjectsOnce(t *testing.T) {
 	if h, _ := tl.counts(); h != 1 {
 		t.Fatalf("%d health events while the fault lasted, want 1 ejection\n%s", h, tl)
 	}
-	// The commits refused before the first ejection depend on how fast the writes' failures
-	// reach the thresholds: 11 on an idle machine; on a loaded one a successful
-	// BeginTransaction (a write) resets the consecutive count and the failure percentage
-	// ejects, after 13 or 14. What must hold is that there is one burst, not one per
-	// ejection time (22 commits reached E1 after the failover with the old readmission).
-	if refused > 20 {
-		t.Fatalf("%d commits refused, want one burst (at most 20)\n%s", refused, tl)
+	// The commits refused are those before the first ejection and during RecoveryTimeout,
+	// one burst, not one per ejection time (22 commits reached E1 after the failover with the
+	// old readmission). A read-write BeginTransaction's success does not count as a working
+	// write (spannerreq.SuccessCounts), so the mutation-only transactions' begins do not reset
+	// the run of failed commits: 10 or 11 on a loaded machine (13 or 14 when they did).
+	if refused > 12 {
+		t.Fatalf("%d commits refused, want one burst (at most 12)\n%s", refused, tl)
 	}
 	healed := time.Now()
 	e1.Pass()

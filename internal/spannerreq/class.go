@@ -57,3 +57,19 @@ func ReadOnly(sel *spannerpb.TransactionSelector) bool {
 	}
 	return false
 }
+
+// SuccessCounts reports whether a successful call to method with request req says that the
+// calls of its class (Class) work. A read-write BeginTransaction does not: it reaches no
+// commit path (a transaction is begun without writing anything), so when the endpoint's
+// commits fail while its transactions begin (a gray failure of writes), counting each begin
+// as a write that succeeded would reset the writes' run of consecutive failures before every
+// commit of the Spanner client's mutation-only transactions (each begins with a
+// BeginTransaction) and keep the endpoint in service for many more refused commits. Its
+// failures still count. It allocates nothing.
+func SuccessCounts(method string, req any) bool {
+	if method != MethodBeginTransaction {
+		return true
+	}
+	r, ok := req.(*spannerpb.BeginTransactionRequest)
+	return ok && r.GetOptions().GetReadOnly() != nil
+}

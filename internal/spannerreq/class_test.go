@@ -60,3 +60,26 @@ func BenchmarkClass(b *testing.B) {
 		})
 	}
 }
+
+// A read-write BeginTransaction's success says nothing of the commit path; every other
+// success, a read-only BeginTransaction's included, counts for its class.
+func TestSuccessCounts(t *testing.T) {
+	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
+	rw := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}
+	for _, tc := range []struct {
+		method string
+		req    any
+		want   bool
+	}{
+		{MethodBeginTransaction, &spannerpb.BeginTransactionRequest{Options: rw}, false},
+		{MethodBeginTransaction, &spannerpb.BeginTransactionRequest{}, false},
+		{MethodBeginTransaction, nil, false},
+		{MethodBeginTransaction, &spannerpb.BeginTransactionRequest{Options: ro}, true},
+		{Service + "Commit", &spannerpb.CommitRequest{}, true},
+		{MethodExecuteSQL, &spannerpb.ExecuteSqlRequest{}, true},
+	} {
+		if got := SuccessCounts(tc.method, tc.req); got != tc.want {
+			t.Errorf("SuccessCounts(%s, %v) = %v, want %v", tc.method, tc.req, got, tc.want)
+		}
+	}
+}
