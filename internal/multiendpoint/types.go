@@ -104,6 +104,15 @@ type Status struct {
 	Endpoints []EndpointStatus
 	// Closed reports whether Close has been called.
 	Closed bool
+	// Tiers lists the endpoints by tier, top tier first, when the MultiEndpoint has tiers
+	// (Options.Tiers or ReconfigureTiers); nil without tiers. CurrentTier is then the index
+	// of Current's tier, and while a switch back ramps up (Options.SlowStart), SlowStartFrom
+	// is the tier switched away from and SlowStartSince the switch (zero: no ramp). All three
+	// are zero without tiers.
+	Tiers          [][]string
+	CurrentTier    int
+	SlowStartFrom  int
+	SlowStartSince time.Time
 }
 
 // ErrInvalidConfig is wrapped by every configuration error, for errors.Is.
