@@ -39,6 +39,10 @@
 //  5. Every timer is owned, stopped on transition and on Close; a superseded timer's callback
 //     is a no-op (generation counters). Nothing runs after Close.
 //  6. Current is lock-free. Each change of current emits an Event.
+//
+// With tiers (Options.Tiers, ReconfigureTiers; tiers.go) these rules apply to tiers of
+// endpoints of equal priority instead of single endpoints, and Tier publishes the current
+// tier's Available members for spreading calls over them (package spread).
 package multiendpoint
 
 import (
@@ -58,8 +62,8 @@ import (
 type Options struct {
 	// Name names the MultiEndpoint in errors, events and status. Optional.
 	Name string
-	// Endpoints lists the endpoints by priority, index 0 first. Required: at least one, none
-	// empty, no duplicates.
+	// Endpoints lists the endpoints by priority, index 0 first. Required unless Tiers is set:
+	// at least one, none empty, no duplicates.
 	Endpoints []string
 	// RecoveryTimeout is how long an endpoint may be not available before it counts as
 	// Unavailable. Zero means at once. Negative is an error.

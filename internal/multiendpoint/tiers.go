@@ -119,7 +119,9 @@ func (m *MultiEndpoint) ReconfigureTiers(tiers [][]string, recoveryTimeout, swit
 		return err
 	}
 	m.mu.Lock()
-	m.tiered = !m.closed
+	if !m.closed {
+		m.tiered = true
+	}
 	m.mu.Unlock()
 	return m.reconfigure(list, tierOf, &durations{recoveryTimeout, switchingDelay})
 }

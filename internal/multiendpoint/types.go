@@ -94,7 +94,9 @@ type Status struct {
 	// Current is the endpoint that calls use now.
 	Current string
 	// PendingSwitch is the endpoint that will become current at PendingSwitchAt if it stays
-	// Available; empty when no switch is pending.
+	// Available; empty when no switch is pending. With tiers it is the member of the target
+	// tier whose return times the switch; the tier's lead (its first Available member)
+	// becomes current.
 	PendingSwitch   string
 	PendingSwitchAt time.Time
 	// RecoveryTimeout and SwitchingDelay are the durations in force.

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,4 +344,47 @@ func TestProperty_PickIsInTheView(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Picks race with the state machine's view changes (a view rebuilt by one picker while
+// another reads it): every pick is one of the group's endpoints, and -race finds nothing.
+func TestPick_ConcurrentWithViewChanges(t *testing.T) {
+	m, err := multiendpoint.New(multiendpoint.Options{Tiers: [][]string{{"a", "b", "c"}, {"d"}},
+		InitialState: func(string) multiendpoint.State { return multiendpoint.Available }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	reg := NewRegistry(EndpointOptions{})
+	p, err := New(Options{Resolve: reg.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var toggler, pickers sync.WaitGroup
+	toggler.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m.SetEndpointAvailability([]string{"a", "b", "c"}[i%3], i%2 == 0)
+		}
+	})
+	for range 2 {
+		pickers.Go(func() {
+			for range 20000 {
+				e := p.Pick(m.Tier())
+				e.Begin()
+				if n := e.Name(); n != "a" && n != "b" && n != "c" && n != "d" {
+					t.Errorf("Pick = %q", n)
+				}
+				e.Done(time.Millisecond, false)
+			}
+		})
+	}
+	pickers.Wait()
+	close(stop)
+	toggler.Wait()
 }
