@@ -69,6 +69,26 @@ type refModel struct {
 	// tierOf is each endpoint's tier when the MultiEndpoint has tiers (tiers_test.go); nil:
 	// each endpoint is its own tier, its position.
 	tierOf map[string]int
+	// slowStart and ramp (tiers only): the slow start of the last switch back, nil: none.
+	slowStart time.Duration
+	ramp      *refRamp
+}
+
+// refRamp is a switch back's slow start: the tier switched away from keeps a share until
+// start+slowStart, unless none of its members is Available before.
+type refRamp struct {
+	from  int
+	start time.Time
+}
+
+// tierLead is the first Available member of tier t, "" if none.
+func (m *refModel) tierLead(t int) string {
+	for _, x := range m.order {
+		if m.tier(x) == t && m.eps[x].state == Available {
+			return x
+		}
+	}
+	return ""
 }
 
 func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, jitter float64, rnd func() float64,
@@ -173,6 +193,12 @@ func (m *refModel) emit(to string, reason Reason) {
 	if to == m.current {
 		return
 	}
+	if m.tierOf != nil { // any switch ends the ramp; a switch back starts one
+		m.ramp = nil
+		if _, kept := m.eps[m.current]; kept && reason == Recovery && m.slowStart > 0 && m.tier(m.current) > m.tier(to) {
+			m.ramp = &refRamp{from: m.tier(m.current), start: m.now}
+		}
+	}
 	m.events = append(m.events, fmt.Sprintf("%s>%s %s@%s", m.current, to, reason, m.now.Format("15:04:05.000000000")))
 	m.current = to
 }
@@ -182,6 +208,9 @@ func (m *refModel) emit(to string, reason Reason) {
 func (m *refModel) choose(cause Reason) {
 	m.chooseTier(cause)
 	m.settle()
+	if m.ramp != nil && m.tierLead(m.ramp.from) == "" {
+		m.ramp = nil // the old tier failed during the ramp: it ends at once
+	}
 }
 
 func (m *refModel) chooseTier(cause Reason) {
@@ -264,6 +293,9 @@ func (m *refModel) nextDeadline() (time.Time, bool) {
 	if m.pending != nil {
 		consider(m.pending.due)
 	}
+	if m.ramp != nil {
+		consider(m.ramp.start.Add(m.slowStart))
+	}
 	return next, found
 }
 
@@ -276,6 +308,9 @@ func (m *refModel) advanceTo(t time.Time) {
 		}
 		if d.After(m.now) {
 			m.now = d
+		}
+		if m.ramp != nil && !m.ramp.start.Add(m.slowStart).After(m.now) {
+			m.ramp = nil
 		}
 		for _, id := range m.order {
 			if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.recoveryLimit(e)).After(m.now) {
@@ -453,6 +488,9 @@ func (m *refModel) status() Status {
 			s.Tiers[t] = append(s.Tiers[t], id)
 		}
 		s.CurrentTier = m.tier(m.current)
+		if m.ramp != nil {
+			s.SlowStartFrom, s.SlowStartSince = m.ramp.from, m.ramp.start
+		}
 	}
 	return s
 }

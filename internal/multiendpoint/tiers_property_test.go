@@ -50,6 +50,14 @@ func (m *refModel) view() Tier {
 	if v.Members == nil {
 		v.Members, v.Joined = []string{m.current}, []time.Time{m.eps[m.current].joined}
 	}
+	if m.ramp != nil {
+		v.RampStart = m.ramp.start
+		for _, id := range m.order {
+			if m.tier(id) == m.ramp.from && m.eps[id].state == Available {
+				v.Previous = append(v.Previous, id)
+			}
+		}
+	}
 	return v
 }
 
@@ -73,9 +81,11 @@ func TestProperty_TiersMatchReferenceModel(t *testing.T) {
 		seed := rapid.Uint64().Draw(t, "seed")
 		implRand, refRand := rand.New(rand.NewPCG(seed, 1)), rand.New(rand.NewPCG(seed, 1))
 		readyNow := drawReady(t, "ready")
+		slowStart := rapid.SampledFrom([]time.Duration{0, 0, propDuration(t, "slow start")}).Draw(t, "slowStart")
 
 		var got []string
 		m, err := New(Options{Name: "p", Tiers: tiers, RecoveryTimeout: rt, SwitchingDelay: sd, ConnectGrace: grace, Clock: clk,
+			SlowStart: slowStart,
 			SwitchingJitter: jitter, Rand: implRand.Float64,
 			InitialState: func(e string) State { return readyNow[e] },
 			OnSwitch: func(ev Event) {
@@ -86,7 +96,7 @@ func TestProperty_TiersMatchReferenceModel(t *testing.T) {
 		}
 		defer m.Close()
 		ref := &refModel{name: "p", now: clk.Now(), rt: rt, sd: sd, grace: grace, jitter: jitter, rnd: refRand.Float64,
-			eps: map[string]*refEndpoint{}, current: list[0], tierOf: tierOf}
+			eps: map[string]*refEndpoint{}, current: list[0], tierOf: tierOf, slowStart: slowStart}
 		for _, id := range list {
 			ref.add(id, readyNow[id])
 		}
@@ -124,6 +134,13 @@ func TestProperty_TiersMatchReferenceModel(t *testing.T) {
 			}
 			if a := avail[v.Index]; a != nil && !slices.Equal(v.Members, a) {
 				t.Fatalf("view members %v, the tier's Available members %v", v.Members, a)
+			}
+			if v.Previous != nil {
+				// A ramp: within SlowStart of the switch back, from a lower tier whose
+				// Available members the view lists.
+				if !clk.Now().Before(v.RampStart.Add(slowStart)) || s.SlowStartFrom <= v.Index || !slices.Equal(v.Previous, avail[s.SlowStartFrom]) {
+					t.Fatalf("ramp view %+v at %v, Status %+v", v, clk.Now(), s)
+				}
 			}
 			if top >= 0 && top != v.Index {
 				waiting := s.PendingSwitch != "" && ref.tier(s.PendingSwitch) == top && avail[v.Index] != nil
@@ -177,6 +194,7 @@ func TestProperty_TiersMatchReferenceModel(t *testing.T) {
 					t.Fatalf("ReconfigureTiers(%v, %v, %v): %v", tiers, rt, sd, err)
 				}
 				ref.rt = rt
+				ref.ramp = nil // a reconfiguration ends the ramp
 				ref.applyTiers(list, tierOf, readyNow)
 				ref.applyTimeouts(rt, sd)
 				ref.choose(Reconfiguration)
