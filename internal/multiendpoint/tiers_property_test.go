@@ -85,7 +85,7 @@ func TestProperty_TiersMatchReferenceModel(t *testing.T) {
 
 		var got []string
 		m, err := New(Options{Name: "p", Tiers: tiers, RecoveryTimeout: rt, SwitchingDelay: sd, ConnectGrace: grace, Clock: clk,
-			SlowStart: slowStart,
+			SlowStart:       slowStart,
 			SwitchingJitter: jitter, Rand: implRand.Float64,
 			InitialState: func(e string) State { return readyNow[e] },
 			OnSwitch: func(ev Event) {
