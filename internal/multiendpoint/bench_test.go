@@ -91,3 +91,47 @@ func BenchmarkCurrent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkToggle measures a member's availability report that moves Current (and, with
+// tiers, the Tier view) back and forth: a MultiEndpoint without tiers allocates what it did
+// before tiers existed (the Current pointer), one with tiers also its new view.
+func BenchmarkToggle(b *testing.B) {
+	for _, tiered := range []bool{false, true} {
+		name := "flat"
+		opts := Options{Endpoints: []string{"a.example:443", "b.example:443", "c.example:443"},
+			InitialState: func(string) State { return Available }}
+		if tiered {
+			name = "tiers"
+			opts = Options{Tiers: [][]string{{"a.example:443", "b.example:443"}, {"c.example:443"}},
+				InitialState: func(string) State { return Available }}
+		}
+		b.Run(name, func(b *testing.B) {
+			m, err := New(opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				m.SetEndpointAvailability("a.example:443", i%2 == 1)
+			}
+		})
+	}
+}
+
+// BenchmarkTier is the view read of the tiered call path: one atomic load.
+func BenchmarkTier(b *testing.B) {
+	m, err := New(Options{Tiers: [][]string{{"a.example:443", "b.example:443"}}, InitialState: func(string) State { return Available }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		n := 0
+		for pb.Next() {
+			n += len(m.Tier().Members)
+		}
+		benchSink.Add(int64(n))
+	})
+}

@@ -39,9 +39,14 @@
 //  5. Every timer is owned, stopped on transition and on Close; a superseded timer's callback
 //     is a no-op (generation counters). Nothing runs after Close.
 //  6. Current is lock-free. Each change of current emits an Event.
+//
+// With tiers (Options.Tiers, ReconfigureTiers; tiers.go) these rules apply to tiers of
+// endpoints of equal priority instead of single endpoints, and Tier publishes the current
+// tier's Available members for spreading calls over them (package spread).
 package multiendpoint
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -57,8 +62,8 @@ import (
 type Options struct {
 	// Name names the MultiEndpoint in errors, events and status. Optional.
 	Name string
-	// Endpoints lists the endpoints by priority, index 0 first. Required: at least one, none
-	// empty, no duplicates.
+	// Endpoints lists the endpoints by priority, index 0 first. Required unless Tiers is set:
+	// at least one, none empty, no duplicates.
 	Endpoints []string
 	// RecoveryTimeout is how long an endpoint may be not available before it counts as
 	// Unavailable. Zero means at once. Negative is an error.
@@ -103,6 +108,16 @@ type Options struct {
 	OnSwitch func(Event)
 	// Clock is the time source. Nil means the real clock.
 	Clock clock.Clock
+	// Tiers, if not nil, partitions the endpoints into tiers of equal priority, the top tier
+	// first; Endpoints must then be empty (see tiers.go for the rules). Flattened in order,
+	// the tiers are the priority list that Endpoints would be: Status.Endpoints, Priority,
+	// InitialState and Rand see the endpoints in that order. Nil means every endpoint is its
+	// own tier (Endpoints), exactly the behaviour without tiers; Tier then returns nil.
+	Tiers [][]string
+	// SlowStart applies with Tiers: how long after a switch back to a higher tier (Reason
+	// Recovery) the tier switched away from keeps a share of the calls (Tier.Previous), while
+	// one of its members is Available. Zero means no ramp. Negative is an error.
+	SlowStart time.Duration
 }
 
 // MultiEndpoint tracks a prioritized endpoint list and picks the current endpoint. Create it
@@ -117,10 +132,15 @@ type MultiEndpoint struct {
 	rand         func() float64 // Options.Rand, never nil
 
 	current atomic.Pointer[string] // written under mu, read without it
+	view    atomic.Pointer[Tier]   // tiered only: written under mu, read without it
+	tiered  bool                   // Options.Tiers or ReconfigureTiers: publish views
 
 	mu              sync.Mutex // guards every field below
 	endpoints       map[string]*endpoint
 	order           []*endpoint // by priority
+	tiers           [][]*endpoint
+	slowStart       time.Duration
+	ramp            *ramp // the slow start of the last switch back, nil: none
 	recoveryTimeout time.Duration
 	switchingDelay  time.Duration
 	pending         *pendingSwitch
@@ -132,6 +152,8 @@ type MultiEndpoint struct {
 type endpoint struct {
 	id       string
 	priority int
+	tier     int       // index in m.tiers; equals priority without tiers
+	joined   time.Time // when it last became Available or joined its tier
 	state    State
 	since    time.Time
 	// leftAvailable is when the recovery clock started: when the endpoint left a stable
@@ -165,7 +187,8 @@ type pendingSwitch struct {
 // It returns a *ConfigError wrapping ErrInvalidConfig for an empty list, an empty or duplicate
 // endpoint, or a negative duration.
 func New(opts Options) (*MultiEndpoint, error) {
-	if err := ValidateEndpoints(opts.Name, opts.Endpoints); err != nil {
+	list, tierOf, err := flattenOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := ValidateDurations(opts.Name, opts.RecoveryTimeout, opts.SwitchingDelay); err != nil {
@@ -174,7 +197,12 @@ func New(opts Options) (*MultiEndpoint, error) {
 	if err := ValidateSwitchingJitter(opts.Name, opts.SwitchingJitter); err != nil {
 		return nil, err
 	}
+	if opts.SlowStart < 0 {
+		return nil, &ConfigError{Group: opts.Name, Index: -1, Problem: fmt.Sprintf("negative SlowStart %v", opts.SlowStart)}
+	}
 	m := &MultiEndpoint{
+		tiered:          opts.Tiers != nil,
+		slowStart:       opts.SlowStart,
 		name:            opts.Name,
 		clock:           opts.Clock,
 		onSwitch:        opts.OnSwitch,
@@ -182,7 +210,7 @@ func New(opts Options) (*MultiEndpoint, error) {
 		connectGrace:    opts.ConnectGrace,
 		jitter:          opts.SwitchingJitter,
 		rand:            opts.Rand,
-		endpoints:       make(map[string]*endpoint, len(opts.Endpoints)),
+		endpoints:       make(map[string]*endpoint, len(list)),
 		recoveryTimeout: opts.RecoveryTimeout,
 		switchingDelay:  opts.SwitchingDelay,
 	}
@@ -192,15 +220,15 @@ func New(opts Options) (*MultiEndpoint, error) {
 	if m.rand == nil {
 		m.rand = rand.Float64
 	}
-	ready := m.initialStates(opts.Endpoints)
-	first := opts.Endpoints[0]
+	ready := m.initialStates(list)
+	first := list[0]
 	m.current.Store(&first)
 	m.mu.Lock()
 	now := m.clock.Now()
-	for i, id := range opts.Endpoints {
+	for i, id := range list {
 		m.addLocked(id, i, ready[id], now)
 	}
-	m.reorderLocked(opts.Endpoints)
+	m.reorderLocked(list, tierOf, now)
 	m.updateCurrentLocked(0)
 	m.mu.Unlock()
 	m.deliver()
@@ -231,6 +259,7 @@ func (m *MultiEndpoint) SetEndpointAvailability(endpoint string, available bool)
 		// leftAvailable stays: a drop during the probation continues that clock (rule 2).
 		m.setStateLocked(e, Available, now)
 		m.arriveLocked(e, now)
+		e.joined = now
 		if m.recoveryTimeout > 0 && !e.fresh { // a first connection is no recovery
 			e.probation = true
 			m.scheduleStableLocked(e, m.recoveryTimeout)
@@ -267,7 +296,7 @@ func (m *MultiEndpoint) SetEndpoints(endpoints []string) error {
 	if err := ValidateEndpoints(m.name, endpoints); err != nil {
 		return err
 	}
-	return m.reconfigure(endpoints, nil)
+	return m.reconfigure(endpoints, nil, nil)
 }
 
 // SetTimeouts changes RecoveryTimeout and SwitchingDelay at runtime. Clocks already running
@@ -280,7 +309,7 @@ func (m *MultiEndpoint) SetTimeouts(recoveryTimeout, switchingDelay time.Duratio
 	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
 		return err
 	}
-	return m.reconfigure(nil, &durations{recoveryTimeout, switchingDelay})
+	return m.reconfigure(nil, nil, &durations{recoveryTimeout, switchingDelay})
 }
 
 // Reconfigure is SetEndpoints and SetTimeouts in one step: rule 3 is applied once, to the
@@ -293,14 +322,15 @@ func (m *MultiEndpoint) Reconfigure(endpoints []string, recoveryTimeout, switchi
 	if err := ValidateDurations(m.name, recoveryTimeout, switchingDelay); err != nil {
 		return err
 	}
-	return m.reconfigure(endpoints, &durations{recoveryTimeout, switchingDelay})
+	return m.reconfigure(endpoints, nil, &durations{recoveryTimeout, switchingDelay})
 }
 
 type durations struct{ recoveryTimeout, switchingDelay time.Duration }
 
-// reconfigure applies a validated endpoint list (nil: unchanged) and durations (nil:
-// unchanged), then rule 3 once.
-func (m *MultiEndpoint) reconfigure(endpoints []string, d *durations) error {
+// reconfigure applies a validated endpoint list (nil: unchanged) with its tiers (tierOf[i] is
+// endpoints[i]'s tier; nil: each endpoint its own tier) and durations (nil: unchanged), then
+// rule 3 once.
+func (m *MultiEndpoint) reconfigure(endpoints []string, tierOf []int, d *durations) error {
 	var ready map[string]State
 	if endpoints != nil {
 		ready = m.initialStates(endpoints)
@@ -315,7 +345,8 @@ func (m *MultiEndpoint) reconfigure(endpoints []string, d *durations) error {
 		m.recoveryTimeout = d.recoveryTimeout // new endpoints start by the new rules
 	}
 	if endpoints != nil {
-		m.setEndpointsLocked(endpoints, ready, now)
+		m.endRampLocked() // the tiers it ramps between may be gone or renumbered
+		m.setEndpointsLocked(endpoints, tierOf, ready, now)
 	}
 	if d != nil {
 		m.setTimeoutsLocked(d.recoveryTimeout, d.switchingDelay, now)
@@ -327,7 +358,7 @@ func (m *MultiEndpoint) reconfigure(endpoints []string, d *durations) error {
 }
 
 // setEndpointsLocked is rule 4 without rule 3. m.mu must be held.
-func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]State, now time.Time) {
+func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, tierOf []int, ready map[string]State, now time.Time) {
 	keep := make(map[string]bool, len(endpoints))
 	for _, id := range endpoints {
 		keep[id] = true
@@ -338,7 +369,7 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 			delete(m.endpoints, id)
 		}
 	}
-	raised := m.raisedLocked(endpoints)
+	raised := m.raisedLocked(endpoints, tierOf)
 	for _, e := range raised {
 		m.arriveLocked(e, now) // at its new rank: its switching delay counts from here (F2)
 	}
@@ -350,25 +381,35 @@ func (m *MultiEndpoint) setEndpointsLocked(endpoints []string, ready map[string]
 			m.addLocked(id, i, ready[id], now)
 		}
 	}
-	m.reorderLocked(endpoints)
+	m.reorderLocked(endpoints, tierOf, now)
 }
 
 // raisedLocked returns the kept endpoints that the new list moves above an endpoint they were
-// below. It must run before new endpoints are added, while priorities are the old ones. m.mu
-// must be held.
-func (m *MultiEndpoint) raisedLocked(endpoints []string) []*endpoint {
+// below: into a higher tier than an endpoint whose tier was higher than theirs (without tiers,
+// a tier is a position). It must run before new endpoints are added, while tiers are the old
+// ones. m.mu must be held.
+func (m *MultiEndpoint) raisedLocked(endpoints []string, tierOf []int) []*endpoint {
 	var raised []*endpoint
-	minBelow := -1 // the lowest old priority among kept endpoints listed below, -1: none yet
+	minBelow := -1 // the highest old tier (lowest index) among kept endpoints in a lower new tier, -1: none yet
+	tierMin := -1  // the same among the kept endpoints of the new tier being walked
+	newTier := -1  // the new tier being walked
 	for i := len(endpoints) - 1; i >= 0; i-- {
+		if t := tierAt(tierOf, i); t != newTier {
+			newTier = t
+			if tierMin >= 0 && (minBelow < 0 || tierMin < minBelow) {
+				minBelow = tierMin
+			}
+			tierMin = -1
+		}
 		e, ok := m.endpoints[endpoints[i]]
 		if !ok {
 			continue
 		}
-		if minBelow >= 0 && minBelow < e.priority {
+		if minBelow >= 0 && minBelow < e.tier {
 			raised = append(raised, e)
 		}
-		if minBelow < 0 || e.priority < minBelow {
-			minBelow = e.priority
+		if tierMin < 0 || e.tier < tierMin {
+			tierMin = e.tier
 		}
 	}
 	slices.Reverse(raised) // priority order, as Options.Rand promises
@@ -410,7 +451,7 @@ func (m *MultiEndpoint) setTimeoutsLocked(recoveryTimeout, switchingDelay time.D
 		} else {
 			m.pending = nil
 			if e := m.endpoints[p.target]; e != nil && e.state == Available {
-				m.switchLocked(p.target, p.reason, now)
+				m.switchLocked(m.leadLocked(e.tier).id, p.reason, now)
 			}
 		}
 	}
@@ -427,6 +468,13 @@ func (m *MultiEndpoint) Status() Status {
 		SwitchingDelay:  m.switchingDelay,
 		Endpoints:       make([]EndpointStatus, len(m.order)),
 		Closed:          m.closed,
+	}
+	if m.tiered {
+		s.Tiers = tierIDs(m.tiers)
+		s.CurrentTier = m.endpoints[s.Current].tier
+		if r := m.ramp; r != nil {
+			s.SlowStartFrom, s.SlowStartSince = r.from, r.start
+		}
 	}
 	if p := m.pending; p != nil {
 		s.PendingSwitch, s.PendingSwitchAt = p.target, p.due
@@ -452,6 +500,7 @@ func (m *MultiEndpoint) Close() {
 		m.stopTimerLocked(e)
 	}
 	m.cancelSwitchLocked()
+	m.endRampLocked()
 	m.events.Drop()
 }
 
@@ -470,7 +519,7 @@ func (m *MultiEndpoint) initialStates(endpoints []string) map[string]State {
 
 // addLocked adds a new endpoint by rule 1. m.mu must be held.
 func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now time.Time) {
-	e := &endpoint{id: id, priority: priority, since: now, leftAvailable: now, fresh: initial != Available}
+	e := &endpoint{id: id, priority: priority, tier: -1, since: now, joined: now, leftAvailable: now, fresh: initial != Available}
 	m.arriveLocked(e, now)
 	m.endpoints[id] = e
 	switch {
@@ -488,13 +537,23 @@ func (m *MultiEndpoint) addLocked(id string, priority int, initial State, now ti
 	}
 }
 
-// reorderLocked sets priorities and m.order from the list. m.mu must be held.
-func (m *MultiEndpoint) reorderLocked(endpoints []string) {
+// reorderLocked sets priorities, tiers and m.order from the list; tierOf[i] is endpoints[i]'s
+// tier, nil: each endpoint its own. An endpoint that changes tier joins its new one now. m.mu
+// must be held.
+func (m *MultiEndpoint) reorderLocked(endpoints []string, tierOf []int, now time.Time) {
 	m.order = m.order[:0]
+	m.tiers = m.tiers[:0]
 	for i, id := range endpoints {
 		e := m.endpoints[id]
 		e.priority = i
+		if t := tierAt(tierOf, i); t != e.tier {
+			e.tier, e.joined = t, now
+		}
 		m.order = append(m.order, e)
+		if e.tier == len(m.tiers) {
+			m.tiers = append(m.tiers, nil)
+		}
+		m.tiers[e.tier] = append(m.tiers[e.tier], e)
 	}
 }
 
@@ -551,46 +610,62 @@ func (m *MultiEndpoint) stopTimerLocked(e *endpoint) {
 	}
 }
 
-// updateCurrentLocked applies rule 3. cause is Reconfiguration when called for SetEndpoints
-// or SetTimeouts, else 0 (the reason then follows from priorities). m.mu must be held.
+// updateCurrentLocked applies rule 3 to tiers (without tiers, each endpoint is its own),
+// makes the current tier's lead member current, and publishes the tier view. cause is
+// Reconfiguration when called for SetEndpoints or SetTimeouts, else 0 (the reason then
+// follows from priorities). m.mu must be held.
 func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
+	m.chooseTierLocked(cause)
+	if cur, ok := m.endpoints[m.Current()]; ok {
+		if l := m.leadLocked(cur.tier); l != nil && l != cur {
+			id := l.id // a move inside the current tier: no switch, no Event
+			m.current.Store(&id)
+		}
+	}
+	m.publishLocked()
+}
+
+// chooseTierLocked is rule 3, on tiers. m.mu must be held.
+func (m *MultiEndpoint) chooseTierLocked(cause Reason) {
 	now := m.clock.Now()
 	cur, exists := m.endpoints[m.Current()]
-	var topAvailable *endpoint
-	for _, e := range m.order {
-		if e.state == Available {
-			topAvailable = e
+	top := -1 // the highest tier with an Available member
+	for t := range m.tiers {
+		if m.leadLocked(t) != nil {
+			top = t
 			break
 		}
 	}
 	switch {
-	case topAvailable == nil:
+	case top < 0:
 		m.cancelSwitchLocked()
 		if !exists {
 			m.switchLocked(m.order[0].id, Reconfiguration, now)
 		}
-	case exists && cur == topAvailable:
+	case exists && cur.tier == top:
 		m.cancelSwitchLocked()
-	case exists && cur.state == Recovering && topAvailable.priority > cur.priority:
-		// Let the current endpoint recover while nothing better is available.
+	case exists && m.tierStateLocked(cur.tier) == Recovering && top > cur.tier:
+		// Let the current tier recover while nothing better is available.
 		m.cancelSwitchLocked()
-	case exists && cur.state == Available && m.switchingDelay > 0:
+	case exists && m.tierStateLocked(cur.tier) == Available && m.switchingDelay > 0:
 		reason := cause
 		if reason == 0 {
 			reason = Recovery
 		}
-		if p := m.pending; p != nil && p.target == topAvailable.id {
+		// The member whose own delay ends first times the switch: from its last return,
+		// not from now (another endpoint may have come or gone meanwhile and retargeted
+		// the switch). Without tiers it is the tier's one endpoint.
+		target := m.firstDueLocked(top)
+		if p := m.pending; p != nil && p.target == target.id {
 			return // already waiting for this target; never restart the wait
 		}
 		m.cancelSwitchLocked()
-		// The target's own delay: from its last return, not from now (another endpoint may
-		// have come or gone meanwhile and retargeted the switch).
-		due := m.switchDueLocked(topAvailable)
+		due := m.switchDueLocked(target)
 		if !due.After(now) {
-			m.switchLocked(topAvailable.id, reason, now)
+			m.switchLocked(m.leadLocked(top).id, reason, now)
 			return
 		}
-		p := &pendingSwitch{target: topAvailable.id, due: due, reason: reason}
+		p := &pendingSwitch{target: target.id, due: due, reason: reason}
 		m.pending = p
 		m.armSwitchLocked(p, due.Sub(now))
 	default:
@@ -598,11 +673,11 @@ func (m *MultiEndpoint) updateCurrentLocked(cause Reason) {
 		reason := cause
 		if reason == 0 {
 			reason = Fallback
-			if exists && topAvailable.priority < cur.priority {
+			if exists && top < cur.tier {
 				reason = Recovery
 			}
 		}
-		m.switchLocked(topAvailable.id, reason, now)
+		m.switchLocked(m.leadLocked(top).id, reason, now)
 	}
 }
 
@@ -669,7 +744,7 @@ func (m *MultiEndpoint) armSwitchLocked(p *pendingSwitch, d time.Duration) {
 		}
 		m.pending = nil
 		if e, ok := m.endpoints[p.target]; ok && e.state == Available {
-			m.switchLocked(p.target, p.reason, m.clock.Now())
+			m.switchLocked(m.leadLocked(e.tier).id, p.reason, m.clock.Now())
 		}
 		m.updateCurrentLocked(0)
 		m.mu.Unlock()
@@ -692,6 +767,7 @@ func (m *MultiEndpoint) switchLocked(id string, reason Reason, now time.Time) {
 		return
 	}
 	m.current.Store(&id)
+	m.switchedLocked(from, id, reason, now)
 	if m.onSwitch != nil {
 		m.events.Push(Event{Name: m.name, From: from, To: id, Reason: reason, At: now})
 	}

@@ -42,6 +42,8 @@ type refEndpoint struct {
 	// or the reconfiguration that added it or raised it above an endpoint, whichever is later.
 	upSince time.Time
 	draw    float64 // the jitter draw made with upSince
+	// joined is when it last became Available or joined its tier (tiers only: Tier.Joined).
+	joined time.Time
 }
 
 // refPending is a switch waiting for the switching delay.
@@ -64,6 +66,29 @@ type refModel struct {
 	pending *refPending
 	closed  bool
 	events  []string // emitted, not yet checked
+	// tierOf is each endpoint's tier when the MultiEndpoint has tiers (tiers_test.go); nil:
+	// each endpoint is its own tier, its position.
+	tierOf map[string]int
+	// slowStart and ramp (tiers only): the slow start of the last switch back, nil: none.
+	slowStart time.Duration
+	ramp      *refRamp
+}
+
+// refRamp is a switch back's slow start: the tier switched away from keeps a share until
+// start+slowStart, unless none of its members is Available before.
+type refRamp struct {
+	from  int
+	start time.Time
+}
+
+// tierLead is the first Available member of tier t, "" if none.
+func (m *refModel) tierLead(t int) string {
+	for _, x := range m.order {
+		if m.tier(x) == t && m.eps[x].state == Available {
+			return x
+		}
+	}
+	return ""
 }
 
 func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace time.Duration, jitter float64, rnd func() float64,
@@ -79,7 +104,7 @@ func newRefModel(name string, now time.Time, endpoints []string, rt, sd, grace t
 
 // add is rule 1.
 func (m *refModel) add(id string, initial State) {
-	e := &refEndpoint{since: m.now, left: m.now, fresh: initial != Available}
+	e := &refEndpoint{since: m.now, left: m.now, fresh: initial != Available, joined: m.now}
 	m.arrive(e)
 	switch {
 	case initial == Available:
@@ -95,6 +120,61 @@ func (m *refModel) add(id string, initial State) {
 }
 
 func (m *refModel) priority(id string) int { return slices.Index(m.order, id) }
+
+// tier is id's tier: its position without tiers.
+func (m *refModel) tier(id string) int {
+	if m.tierOf == nil {
+		return m.priority(id)
+	}
+	return m.tierOf[id]
+}
+
+// tierState is the state of id's tier: Available if a member is, else Recovering if one is.
+func (m *refModel) tierState(id string) State {
+	s := Unavailable
+	for _, x := range m.order {
+		if m.tier(x) == m.tier(id) {
+			switch m.eps[x].state {
+			case Available:
+				return Available
+			case Recovering:
+				s = Recovering
+			}
+		}
+	}
+	return s
+}
+
+// lead is the first Available member of id's tier, "" if none.
+func (m *refModel) lead(id string) string {
+	for _, x := range m.order {
+		if m.tier(x) == m.tier(id) && m.eps[x].state == Available {
+			return x
+		}
+	}
+	return ""
+}
+
+// firstDue is the Available member of id's tier whose switch lands first.
+func (m *refModel) firstDue(id string) string {
+	best := ""
+	for _, x := range m.order {
+		if m.tier(x) == m.tier(id) && m.eps[x].state == Available && (best == "" || m.due(m.eps[x]).Before(m.due(m.eps[best]))) {
+			best = x
+		}
+	}
+	return best
+}
+
+// settle makes the current tier's lead current, with no event (tiers only: without tiers the
+// lead of an Available current endpoint's tier is itself).
+func (m *refModel) settle() {
+	if _, kept := m.eps[m.current]; kept {
+		if l := m.lead(m.current); l != "" {
+			m.current = l
+		}
+	}
+}
 
 // arrive starts e's switching delay now, with a fresh jitter draw.
 func (m *refModel) arrive(e *refEndpoint) {
@@ -113,13 +193,28 @@ func (m *refModel) emit(to string, reason Reason) {
 	if to == m.current {
 		return
 	}
+	if m.tierOf != nil { // any switch ends the ramp; a switch back starts one
+		m.ramp = nil
+		if _, kept := m.eps[m.current]; kept && reason == Recovery && m.slowStart > 0 && m.tier(m.current) > m.tier(to) {
+			m.ramp = &refRamp{from: m.tier(m.current), start: m.now}
+		}
+	}
 	m.events = append(m.events, fmt.Sprintf("%s>%s %s@%s", m.current, to, reason, m.now.Format("15:04:05.000000000")))
 	m.current = to
 }
 
-// choose is rule 3. cause is Reconfiguration for SetEndpoints/SetTimeouts, else 0.
+// choose is rule 3 on tiers, then the current tier's lead becomes current. cause is
+// Reconfiguration for SetEndpoints/SetTimeouts, else 0.
 func (m *refModel) choose(cause Reason) {
-	best := ""
+	m.chooseTier(cause)
+	m.settle()
+	if m.ramp != nil && m.tierLead(m.ramp.from) == "" {
+		m.ramp = nil // the old tier failed during the ramp: it ends at once
+	}
+}
+
+func (m *refModel) chooseTier(cause Reason) {
+	best := "" // the first Available endpoint: the lead of the highest Available tier
 	for _, id := range m.order {
 		if m.eps[id].state == Available {
 			best = id
@@ -134,28 +229,30 @@ func (m *refModel) choose(cause Reason) {
 		}
 		return
 	}
-	if kept && best == m.current {
+	_ = cur
+	if kept && m.tier(best) == m.tier(m.current) {
 		m.pending = nil
 		return
 	}
-	higher := kept && m.priority(best) < m.priority(m.current)
-	if kept && cur.state == Recovering && !higher {
-		m.pending = nil // let the current endpoint recover
+	higher := kept && m.tier(best) < m.tier(m.current)
+	if kept && m.tierState(m.current) == Recovering && !higher {
+		m.pending = nil // let the current tier recover
 		return
 	}
-	if kept && cur.state == Available && m.sd > 0 {
+	if kept && m.tierState(m.current) == Available && m.sd > 0 {
 		// best is necessarily higher than an Available current endpoint: wait the rest of
 		// best's own delay, counted from its return, whatever the switch targeted before.
-		if m.pending != nil && m.pending.target == best {
+		target := m.firstDue(best)
+		if m.pending != nil && m.pending.target == target {
 			return
 		}
 		reason := cause
 		if reason == 0 {
 			reason = Recovery
 		}
-		due := m.due(m.eps[best])
+		due := m.due(m.eps[target])
 		if due.After(m.now) {
-			m.pending = &refPending{target: best, due: due, reason: reason}
+			m.pending = &refPending{target: target, due: due, reason: reason}
 			return
 		}
 		m.pending = nil
@@ -196,6 +293,9 @@ func (m *refModel) nextDeadline() (time.Time, bool) {
 	if m.pending != nil {
 		consider(m.pending.due)
 	}
+	if m.ramp != nil {
+		consider(m.ramp.start.Add(m.slowStart))
+	}
 	return next, found
 }
 
@@ -209,6 +309,9 @@ func (m *refModel) advanceTo(t time.Time) {
 		if d.After(m.now) {
 			m.now = d
 		}
+		if m.ramp != nil && !m.ramp.start.Add(m.slowStart).After(m.now) {
+			m.ramp = nil
+		}
 		for _, id := range m.order {
 			if e := m.eps[id]; e.state == Recovering && !e.left.Add(m.recoveryLimit(e)).After(m.now) {
 				e.state, e.since = Unavailable, m.now
@@ -220,7 +323,7 @@ func (m *refModel) advanceTo(t time.Time) {
 		m.choose(0)
 		if p := m.pending; p != nil && !p.due.After(m.now) {
 			m.pending = nil
-			m.emit(p.target, p.reason)
+			m.emit(m.lead(p.target), p.reason)
 			m.choose(0)
 		}
 	}
@@ -248,6 +351,7 @@ func (m *refModel) setAvailability(id string, available bool) {
 	case available && e.state != Available:
 		e.state, e.since = Available, m.now // e.left stays: probation continues it
 		m.arrive(e)
+		e.joined = m.now
 		if m.rt > 0 && !e.fresh {
 			e.stableAt = m.now.Add(m.rt) // probation
 		}
@@ -285,15 +389,33 @@ func (m *refModel) reconfigure(list []string, ready map[string]State, rt, sd tim
 }
 
 func (m *refModel) applyEndpoints(list []string, ready map[string]State) {
-	// An endpoint listed above one it was below arrives at its new rank now (F2).
+	m.applyTiers(list, nil, ready)
+}
+
+// applyTiers is applyEndpoints with tiers: tierOf gives each endpoint of list its new tier
+// (nil: its position).
+func (m *refModel) applyTiers(list []string, tierOf map[string]int, ready map[string]State) {
+	newTier := func(id string) int {
+		if tierOf == nil {
+			return slices.Index(list, id)
+		}
+		return tierOf[id]
+	}
+	// An endpoint put in a higher tier than one whose tier was higher arrives at its new
+	// rank now (F2).
 	var raised []string
 	for i, y := range list {
 		for _, x := range list[i+1:] {
-			if m.eps[x] != nil && m.eps[y] != nil && m.priority(x) < m.priority(y) {
+			if m.eps[x] != nil && m.eps[y] != nil && newTier(x) > newTier(y) && m.tier(x) < m.tier(y) {
 				raised = append(raised, y)
 				m.arrive(m.eps[y])
 				break
 			}
+		}
+	}
+	for _, id := range list {
+		if e := m.eps[id]; e != nil && m.tier(id) != newTier(id) {
+			e.joined = m.now // joins its new tier
 		}
 	}
 	if m.pending != nil && (!slices.Contains(list, m.pending.target) || slices.Contains(raised, m.pending.target)) {
@@ -310,6 +432,12 @@ func (m *refModel) applyEndpoints(list []string, ready map[string]State) {
 		}
 	}
 	m.order = slices.Clone(list)
+	if m.tierOf != nil {
+		m.tierOf = map[string]int{}
+		for _, id := range list {
+			m.tierOf[id] = newTier(id)
+		}
+	}
 }
 
 // setTimeouts: running clocks keep their start; what is past happens at once.
@@ -337,7 +465,7 @@ func (m *refModel) applyTimeouts(rt, sd time.Duration) {
 	if p := m.pending; p != nil && !p.due.After(m.now) {
 		m.pending = nil
 		if e := m.eps[p.target]; e != nil && e.state == Available {
-			m.emit(p.target, p.reason)
+			m.emit(m.lead(p.target), p.reason)
 		}
 	}
 }
@@ -350,6 +478,19 @@ func (m *refModel) status() Status {
 	for i, id := range m.order {
 		e := m.eps[id]
 		s.Endpoints = append(s.Endpoints, EndpointStatus{Endpoint: id, Priority: i, State: e.state, Since: e.since})
+	}
+	if m.tierOf != nil {
+		for _, id := range m.order {
+			t := m.tier(id)
+			if t == len(s.Tiers) {
+				s.Tiers = append(s.Tiers, nil)
+			}
+			s.Tiers[t] = append(s.Tiers[t], id)
+		}
+		s.CurrentTier = m.tier(m.current)
+		if m.ramp != nil {
+			s.SlowStartFrom, s.SlowStartSince = m.ramp.from, m.ramp.start
+		}
 	}
 	return s
 }

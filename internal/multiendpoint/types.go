@@ -94,7 +94,9 @@ type Status struct {
 	// Current is the endpoint that calls use now.
 	Current string
 	// PendingSwitch is the endpoint that will become current at PendingSwitchAt if it stays
-	// Available; empty when no switch is pending.
+	// Available; empty when no switch is pending. With tiers it is the member of the target
+	// tier whose return times the switch; the tier's lead (its first Available member)
+	// becomes current.
 	PendingSwitch   string
 	PendingSwitchAt time.Time
 	// RecoveryTimeout and SwitchingDelay are the durations in force.
@@ -104,6 +106,15 @@ type Status struct {
 	Endpoints []EndpointStatus
 	// Closed reports whether Close has been called.
 	Closed bool
+	// Tiers lists the endpoints by tier, top tier first, when the MultiEndpoint has tiers
+	// (Options.Tiers or ReconfigureTiers); nil without tiers. CurrentTier is then the index
+	// of Current's tier, and while a switch back ramps up (Options.SlowStart), SlowStartFrom
+	// is the tier switched away from and SlowStartSince the switch (zero: no ramp). All three
+	// are zero without tiers.
+	Tiers          [][]string
+	CurrentTier    int
+	SlowStartFrom  int
+	SlowStartSince time.Time
 }
 
 // ErrInvalidConfig is wrapped by every configuration error, for errors.Is.

@@ -1,0 +1,89 @@
+package spread
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+)
+
+var benchSink atomic.Int64
+
+// BenchmarkPick measures the call path's pick: the MultiEndpoint's tier view (one atomic
+// load) and Picker.Pick, for tiers of 1 to 4 members with latency scores, on the default
+// random source. "ramping" reads the clock for a switch back in progress. The goal of issue
+// 28: 2 to 4 members at most 40 ns and 0 allocations.
+func BenchmarkPick(b *testing.B) {
+	for _, ramping := range []bool{false, true} {
+		for n := 1; n <= 4; n++ {
+			name := fmt.Sprintf("steady/members=%d", n)
+			if ramping {
+				name = fmt.Sprintf("ramping/members=%d", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				var tier [][]string
+				tier = append(tier, nil)
+				for i := range n {
+					tier[0] = append(tier[0], fmt.Sprintf("a%d:443", i))
+				}
+				tier = append(tier, []string{"b:443"})
+				opts := multiendpoint.Options{Tiers: tier,
+					InitialState: func(string) multiendpoint.State { return multiendpoint.Available }}
+				if ramping {
+					opts.SlowStart = time.Hour
+					opts.InitialState = nil
+				}
+				m, err := multiendpoint.New(opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				if ramping { // a switch back from b: the ramp lasts the whole benchmark
+					m.SetEndpointAvailability("b:443", true)
+					for _, a := range tier[0] {
+						m.SetEndpointAvailability(a, true)
+					}
+					if m.Tier().Previous == nil {
+						b.Fatal("no ramp")
+					}
+				}
+				reg := NewRegistry(EndpointOptions{})
+				for i, a := range append(tier[0], "b:443") {
+					e := reg.Endpoint(a)
+					e.Begin()
+					e.Done(time.Duration(1+i)*time.Millisecond, false)
+				}
+				p, err := New(Options{Resolve: reg.Endpoint, SlowStart: opts.SlowStart})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p.Pick(m.Tier())
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					n := 0
+					for pb.Next() {
+						n += len(p.Pick(m.Tier()).name)
+					}
+					benchSink.Add(int64(n))
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkEndpoint_BeginDone is what a call adds to the pick: counting it in flight and
+// folding its latency into the score (one clock read, two atomic adds, two compare-and-swaps).
+func BenchmarkEndpoint_BeginDone(b *testing.B) {
+	e := NewEndpoint("a:443", EndpointOptions{Clock: clock.Real})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			e.Begin()
+			e.Done(time.Millisecond, false)
+		}
+	})
+}

@@ -1,0 +1,202 @@
+// Package spread spreads a MultiEndpoint's calls over the members of its current tier
+// (issue 28): power of two choices over a per-endpoint cost, a minimum share per member, and
+// slow start, with a pick that takes no lock and allocates nothing.
+//
+// # Cost
+//
+// An endpoint's cost is its latency score times (calls in flight + 1), the cost of the Spanner
+// client's own replica choice (cloud.google.com/go/spanner v1.96.1,
+// endpoint_latency_registry.go selectionCost, and power_of_two_replica_selector.go). The
+// latency score is an exponentially weighted moving average whose weight decays with the time
+// since the previous sample, alpha = 1 - exp(-Δt/τ), as that client's ewma_latency_tracker.go
+// (τ = 10 s there, Options.DecayTime here). An endpoint with no score yet costs
+// Options.InitialLatency (10 ms, that client's endpointLatencyDefaultRTT) per call.
+//
+// The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
+// latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
+// minimum share of the calls (Options.MinShare) in any case, so that it is never starved of
+// the samples that would clear it.
+//
+// # Slow start
+//
+// A member that joined its tier recently, and the tier a group has just switched back to,
+// ramp their share over a window, as Envoy's slow start mode
+// (https://www.envoyproxy.io/docs/envoy/latest/intro/arch_overview/upstream/load_balancing/slow_start):
+// weight = max(MinWeight, TimeFactor^(1/Aggression)), TimeFactor = max(seconds since the
+// join, 1) / window seconds. Inside a tier, a member that wins the power of two choices
+// while it ramps more than the other candidate is taken with the ratio of their weights, else
+// the other is: its share grows with its weight, and members that joined together (a tier at
+// startup) are not held back at all. A tier switched back to takes that weight's
+// share of the calls; the tier switched away from keeps the rest while it has an Available
+// member (multiendpoint.Tier.Previous), and the ramp ends at once when it has none.
+package spread
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+// Endpoint is one endpoint's load and latency score, shared by every group and Picker that
+// lists the endpoint. Create it with NewEndpoint. All methods are safe for concurrent use,
+// take no lock and do not allocate.
+type Endpoint struct {
+	name     string
+	inflight atomic.Int64
+	started  atomic.Uint64
+	// score is the latency score in microseconds, as float64 bits; 0: no score yet.
+	score atomic.Uint64
+	// last is when the latest sample was taken, in nanoseconds since base plus 1 (0: never).
+	// A sample claims the interval since last by moving last forward (compare-and-swap), so
+	// concurrent samples weigh the time between them once, not twice.
+	last    atomic.Int64
+	probeOK atomic.Bool // no call answered since the last probe: a probe may feed the score
+	base    time.Time
+	clock   clock.Clock
+	tau     float64 // DecayTime in nanoseconds
+	initial float64 // InitialLatency in microseconds
+	penalty time.Duration
+}
+
+// EndpointOptions configures an Endpoint's score.
+type EndpointOptions struct {
+	// DecayTime is τ of the score's moving average: a sample Δt after the previous one
+	// weighs 1 - exp(-Δt/τ). Zero means 10 s (the Spanner client's defaultEWMADecayTime,
+	// ewma_latency_tracker.go, v1.96.1); negative is treated as zero.
+	DecayTime time.Duration
+	// InitialLatency is the score of an endpoint not measured yet. Zero means 10 ms.
+	InitialLatency time.Duration
+	// ErrorPenalty is the latency a failed call counts for at least (Done with failed
+	// true), so that an endpoint that fails fast does not look fast. Zero means 1 s.
+	ErrorPenalty time.Duration
+	// Clock is the time source of the score. Nil means the real clock.
+	Clock clock.Clock
+}
+
+// NewEndpoint returns the Endpoint named name (an address, for Status) with no score yet.
+func NewEndpoint(name string, opts EndpointOptions) *Endpoint {
+	if opts.DecayTime <= 0 {
+		opts.DecayTime = 10 * time.Second
+	}
+	if opts.InitialLatency <= 0 {
+		opts.InitialLatency = 10 * time.Millisecond
+	}
+	if opts.ErrorPenalty <= 0 {
+		opts.ErrorPenalty = time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
+	}
+	e := &Endpoint{name: name, clock: opts.Clock, base: opts.Clock.Now(),
+		tau:     float64(opts.DecayTime),
+		initial: float64(opts.InitialLatency) / float64(time.Microsecond),
+		penalty: opts.ErrorPenalty}
+	e.probeOK.Store(true)
+	return e
+}
+
+// Name returns the name given to NewEndpoint.
+func (e *Endpoint) Name() string { return e.name }
+
+// Begin counts a call started on the endpoint; Done must follow.
+func (e *Endpoint) Begin() {
+	e.inflight.Add(1)
+	e.started.Add(1)
+}
+
+// Done ends a call counted by Begin. latency is how long it took; failed says the endpoint
+// did not answer it (a transport error, a timeout): it then counts for at least
+// ErrorPenalty. A call the endpoint answered with an error of the application's (NOT_FOUND,
+// ABORTED...) is answered: failed false.
+func (e *Endpoint) Done(latency time.Duration, failed bool) {
+	e.inflight.Add(-1)
+	if failed && latency < e.penalty {
+		latency = e.penalty
+	}
+	e.observe(latency)
+	e.probeOK.Store(false)
+}
+
+// Probe feeds a latency probe's round trip to the score, unless a call has been answered
+// since the previous Probe: calls measure an endpoint that has some, probes one that has
+// none. It reports whether the sample was used.
+func (e *Endpoint) Probe(rtt time.Duration) bool {
+	if !e.probeOK.Swap(true) {
+		return false
+	}
+	e.observe(rtt)
+	return true
+}
+
+// observe folds one latency sample into the score.
+func (e *Endpoint) observe(latency time.Duration) {
+	if latency < 0 {
+		latency = 0
+	}
+	sample := max(float64(latency)/float64(time.Microsecond), math.SmallestNonzeroFloat64) // 0 bits mean "no score"
+	now := int64(e.clock.Now().Sub(e.base)) + 1
+	var dt int64 // the time this sample claims since the previous one; 0 for a sample out of order
+	first := false
+	for {
+		last := e.last.Load()
+		if now <= last {
+			break
+		}
+		if e.last.CompareAndSwap(last, now) {
+			dt, first = now-last, last == 0
+			break
+		}
+	}
+	alpha := 1 - math.Exp(-float64(dt)/e.tau)
+	for {
+		old := e.score.Load()
+		next := sample
+		if old != 0 && !first {
+			next = alpha*sample + (1-alpha)*math.Float64frombits(old)
+		}
+		if e.score.CompareAndSwap(old, math.Float64bits(next)) {
+			return
+		}
+	}
+}
+
+// latency returns the score in microseconds, or InitialLatency's when there is none.
+func (e *Endpoint) latency() float64 {
+	s := e.score.Load()
+	if s == 0 {
+		return e.initial
+	}
+	return math.Float64frombits(s)
+}
+
+// cost is latency × (calls in flight + 1).
+func (e *Endpoint) cost() float64 {
+	n := e.inflight.Load()
+	if n < 0 {
+		n = 0
+	}
+	return e.latency() * float64(n+1)
+}
+
+// Stats is a point-in-time view of an Endpoint, for Status and metrics.
+type Stats struct {
+	// Latency is the score (zero: not measured yet); InFlight the calls begun and not done;
+	// Started the calls begun since NewEndpoint (a share over an interval is the difference
+	// of two readings); Cost is Latency (or InitialLatency) × (InFlight + 1), in
+	// microseconds.
+	Latency  time.Duration
+	InFlight int64
+	Started  uint64
+	Cost     float64
+}
+
+// Stats returns the endpoint's current figures.
+func (e *Endpoint) Stats() Stats {
+	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.cost()}
+	if sc := e.score.Load(); sc != 0 {
+		s.Latency = time.Duration(math.Float64frombits(sc) * float64(time.Microsecond))
+	}
+	return s
+}

@@ -1,0 +1,147 @@
+package spread
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ms = time.Millisecond
+
+func TestEndpoint_ScoreIsATimeDecayedAverage(t *testing.T) {
+	type sample struct {
+		after   time.Duration // since the previous sample
+		latency time.Duration
+	}
+	tau := 10 * time.Second
+	for _, tc := range []struct {
+		name    string
+		samples []sample
+		want    float64 // µs
+	}{
+		{"no sample: the initial latency", nil, 10000},
+		{"first sample is the score", []sample{{0, 4 * ms}}, 4000},
+		{"a sample τ later weighs 1-1/e", []sample{{0, 4 * ms}, {tau, 14 * ms}}, 4000 + 10000*(1-1/math.E)},
+		{"a sample long after replaces the score", []sample{{0, 4 * ms}, {1000 * tau, 30 * ms}}, 30000},
+		{"a sample at the same instant changes nothing", []sample{{0, 4 * ms}, {0, 400 * ms}}, 4000},
+		{"a sample 1 ms later weighs 1 ms/τ", []sample{{0, 4 * ms}, {ms, 10004 * ms}}, 4000 + 10000000*(1-math.Exp(-1e-4))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Time{})
+			e := NewEndpoint("a", EndpointOptions{Clock: clk, DecayTime: tau})
+			for _, s := range tc.samples {
+				clk.Advance(s.after)
+				e.Begin()
+				e.Done(s.latency, false)
+			}
+			if got := e.latency(); math.Abs(got-tc.want) > 1e-6*tc.want {
+				t.Fatalf("score = %v µs, want %v", got, tc.want)
+			}
+			if got := e.cost(); math.Abs(got-tc.want) > 1e-6*tc.want {
+				t.Fatalf("cost with nothing in flight = %v, want the score %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEndpoint_CostCountsCallsInFlight(t *testing.T) {
+	e := NewEndpoint("a", EndpointOptions{Clock: clock.NewFake(time.Time{})})
+	e.Begin()
+	e.Done(2*ms, false)
+	for range 3 {
+		e.Begin()
+	}
+	if got, want := e.cost(), 2000.0*4; got != want {
+		t.Fatalf("cost with 3 in flight = %v, want %v", got, want)
+	}
+	s := e.Stats()
+	if s.InFlight != 3 || s.Started != 4 || s.Latency != 2*ms || s.Cost != 8000 {
+		t.Fatalf("Stats = %+v", s)
+	}
+}
+
+// A call the endpoint did not answer counts for at least ErrorPenalty: an endpoint that fails
+// fast must not look fast.
+func TestEndpoint_FailedCallCountsForThePenalty(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	e := NewEndpoint("a", EndpointOptions{Clock: clk, ErrorPenalty: 500 * ms})
+	e.Begin()
+	e.Done(1*ms, true)
+	if got := e.Stats().Latency; got != 500*ms {
+		t.Fatalf("score after a fast failure = %v, want the 500ms penalty", got)
+	}
+	clk.Advance(time.Hour)
+	e.Begin()
+	e.Done(2*time.Second, true)
+	if got := e.Stats().Latency; got != 2*time.Second {
+		t.Fatalf("score after a slow failure = %v, want its own 2s", got)
+	}
+}
+
+// Probes measure an endpoint without calls; once calls are answered they measure it and the
+// next probe is not used.
+func TestEndpoint_ProbesFeedOnlyAnEndpointWithoutCalls(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	e := NewEndpoint("a", EndpointOptions{Clock: clk})
+	if !e.Probe(7 * ms) {
+		t.Fatal("a probe of an endpoint never called was not used")
+	}
+	if got := e.Stats().Latency; got != 7*ms {
+		t.Fatalf("score = %v, want the probe's 7ms", got)
+	}
+	clk.Advance(time.Hour)
+	e.Begin()
+	e.Done(3*ms, false)
+	clk.Advance(time.Hour)
+	if e.Probe(50 * ms) {
+		t.Fatal("a probe right after an answered call was used")
+	}
+	if got := e.Stats().Latency; got != 3*ms {
+		t.Fatalf("score = %v, want the call's 3ms", got)
+	}
+	clk.Advance(time.Hour)
+	if !e.Probe(9 * ms) { // no call since the previous probe
+		t.Fatal("the second probe without calls was not used")
+	}
+	if got := e.Stats().Latency; got != 9*ms {
+		t.Fatalf("score = %v, want 9ms", got)
+	}
+}
+
+// Concurrent calls: the counts return to zero and the score stays within the samples.
+func TestEndpoint_ConcurrentCalls(t *testing.T) {
+	e := NewEndpoint("a", EndpointOptions{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				e.Begin()
+				e.Done(time.Duration(1+(g+i)%5)*ms, false)
+			}
+		})
+	}
+	wg.Wait()
+	s := e.Stats()
+	if s.InFlight != 0 || s.Started != 16000 || s.Latency < 1*ms || s.Latency > 5*ms {
+		t.Fatalf("Stats = %+v", s)
+	}
+}
+
+func TestRegistry_SharesEndpointsByAddress(t *testing.T) {
+	r := NewRegistry(EndpointOptions{})
+	a := r.Endpoint("a:1")
+	if r.Endpoint("a:1") != a || r.Endpoint("b:1") == a || a.Name() != "a:1" {
+		t.Fatal("Registry does not return one Endpoint per address")
+	}
+	r.Retain(map[string]bool{"b:1": true})
+	if r.Endpoint("a:1") == a {
+		t.Fatal("Retain kept an address not listed")
+	}
+}

@@ -1,0 +1,390 @@
+package spread
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+)
+
+// fixture is a Registry on a fake clock and a Picker over it with a seeded random source.
+type fixture struct {
+	clk *clock.Fake
+	reg *Registry
+	p   *Picker
+}
+
+func newFixture(t interface{ Fatal(...any) }, opts Options) *fixture {
+	f := &fixture{clk: clock.NewFake(time.Time{})}
+	f.reg = NewRegistry(EndpointOptions{Clock: f.clk})
+	opts.Resolve, opts.Clock = f.reg.Endpoint, f.clk
+	if opts.Rand == nil {
+		opts.Rand = rand.New(rand.NewPCG(1, 2)).Uint64
+	}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	return f
+}
+
+// score gives address a latency score by one answered call.
+func (f *fixture) score(address string, latency time.Duration) {
+	e := f.reg.Endpoint(address)
+	e.Begin()
+	e.Done(latency, false)
+}
+
+// shares picks n times from v and returns each address's share.
+func (f *fixture) shares(v *multiendpoint.Tier, n int) map[string]float64 {
+	counts := map[string]int{}
+	for range n {
+		counts[f.p.Pick(v).Name()]++
+	}
+	out := map[string]float64{}
+	for a, c := range counts {
+		out[a] = float64(c) / float64(n)
+	}
+	return out
+}
+
+func view(members ...string) *multiendpoint.Tier {
+	return &multiendpoint.Tier{Members: members, Joined: make([]time.Time, len(members))}
+}
+
+func TestPick_ShareFollowsCost(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		members  []string
+		latency  map[string]time.Duration
+		inflight map[string]int
+		minShare float64
+		want     map[string][2]float64 // share bounds
+	}{
+		{name: "equal costs: an even split", members: []string{"a", "b"},
+			latency: map[string]time.Duration{"a": 5 * ms, "b": 5 * ms},
+			want:    map[string][2]float64{"a": {0.45, 0.55}, "b": {0.45, 0.55}}},
+		{name: "one 30ms slower: its minimum share only", members: []string{"a", "b"},
+			latency: map[string]time.Duration{"a": 35 * ms, "b": 5 * ms},
+			want:    map[string][2]float64{"a": {0.04, 0.06}, "b": {0.94, 0.96}}},
+		{name: "calls in flight raise the cost", members: []string{"a", "b"},
+			latency:  map[string]time.Duration{"a": 5 * ms, "b": 5 * ms},
+			inflight: map[string]int{"a": 3},
+			want:     map[string][2]float64{"a": {0.04, 0.06}, "b": {0.94, 0.96}}},
+		{name: "four members, one slow: the three others share", members: []string{"a", "b", "c", "d"},
+			latency: map[string]time.Duration{"a": 5 * ms, "b": 5 * ms, "c": 5 * ms, "d": 500 * ms},
+			want:    map[string][2]float64{"a": {0.29, 0.35}, "b": {0.29, 0.35}, "c": {0.29, 0.35}, "d": {0.04, 0.06}}},
+		{name: "a larger minimum share", members: []string{"a", "b"}, minShare: 0.2,
+			latency: map[string]time.Duration{"a": 500 * ms, "b": 5 * ms},
+			want:    map[string][2]float64{"a": {0.19, 0.21}, "b": {0.79, 0.81}}},
+		{name: "minimum share x members over 1: uniform", members: []string{"a", "b", "c"}, minShare: 0.5,
+			latency: map[string]time.Duration{"a": 500 * ms, "b": 5 * ms, "c": 5 * ms},
+			want:    map[string][2]float64{"a": {0.31, 0.35}, "b": {0.31, 0.35}, "c": {0.31, 0.35}}},
+		{name: "not measured yet: the initial 10ms", members: []string{"a", "b"},
+			latency: map[string]time.Duration{"b": 20 * ms},
+			want:    map[string][2]float64{"a": {0.94, 0.96}, "b": {0.04, 0.06}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Options{MinShare: tc.minShare})
+			for a, l := range tc.latency {
+				f.score(a, l)
+			}
+			for a, n := range tc.inflight {
+				for range n {
+					f.reg.Endpoint(a).Begin()
+				}
+			}
+			got := f.shares(view(tc.members...), 100000)
+			for a, b := range tc.want {
+				if got[a] < b[0] || got[a] > b[1] {
+					t.Errorf("share of %s = %.4f, want in [%v, %v] (all: %v)", a, got[a], b[0], b[1], got)
+				}
+			}
+		})
+	}
+}
+
+// A tier of one member is that member, without a random number.
+func TestPick_OneMemberDrawsNothing(t *testing.T) {
+	draws := 0
+	f := newFixture(t, Options{Rand: func() uint64 { draws++; return 0 }})
+	v := view("a")
+	for range 100 {
+		if got := f.p.Pick(v).Name(); got != "a" {
+			t.Fatalf("Pick = %q", got)
+		}
+	}
+	if draws != 0 {
+		t.Fatalf("%d random numbers drawn for a tier of one", draws)
+	}
+}
+
+// The picker follows the state machine's view: a member down leaves the pick at once, with no
+// group switch.
+func TestPick_FollowsTheTierView(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	switches := 0
+	m, err := multiendpoint.New(multiendpoint.Options{Tiers: [][]string{{"a1", "a2"}, {"b"}}, Clock: clk,
+		RecoveryTimeout: time.Second, SwitchingDelay: time.Second,
+		InitialState: func(string) multiendpoint.State { return multiendpoint.Available },
+		OnSwitch:     func(multiendpoint.Event) { switches++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f := newFixture(t, Options{})
+	if got := f.shares(m.Tier(), 10000); got["a1"] < 0.4 || got["a2"] < 0.4 || got["b"] != 0 {
+		t.Fatalf("shares with both members up: %v", got)
+	}
+	m.SetEndpointAvailability("a2", false)
+	if got := f.shares(m.Tier(), 10000); got["a1"] != 1 {
+		t.Fatalf("shares with a2 down: %v, want all on a1", got)
+	}
+	if switches != 0 {
+		t.Fatalf("%d group switches, want none", switches)
+	}
+}
+
+// The done-when of issue 28 on the pick: a switch back to a tier with a 20 s slow start, the
+// tier's share over four 5 s windows rises monotonically and is at most 40 % in the first.
+func TestPick_SwitchBackRampsTheTierShare(t *testing.T) {
+	const window = 20 * time.Second
+	clk := clock.NewFake(time.Time{})
+	m, err := multiendpoint.New(multiendpoint.Options{Tiers: [][]string{{"a1", "a2"}, {"b"}}, Clock: clk, SlowStart: window,
+		InitialState: func(e string) multiendpoint.State {
+			if e == "b" {
+				return multiendpoint.Available
+			}
+			return multiendpoint.Unavailable
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f := newFixture(t, Options{SlowStart: window})
+	f.clk = clk
+	f.p.clock = clk
+	m.SetEndpointAvailability("a1", true)
+	m.SetEndpointAvailability("a2", true)
+	var shares []float64
+	for w := range 4 {
+		tier := 0
+		const picks = 5000
+		for i := range picks {
+			clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(w)*5*time.Second + time.Duration(i)*5*time.Second/picks))
+			if a := f.p.Pick(m.Tier()).Name(); a != "b" {
+				tier++
+			}
+		}
+		shares = append(shares, float64(tier)/picks)
+	}
+	t.Logf("the tier's share by 5s window: %.3f", shares)
+	if shares[0] > 0.40 {
+		t.Errorf("share in the first 5s = %.3f, want at most 0.40 (all: %v)", shares[0], shares)
+	}
+	for i := 1; i < len(shares); i++ {
+		if shares[i] <= shares[i-1] {
+			t.Errorf("share does not rise: %v", shares)
+		}
+	}
+	clk.Set(time.Date(2026, 1, 1, 0, 0, 20, 0, time.UTC))
+	if got := f.shares(m.Tier(), 1000); got["b"] != 0 {
+		t.Errorf("after the window: b still has %v", got["b"])
+	}
+	// Once the ramp is over a pick reads the clock no more.
+	before := f.p.rampChecks.Load()
+	f.shares(m.Tier(), 1000)
+	if n := f.p.rampChecks.Load() - before; n != 0 {
+		t.Errorf("%d picks read the clock after the ramp", n)
+	}
+}
+
+// The old tier fails during the ramp: every call goes to the new tier at once.
+func TestPick_RampEndsWhenTheOldTierFails(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	m, err := multiendpoint.New(multiendpoint.Options{Tiers: [][]string{{"a"}, {"b"}}, Clock: clk, SlowStart: time.Minute,
+		InitialState: func(e string) multiendpoint.State {
+			if e == "b" {
+				return multiendpoint.Available
+			}
+			return multiendpoint.Unavailable
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	f := newFixture(t, Options{SlowStart: time.Minute})
+	f.p.clock = clk
+	m.SetEndpointAvailability("a", true)
+	clk.Advance(time.Second)
+	if got := f.shares(m.Tier(), 10000); got["b"] < 0.85 {
+		t.Fatalf("right after the switch back b has %v, want about 0.9", got["b"])
+	}
+	m.SetEndpointAvailability("b", false)
+	if got := f.shares(m.Tier(), 10000); got["a"] != 1 {
+		t.Fatalf("after b failed: %v, want all on a", got)
+	}
+}
+
+// A member that joins a tier ramps from the minimum weight while its peers keep their cost.
+func TestPick_JoiningMemberRamps(t *testing.T) {
+	const window = 20 * time.Second
+	f := newFixture(t, Options{SlowStart: window})
+	start := f.clk.Now()
+	f.clk.Advance(time.Minute)
+	f.score("a", 5*ms)
+	f.score("b", 5*ms)
+	joined := f.clk.Now()
+	var shares []float64
+	for w := range 4 {
+		f.clk.Set(joined.Add(time.Duration(w)*5*time.Second + 2500*ms))
+		v := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, joined}}
+		// Keep one call in flight on a: b wins every comparison, and is taken with its weight.
+		f.reg.Endpoint("a").Begin()
+		shares = append(shares, f.shares(v, 20000)["b"])
+		f.reg.Endpoint("a").Done(5*ms, false)
+	}
+	t.Logf("the joining member's share by 5s window: %.3f", shares)
+	if !slices.IsSorted(shares) || shares[0] > 0.2 || shares[3] < 0.75 {
+		t.Fatalf("the joining member's shares by window: %v, want rising from the minimum share", shares)
+	}
+}
+
+func TestWeight_EnvoySlowStart(t *testing.T) {
+	w := 20 * time.Second
+	for _, tc := range []struct {
+		elapsed time.Duration
+		aggr    float64
+		want    float64
+	}{
+		{0, 1, 0.1}, // max(0, 1s)/20s = 0.05 < the floor
+		{2 * time.Second, 1, 0.1},
+		{5 * time.Second, 1, 0.25},
+		{10 * time.Second, 1, 0.5},
+		{5 * time.Second, 2, 0.5}, // sqrt(0.25)
+		{10 * time.Second, 0.5, 0.25},
+		{20 * time.Second, 1, 1},
+		{time.Hour, 1, 1},
+	} {
+		if got := Weight(tc.elapsed, w, 1/tc.aggr, 0.1); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("Weight(%v, aggression %v) = %v, want %v", tc.elapsed, tc.aggr, got, tc.want)
+		}
+	}
+	if got := Weight(time.Second, 0, 1, 0.1); got != 1 {
+		t.Errorf("Weight without a window = %v, want 1", got)
+	}
+}
+
+func TestNew_InvalidOptions(t *testing.T) {
+	resolve := func(string) *Endpoint { return nil }
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{}, "Resolve is nil"},
+		{Options{Resolve: resolve, MinShare: -0.1}, "MinShare -0.1 is outside [0, 1]"},
+		{Options{Resolve: resolve, MinShare: math.NaN()}, "MinShare NaN is outside [0, 1]"},
+		{Options{Resolve: resolve, SlowStart: -1}, "negative SlowStart -1ns"},
+		{Options{Resolve: resolve, Aggression: -1}, "Aggression -1 is not a positive number"},
+		{Options{Resolve: resolve, Aggression: math.Inf(1)}, "Aggression +Inf is not a positive number"},
+		{Options{Resolve: resolve, MinWeight: 2}, "MinWeight 2 is outside [0, 1]"},
+	} {
+		_, err := New(tc.opts)
+		if !errors.Is(err, ErrInvalidOptions) || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidOptions ending %q", tc.opts, err, tc.want)
+		}
+	}
+}
+
+// Property: whatever the view, the costs and the time, a pick is a member of the tier, or,
+// during a ramp only, of the previous tier.
+func TestProperty_PickIsInTheView(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f := newFixture(t, Options{SlowStart: time.Duration(rapid.IntRange(0, 30).Draw(t, "window")) * time.Second,
+			MinShare: rapid.Float64Range(0, 1).Draw(t, "minShare"),
+			Rand:     rand.New(rand.NewPCG(rapid.Uint64().Draw(t, "seed"), 0)).Uint64})
+		start := f.clk.Now()
+		addrs := []string{"a", "b", "c", "d", "e", "f"}
+		for _, a := range addrs {
+			if rapid.Bool().Draw(t, "scored") {
+				f.score(a, time.Duration(rapid.IntRange(0, 1000).Draw(t, "latency"))*ms)
+			}
+			for range rapid.IntRange(0, 3).Draw(t, "inflight") {
+				f.reg.Endpoint(a).Begin()
+			}
+		}
+		for range rapid.IntRange(1, 20).Draw(t, "views") {
+			perm := rapid.Permutation(addrs).Draw(t, "perm")
+			n := rapid.IntRange(1, 4).Draw(t, "members")
+			v := &multiendpoint.Tier{Members: perm[:n]}
+			for range n {
+				v.Joined = append(v.Joined, start.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "joined"))*time.Second))
+			}
+			if k := rapid.IntRange(0, 2).Draw(t, "previous"); k > 0 {
+				v.Previous = perm[n : n+k]
+				v.RampStart = start.Add(time.Duration(rapid.IntRange(0, 60).Draw(t, "ramp")) * time.Second)
+			}
+			f.clk.Set(start.Add(time.Duration(rapid.IntRange(0, 120).Draw(t, "now")) * time.Second))
+			ramping := v.Previous != nil && f.p.window > 0 && f.clk.Now().Before(v.RampStart.Add(f.p.window))
+			for range 50 {
+				got := f.p.Pick(v).Name()
+				if !slices.Contains(v.Members, got) && !(ramping && slices.Contains(v.Previous, got)) {
+					t.Fatalf("Pick = %q, view %+v at %v (ramping %v)", got, v, f.clk.Now().Sub(start), ramping)
+				}
+			}
+		}
+	})
+}
+
+// Picks race with the state machine's view changes (a view rebuilt by one picker while
+// another reads it): every pick is one of the group's endpoints, and -race finds nothing.
+func TestPick_ConcurrentWithViewChanges(t *testing.T) {
+	m, err := multiendpoint.New(multiendpoint.Options{Tiers: [][]string{{"a", "b", "c"}, {"d"}},
+		InitialState: func(string) multiendpoint.State { return multiendpoint.Available }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	reg := NewRegistry(EndpointOptions{})
+	p, err := New(Options{Resolve: reg.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var toggler, pickers sync.WaitGroup
+	toggler.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m.SetEndpointAvailability([]string{"a", "b", "c"}[i%3], i%2 == 0)
+		}
+	})
+	for range 2 {
+		pickers.Go(func() {
+			for range 20000 {
+				e := p.Pick(m.Tier())
+				e.Begin()
+				if n := e.Name(); n != "a" && n != "b" && n != "c" && n != "d" {
+					t.Errorf("Pick = %q", n)
+				}
+				e.Done(time.Millisecond, false)
+			}
+		})
+	}
+	pickers.Wait()
+	close(stop)
+	toggler.Wait()
+}
