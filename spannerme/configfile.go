@@ -36,7 +36,7 @@ type FileConfig struct {
 	// nil. Options was validated as NewGCPMultiEndpoint validates it.
 	Options *grpcgcp.GCPMultiEndpointOptions
 	// Settings holds the file's settings section, EndpointOptions from its endpoints
-	// section, and DirectedReads from its groups' directedReads. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
+	// section, and DirectedReads and Hedging from its groups' directedReads and hedging. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
 	// Health.Probe): set it before use.
 	Settings Settings
 	// Hash is the hex SHA-256 of the file's bytes.
@@ -225,6 +225,7 @@ type parsedFile struct {
 	cfg          *config
 	endpointOpts endpointOptions
 	directed     directedReads
+	hedging      hedgeSettings
 }
 
 // fileDecoder walks the YAML node tree of a configuration file. It records where each group
@@ -808,6 +809,7 @@ func (d *fileDecoder) group(name string, n *yaml.Node, path string) error {
 			return err
 		},
 		"directedReads": func(n *yaml.Node, p string) error { return d.directedReads(name, n, p) },
+		"hedging":       func(n *yaml.Node, p string) error { return d.hedging(name, n, p) },
 	})
 	if err == nil && d.nodes[join(path, "endpoints")] == nil {
 		return d.errAt(resolve(n), join(path, "endpoints"), "required field missing")
@@ -1054,6 +1056,9 @@ func (d *fileDecoder) validate() (*parsedFile, error) {
 	}
 	if err == nil {
 		f.directed, err = parseDirectedReads(d.settings.DirectedReads)
+	}
+	if err == nil {
+		f.hedging, err = parseHedging(d.settings.Hedging)
 	}
 	if err == nil {
 		return &f, nil
