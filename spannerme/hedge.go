@@ -54,14 +54,14 @@ func hedgeStreamMethod(method string, desc *grpc.StreamDesc) bool {
 
 // Race states of a hedgeStream.
 const (
-	hedgeUnsent   int32 = iota // no request yet
-	hedgeArmed                 // hedgeable request sent; timer set; no hedge yet
-	hedgeFiring                // the timer fired: the hedge is being sent
-	hedgeRacing                // hedge sent; first message awaited from both
-	hedgeDecided               // the first message (or end) is in: no more hedging
-	hedgeOff                   // not hedgeable: plain pass-through
-	hedgeHedgeWon              // decided, and the hedge is the stream the caller reads
-	hedgePrimaryWon            // decided for the primary while a hedge was racing
+	hedgeUnsent     int32 = iota // no request yet
+	hedgeArmed                   // hedgeable request sent; timer set; no hedge yet
+	hedgeFiring                  // the timer fired: the hedge is being sent
+	hedgeRacing                  // hedge sent; first message awaited from both
+	hedgeDecided                 // the first message (or end) is in: no more hedging
+	hedgeOff                     // not hedgeable: plain pass-through
+	hedgeHedgeWon                // decided, and the hedge is the stream the caller reads
+	hedgePrimaryWon              // decided for the primary while a hedge was racing
 )
 
 // hedgeStream is a stream of a hedging group; see above. gRPC lets SendMsg and RecvMsg run

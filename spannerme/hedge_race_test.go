@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"cloud.google.com/go/spanner"
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -98,9 +98,9 @@ type hedgeGroup struct {
 // hedgeState is a group's hedging budget, adaptive delay and counters. Safe for concurrent
 // use; nothing in it takes a lock but the delay's recomputation.
 type hedgeState struct {
-	tokens                                   atomic.Int64 // budget, in thousandths of a hedge
+	tokens                                    atomic.Int64 // budget, in thousandths of a hedge
 	hedgeable, sent, won, lost, refused, none atomic.Int64
-	delays                                   [2]latencyWindows // by hedgeMethod
+	delays                                    [2]latencyWindows // by hedgeMethod
 }
 
 // hedgeMethods are the methods that may be hedged, indexing hedgeState.delays.

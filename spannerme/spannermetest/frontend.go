@@ -249,7 +249,7 @@ type Frontend struct {
 	// mu serializes the setters (mode changes, SetLatency, Close) and
 	// guards writes to behavior; the call path only loads behavior.
 	mu       sync.Mutex
-	behavior atomic.Pointer[behavior] // never nil
+	behavior atomic.Pointer[behavior]  // never nil
 	slow     atomic.Pointer[slowCalls] // SetLatencyFraction; nil: off
 
 	// statsMu guards total, methods and recorded.
