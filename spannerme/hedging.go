@@ -102,13 +102,11 @@ type hedgeGroup struct {
 type hedgeState struct {
 	tokens                                    atomic.Int64 // budget, in thousandths of a hedge
 	hedgeable, sent, won, lost, refused, none atomic.Int64
-	delays                                    [2]latencyWindows // by hedgeMethod
+	delays                                    [2]latencyWindows // by hedgeMethodIndex
 }
 
-// hedgeMethods are the methods that may be hedged, indexing hedgeState.delays.
-var hedgeMethods = [2]string{methodExecuteStreamingSQL, methodStreamingRead}
-
-// hedgeMethodIndex returns method's index in hedgeMethods, or -1.
+// hedgeMethodIndex returns the index in hedgeState.delays of method, one of the methods that
+// may be hedged (ExecuteStreamingSql, StreamingRead), or -1.
 func hedgeMethodIndex(method string) int {
 	switch method {
 	case methodExecuteStreamingSQL:
