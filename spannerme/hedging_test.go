@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,43 @@ func TestHedgingStatusAndMetrics(t *testing.T) {
 	}
 	if by := sumBy(rm, metricHedges, AttrMultiEndpoint); len(by) != 1 {
 		t.Errorf("%s by group: %v, want the default group only", metricHedges, by)
+	}
+}
+
+// A watched file's edit of a group's hedging takes effect at once (no restart needed) and
+// keeps the group's counts; an invalid one keeps the hedging in force; removing it turns
+// hedging off.
+func TestWatchAppliesHedging(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	hedging := func() *HedgingStatus { return groupOf(f.gme, "g").Hedging }
+	if h := hedging(); h != nil {
+		t.Fatalf("hedging %+v before any hedging section", h)
+	}
+	with := watchConfigYAML("    hedging: {delay: 40ms}\n", f.eps[0].Addr())
+	writeFile(t, f.path, with)
+	if s := f.waitApplied(t, with); len(s.RestartNeeded) != 0 {
+		t.Errorf("RestartNeeded %v, want none", s.RestartNeeded)
+	}
+	if h := hedging(); h == nil || h.Delay != 40*time.Millisecond || h.Budget != defaultHedgeBudget {
+		t.Fatalf("hedging %+v after the edit, want a 40ms delay and the default budget", h)
+	}
+	f.gme.hedgeGroupOf("g").hedgeable.Add(7) // as if 7 streams had been hedgeable
+	edited := watchConfigYAML("    hedging: {delay: 60ms, budget: 0.1}\n", f.eps[0].Addr())
+	writeFile(t, f.path, edited)
+	f.waitApplied(t, edited)
+	if h := hedging(); h == nil || h.Delay != 60*time.Millisecond || h.Budget != 0.1 || h.Hedgeable != 7 {
+		t.Errorf("hedging %+v after a second edit, want 60ms, budget 0.1, and the 7 hedgeable kept", h)
+	}
+	bad := watchConfigYAML("    hedging: {budget: 3}\n", f.eps[0].Addr())
+	writeFile(t, f.path, bad)
+	f.waitStatus(t, "the invalid edit rejected", func(s ConfigStatus) bool { return s.LastError != nil })
+	if h := hedging(); h == nil || h.Delay != 60*time.Millisecond {
+		t.Errorf("hedging %+v after an invalid edit, want the previous one", h)
+	}
+	without := watchConfigYAML("", f.eps[0].Addr())
+	writeFile(t, f.path, without)
+	f.waitApplied(t, without)
+	if h := hedging(); h != nil {
+		t.Errorf("hedging %+v after the section was removed, want off", h)
 	}
 }
