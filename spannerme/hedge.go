@@ -336,9 +336,6 @@ func (s *hedgeStream) first(m any) error {
 	<-s.hedgeDone
 	s.drainPrimary(err)
 	s.group.won.Add(1)
-	if h, ok := headerAddr(s.opts); ok {
-		*h = s.hedgeHeader
-	}
 	s.hedged.Store(true)
 	if s.hedgeErr != nil {
 		s.endHedged()
@@ -390,11 +387,16 @@ func (s *hedgeStream) drainPrimary(err error) {
 	}
 }
 
-// endHedged ends a stream whose hedge won: the caller's trailer and peer options get the
-// hedge's, and both contexts are released.
+// endHedged ends a stream whose hedge won: the caller's header, trailer and peer options get
+// the hedge's (gRPC wrote them when the hedge ended, before its RecvMsg returned), and both
+// contexts are released.
 func (s *hedgeStream) endHedged() {
 	for _, o := range s.opts {
 		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			if o.HeaderAddr != nil {
+				*o.HeaderAddr = s.hedgeHeader
+			}
 		case grpc.TrailerCallOption:
 			if o.TrailerAddr != nil {
 				*o.TrailerAddr = s.hedgeTrail
@@ -407,14 +409,4 @@ func (s *hedgeStream) endHedged() {
 	}
 	s.cancelHedge()
 	s.cancelPrimary()
-}
-
-// headerAddr returns the address of the caller's grpc.Header option, if any.
-func headerAddr(opts []grpc.CallOption) (*metadata.MD, bool) {
-	for _, o := range opts {
-		if h, ok := o.(grpc.HeaderCallOption); ok && h.HeaderAddr != nil {
-			return h.HeaderAddr, true
-		}
-	}
-	return nil, false
 }

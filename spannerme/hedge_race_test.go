@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
@@ -315,6 +318,41 @@ func hedgedReadOnlyTransaction(t *testing.T, r *hedgeRig, w *spanner.Client, iso
 	}
 	if h := groupOf(r.gme, "default").Hedging; h.Sent != 1 {
 		t.Errorf("hedging %+v: want 1 sent (the second query answered at once)", h)
+	}
+}
+
+// The caller's grpc.Header option gets the header of the stream it read: the hedge's when
+// the hedge won, the first stream's otherwise.
+func TestHedgeWinnersHeaderReachesTheCaller(t *testing.T) {
+	r := newRawHedgeRig(t, &HedgingSettings{Delay: 20 * time.Millisecond, Budget: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func() string {
+		t.Helper()
+		var md metadata.MD
+		s, err := r.api.ExecuteStreamingSql(ctx, &spannerpb.ExecuteSqlRequest{Session: r.session, Sql: countSQL, Transaction: singleUse}, grpc.Header(&md))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := s.Recv(); err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+		return strings.Join(md.Get(servedByHeader), ",")
+	}
+	if got := read(); got != "e1" {
+		t.Errorf("not hedged: header says served by %q, want e1", got)
+	}
+	r.slowQueries.Store(true)
+	if got := read(); got != "e2" {
+		t.Errorf("hedge won: header says served by %q, want e2", got)
+	}
+	if h := r.hedging(t); h.Won != 1 {
+		t.Errorf("hedging %+v, want 1 won", h)
 	}
 }
 

@@ -112,6 +112,17 @@ type hedgeRig struct {
 	slowQueries atomic.Bool
 }
 
+// servedByHeader names, in a response's header, the frontend that answered.
+const servedByHeader = "spannerme-test-served-by"
+
+// servedBy is a frontend's server interceptor that answers every call with servedByHeader.
+func servedBy(name string) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		_ = ss.SetHeader(metadata.Pairs(servedByHeader, name))
+		return handler(srv, ss)
+	}
+}
+
 // holdQueries is E1's server interceptor: while r.slowQueries is set, a streaming query or
 // read waits for its caller to give up.
 func (r *hedgeRig) holdQueries(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -135,8 +146,9 @@ func newHedgeRigOn(t *testing.T, addr, db string, h *HedgingSettings) *hedgeRig 
 	t.Helper()
 	r := &hedgeRig{log: &captureLog{}}
 	r.e1 = spannermetest.NewFrontendTB(t, addr, spannermetest.WithSeed(1),
-		spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(r.holdQueries)))
-	r.e2 = spannermetest.NewFrontendTB(t, addr, spannermetest.WithSeed(2))
+		spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(servedBy("e1"), r.holdQueries)))
+	r.e2 = spannermetest.NewFrontendTB(t, addr, spannermetest.WithSeed(2),
+		spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(servedBy("e2"))))
 	s := fastSettings(nil)
 	s.Health.Brownout.Disabled = true
 	if h != nil {
