@@ -75,8 +75,9 @@ type Settings struct {
 	// Hedging turns on hedged read-only streaming queries and reads in groups, by group name
 	// (HedgingSettings; docs/configuration.md, "Hedged reads"). A group without an entry,
 	// and every group when Hedging is nil (the default), never hedges, at no cost. Entries
-	// of groups not configured (yet) are allowed. A bad entry is a *ConfigError naming the
-	// group.
+	// of groups not configured (yet) are allowed. The entries are read when the
+	// GCPMultiEndpoint is created; a watched file's reload replaces them with the file's
+	// (WatchConfig). A bad entry is a *ConfigError naming the group.
 	Hedging map[string]HedgingSettings
 	// Logger receives one line per transition, never one per call (docs/observability.md,
 	// "Logs", lists them). Nil means slog.Default().
