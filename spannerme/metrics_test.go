@@ -412,8 +412,9 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 		o.ObserveInt64(m.degraded, 1)
 		o.ObserveInt64(m.active, 1)
 		o.ObserveInt64(m.waiting, 1)
+		o.ObserveInt64(m.hedges, 1)
 		return nil
-	}, m.state, m.current, m.degraded, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.active, m.waiting, m.hedges)
 	if err != nil {
 		t.Fatal(err)
 	}
