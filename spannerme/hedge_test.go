@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"cloud.google.com/go/spanner"
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
@@ -185,18 +186,52 @@ func streamsReceived(f *spannermetest.Frontend) int64 {
 // transaction, decide the table: hedgeable are the streaming queries and reads of
 // single-use and read-only transactions, and nothing of read-write transactions, DML,
 // partitioned DML, mutations, Commit, Rollback or BeginTransaction. Requests the client
-// sends that spannertest cannot serve (partitioned queries, batch DML) are added by hand.
+// sends that spannertest cannot serve (partitioned queries, batch DML) are captured on the
+// emulator, and a few shapes are added by hand.
 func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
 	// Hedging on, never firing: the IDs of read-only transactions begun inline are learnt
 	// from the streams' first messages.
-	r := newHedgeRig(t, &HedgingSettings{Delay: time.Hour})
+	h := &HedgingSettings{Delay: time.Hour}
+	t.Run("spannertest", func(t *testing.T) { hedgeableTable(t, newHedgeRig(t, h), false) })
+	t.Run("emulator", func(t *testing.T) {
+		addr, db := startSeededEmulator(t)
+		hedgeableTable(t, newHedgeRigOn(t, addr, db, h), true)
+	})
+}
+
+// startSeededEmulator starts an emulator (or skips the test without one) with the fixture's
+// schema and rows, and returns its address and database.
+func startSeededEmulator(t *testing.T) (addr, database string) {
+	t.Helper()
+	schema, err := fixture.Schema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu := emulator.StartTB(t, emulator.Options{DDL: schema})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	direct, err := fixture.NewClient(ctx, emu.Addr(), emu.DatabasePath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if err := fixture.Seed(ctx, direct); err != nil {
+		t.Fatal(err)
+	}
+	return emu.Addr(), emu.DatabasePath()
+}
+
+// hedgeableTable runs each shape of transaction through r's Spanner client and checks what
+// hedgeable says of each request it sent; emulatorOnly shapes (batch DML, partitioned
+// queries: spannertest has neither) run when full is set.
+func hedgeableTable(t *testing.T, r *hedgeRig, full bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	drain := func(it *spanner.RowIterator) error {
 		defer it.Stop()
 		for {
 			if _, err := it.Next(); err != nil {
-				if errors.Is(err, io.EOF) || err.Error() == "no more items in iterator" {
+				if errors.Is(err, iterator.Done) {
 					return nil
 				}
 				return err
@@ -206,20 +241,21 @@ func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
 	query := spanner.Statement{SQL: "SELECT AccountId, Balance FROM Accounts"}
 	cols := []string{"AccountId", "Balance"}
 	shapes := []struct {
-		name string
-		run  func() error
+		name         string
+		emulatorOnly bool
+		run          func() error
 		// want: hedgeable per method; every captured call of a method not listed must be
 		// not hedgeable, and every method listed must have been seen.
 		want map[string]bool
 	}{
-		{"single-use query", func() error { return drain(r.client.Single().Query(ctx, query)) },
+		{"single-use query", false, func() error { return drain(r.client.Single().Query(ctx, query)) },
 			map[string]bool{methodExecuteStreamingSQL: true}},
-		{"single-use read", func() error { return drain(r.client.Single().Read(ctx, "Accounts", spanner.AllKeys(), cols)) },
+		{"single-use read", false, func() error { return drain(r.client.Single().Read(ctx, "Accounts", spanner.AllKeys(), cols)) },
 			map[string]bool{methodStreamingRead: true}},
-		{"single-use stale query", func() error {
+		{"single-use stale query", false, func() error {
 			return drain(r.client.Single().WithTimestampBound(spanner.ExactStaleness(time.Second)).Query(ctx, query))
 		}, map[string]bool{methodExecuteStreamingSQL: true}},
-		{"read-only transaction", func() error {
+		{"read-only transaction", false, func() error {
 			tx := r.client.ReadOnlyTransaction()
 			defer tx.Close()
 			if err := drain(tx.Query(ctx, query)); err != nil {
@@ -227,7 +263,7 @@ func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
 			}
 			return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
 		}, map[string]bool{methodExecuteStreamingSQL: true, methodStreamingRead: true}},
-		{"read-only transaction begun inline", func() error {
+		{"read-only transaction begun inline", false, func() error {
 			tx := r.client.ReadOnlyTransaction().WithBeginTransactionOption(spanner.InlinedBeginTransaction)
 			defer tx.Close()
 			if err := drain(tx.Query(ctx, query)); err != nil {
@@ -235,7 +271,7 @@ func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
 			}
 			return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
 		}, map[string]bool{methodExecuteStreamingSQL: false, methodStreamingRead: true}}, // the begin is not; the read by ID is
-		{"read-write transaction query and read", func() error {
+		{"read-write transaction query and read", false, func() error {
 			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 				if err := drain(tx.Query(ctx, query)); err != nil {
 					return err
@@ -244,19 +280,19 @@ func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
 			})
 			return err
 		}, map[string]bool{methodExecuteStreamingSQL: false, methodStreamingRead: false}},
-		{"DML", func() error {
+		{"DML", false, func() error {
 			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
 				_, err := tx.Update(ctx, spanner.Statement{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"})
 				return err
 			})
 			return err
 		}, map[string]bool{methodExecuteSQL: false}},
-		{"mutations", func() error {
+		{"mutations", false, func() error {
 			_, err := r.client.Apply(ctx, []*spanner.Mutation{spanner.InsertOrUpdate("Orders",
 				[]string{"OrderId", "AccountId", "Amount"}, []any{"hedge-order", "acct-0001", int64(1)})})
 			return err
 		}, map[string]bool{spannerService + "Commit": false}},
-		{"rolled back read-write transaction", func() error {
+		{"rolled back read-write transaction", false, func() error {
 			tx, err := spanner.NewReadWriteStmtBasedTransaction(ctx, r.client)
 			if err != nil {
 				return err
@@ -267,13 +303,40 @@ func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
 			tx.Rollback(ctx)
 			return nil
 		}, map[string]bool{methodExecuteStreamingSQL: false}},
-		{"partitioned DML", func() error {
+		{"partitioned DML", false, func() error {
 			_, err := r.client.PartitionedUpdate(ctx, spanner.Statement{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"})
 			return err
 		}, map[string]bool{methodExecuteSQL: false}},
+		{"batch DML", true, func() error {
+			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
+				_, err := tx.BatchUpdate(ctx, []spanner.Statement{{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"}})
+				return err
+			})
+			return err
+		}, map[string]bool{spannerService + "ExecuteBatchDml": false}},
+		{"partitioned query (batch read-only transaction)", true, func() error {
+			tx, err := r.client.BatchReadOnlyTransaction(ctx, spanner.StrongRead())
+			if err != nil {
+				return err
+			}
+			defer tx.Close()
+			parts, err := tx.PartitionQuery(ctx, query, spanner.PartitionOptions{})
+			if err != nil {
+				return err
+			}
+			for _, p := range parts {
+				if err := drain(tx.Execute(ctx, p)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, map[string]bool{methodExecuteStreamingSQL: false, spannerService + "PartitionQuery": false}},
 	}
 	var table []string
 	for _, sh := range shapes {
+		if sh.emulatorOnly && !full {
+			continue
+		}
 		r.log.take()
 		if err := sh.run(); err != nil {
 			if status.Code(err) == codes.Unimplemented {
