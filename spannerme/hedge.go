@@ -254,7 +254,8 @@ func (s *hedgeStream) raceHedge() {
 	err := s.hedge.RecvMsg(s.hedgeMsg)
 	s.mu.Lock()
 	s.hedgeErr = err
-	if s.state == hedgeRacing && (err == nil || !hedgeRetryable(err)) {
+	// The caller's own end (deadline, cancellation) ends both streams: no winner.
+	if s.state == hedgeRacing && s.ctx.Err() == nil && (err == nil || !hedgeRetryable(err)) {
 		s.state = hedgeHedgeWon
 		s.cancelPrimary() // the caller's RecvMsg on the primary returns, and takes the hedge's
 	}
@@ -314,7 +315,9 @@ func (s *hedgeStream) first(m any) error {
 		if err == nil || !hedgeRetryable(err) {
 			s.state = hedgePrimaryWon
 			s.cancelHedge()
-			s.group.lost.Add(1)
+			if err == nil || s.ctx.Err() == nil { // the caller's own end is no one's win
+				s.group.lost.Add(1)
+			}
 			s.mu.Unlock()
 			return s.primaryFirst(m, err)
 		}

@@ -83,6 +83,30 @@ func (r *rawHedgeRig) query(ctx context.Context, sql string, sel *spannerpb.Tran
 	}
 }
 
+// read reads every AccountId of Accounts in sel (sql is ignored), as query does.
+func (r *rawHedgeRig) read(ctx context.Context, _ string, sel *spannerpb.TransactionSelector) (*spannerpb.ResultSetMetadata, int, error) {
+	s, err := r.api.StreamingRead(ctx, &spannerpb.ReadRequest{Session: r.session, Table: "Accounts", Columns: []string{"AccountId"},
+		KeySet: &spannerpb.KeySet{All: true}, Transaction: sel})
+	if err != nil {
+		return nil, 0, err
+	}
+	var md *spannerpb.ResultSetMetadata
+	values := 0
+	for {
+		prs, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return md, values, nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if md == nil {
+			md = prs.GetMetadata()
+		}
+		values += len(prs.GetValues())
+	}
+}
+
 func (r *rawHedgeRig) hedging(t *testing.T) HedgingStatus {
 	t.Helper()
 	h := groupOf(r.gme, "default").Hedging
@@ -101,48 +125,75 @@ func TestHedgeRace(t *testing.T) {
 		name  string
 		h     HedgingSettings
 		setup func(r *rawHedgeRig)
-		code  codes.Code // of the query
+		read  bool          // a streaming read, not a query
+		wait  time.Duration // the caller's deadline; 0: 30s
+		code  codes.Code    // of the query
 		want  HedgingStatus
 		e2    int64 // streams E2 received
 	}{
 		{"slow first endpoint: the hedge wins", HedgingSettings{Delay: 20 * time.Millisecond},
-			func(r *rawHedgeRig) { r.e1.SetLatency(time.Minute) }, codes.OK,
+			func(r *rawHedgeRig) { r.e1.SetLatency(time.Minute) }, false, 0, codes.OK,
 			HedgingStatus{Hedgeable: 1, Sent: 1, Won: 1}, 1},
+		{"slow first endpoint, streaming read: the hedge wins", HedgingSettings{Delay: 20 * time.Millisecond},
+			func(r *rawHedgeRig) { r.e1.SetLatency(time.Minute) }, true, 0, codes.OK,
+			HedgingStatus{Hedgeable: 1, Sent: 1, Won: 1}, 1},
+		{"both fail retryably: the first endpoint's error", HedgingSettings{Delay: 5 * time.Millisecond},
+			func(r *rawHedgeRig) {
+				r.e1.SetLatency(100 * time.Millisecond)
+				_ = r.e1.FailAll(codes.Unavailable)
+				r.e2.SetLatency(200 * time.Millisecond)
+				_ = r.e2.FailAll(codes.Unavailable)
+			}, false, 0, codes.Unavailable,
+			HedgingStatus{Hedgeable: 1, Sent: 1}, 1},
+		{"the caller's deadline passes while both wait", HedgingSettings{Delay: 5 * time.Millisecond},
+			func(r *rawHedgeRig) {
+				r.e1.SetLatency(time.Minute)
+				r.e2.SetLatency(time.Minute)
+			}, false, 300 * time.Millisecond, codes.DeadlineExceeded,
+			HedgingStatus{Hedgeable: 1, Sent: 1}, 1},
 		{"answer before the delay: no hedge", HedgingSettings{Delay: time.Minute},
-			func(*rawHedgeRig) {}, codes.OK,
+			func(*rawHedgeRig) {}, false, 0, codes.OK,
 			HedgingStatus{Hedgeable: 1}, 0},
 		{"slow hedge: the first endpoint wins, the hedge is lost", HedgingSettings{Delay: time.Nanosecond},
 			func(r *rawHedgeRig) {
 				r.e1.SetLatency(200 * time.Millisecond) // long enough for the hedge to reach E2
 				r.e2.SetLatency(time.Minute)
-			}, codes.OK,
+			}, false, 0, codes.OK,
 			HedgingStatus{Hedgeable: 1, Sent: 1, Lost: 1}, 1},
 		{"hedge fails retryably: the first endpoint's answer is the call's", HedgingSettings{Delay: 5 * time.Millisecond},
 			func(r *rawHedgeRig) {
 				r.e1.SetLatency(300 * time.Millisecond)
 				_ = r.e2.FailAll(codes.Unavailable)
-			}, codes.OK,
+			}, false, 0, codes.OK,
 			HedgingStatus{Hedgeable: 1, Sent: 1, Lost: 1}, 1},
 		{"hedge ends with a final status: it wins", HedgingSettings{Delay: 5 * time.Millisecond},
 			func(r *rawHedgeRig) {
 				r.e1.SetLatency(time.Minute)
 				_ = r.e2.FailAll(codes.PermissionDenied)
-			}, codes.PermissionDenied,
+			}, false, 0, codes.PermissionDenied,
 			HedgingStatus{Hedgeable: 1, Sent: 1, Won: 1}, 1},
 		{"first endpoint fails retryably while the hedge runs: the hedge's answer", HedgingSettings{Delay: 5 * time.Millisecond},
 			func(r *rawHedgeRig) {
 				r.e1.SetLatency(200 * time.Millisecond)
 				_ = r.e1.FailAll(codes.Unavailable)
 				r.e2.SetLatency(400 * time.Millisecond)
-			}, codes.OK,
+			}, false, 0, codes.OK,
 			HedgingStatus{Hedgeable: 1, Sent: 1, Won: 1}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRawHedgeRig(t, &c.h)
 			c.setup(r)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			wait := 30 * time.Second
+			if c.wait > 0 {
+				wait = c.wait
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
-			_, rows, err := r.query(ctx, countSQL, singleUse)
+			query := r.query
+			if c.read {
+				query = r.read
+			}
+			_, rows, err := query(ctx, countSQL, singleUse)
 			if status.Code(err) != c.code {
 				t.Fatalf("query: %v, want code %v", err, c.code)
 			}

@@ -310,8 +310,9 @@ type HedgingStatus struct {
 	// Hedgeable counts the streams that could have been hedged.
 	Hedgeable int64 `json:"hedgeable"`
 	// Sent counts the hedges sent; Won those whose stream the caller read; Lost those
-	// cancelled because the first stream answered first (a hedge sent whose two streams both
-	// failed with a retryable status is neither).
+	// cancelled because the first stream answered first. A hedge whose two streams both
+	// failed with a retryable status, or were both ended by the caller's deadline or
+	// cancellation, is neither.
 	Sent int64 `json:"sent"`
 	Won  int64 `json:"won"`
 	Lost int64 `json:"lost"`
