@@ -32,7 +32,7 @@ type FileConfig struct {
 	// nil. Options was validated as NewGCPMultiEndpoint validates it.
 	Options *grpcgcp.GCPMultiEndpointOptions
 	// Settings holds the file's settings section, EndpointOptions from its endpoints
-	// section, and DirectedReads from its groups' directedReads. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
+	// section, and DirectedReads and Hedging from its groups' directedReads and hedging. What a file cannot hold is zero (Logger, OnSwitch, OnHealth, MeterProvider,
 	// Health.Probe): set it before use.
 	Settings Settings
 	// Hash is the hex SHA-256 of the file's bytes.
@@ -206,6 +206,7 @@ type parsedFile struct {
 	cfg          *config
 	endpointOpts endpointOptions
 	directed     directedReads
+	hedging      hedgeSettings
 }
 
 // fileDecoder reads a configuration file's node tree (configfile.Decoder) into the options
@@ -321,6 +322,7 @@ func (d *fileDecoder) group(name string, n *configfile.Node, path string) error 
 			return err
 		},
 		"directedReads": func(n *configfile.Node, p string) error { return d.directedReads(name, n, p) },
+		"hedging":       func(n *configfile.Node, p string) error { return d.hedging(name, n, p) },
 	})
 	if err == nil && d.Node(configfile.Join(path, "endpoints")) == nil {
 		return d.ErrAt(configfile.Resolve(n), configfile.Join(path, "endpoints"), "required field missing")
@@ -553,6 +555,9 @@ func (d *fileDecoder) validate() (*parsedFile, error) {
 	}
 	if err == nil {
 		f.directed, err = parseDirectedReads(d.settings.DirectedReads)
+	}
+	if err == nil {
+		f.hedging, err = parseHedging(d.settings.Hedging)
 	}
 	if err == nil {
 		return &f, nil

@@ -47,7 +47,8 @@
 // while the Default group is down still gets its session (docs/failure-semantics.md,
 // "Sessions"). Routing picks the network path, not the replica; a group can also pick the
 // replicas of its read-only requests (Settings.DirectedReads; docs/configuration.md,
-// "Directed reads per group").
+// "Directed reads per group"), and hedge its slow read-only streaming queries and reads on
+// another of its endpoints (Settings.Hedging; docs/configuration.md, "Hedged reads").
 //
 // # Failure semantics
 //

@@ -68,6 +68,8 @@ type GCPMultiEndpoint struct {
 	// roTxns are the read-only transactions seen beginning, for the directed reads of the
 	// requests that name them by ID.
 	roTxns spannerreq.ReadOnlyTxns
+	// hedging is the hedging of the groups that hedge (Settings.Hedging); nil when none does.
+	hedging atomic.Pointer[hedgeGroups]
 	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
 	configStatus atomic.Pointer[ConfigStatus]
 
@@ -310,6 +312,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		lazyStreams: lazyStreams,
 	}
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
+	gme.setHedging(s.hedging)
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
@@ -484,6 +487,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	}
 	v.degraded = gme.brown.DegradedSet()
 	v.verdicts = gme.verdicts.All()
+	v.hedges = gme.hedgingCounts()
 	return v, true
 }
 

@@ -42,6 +42,9 @@ const (
 	// AttrEjectionReason says why outcome-based health ejected an endpoint: an EjectionReason
 	// in its String form (EjectionReason lists the values).
 	AttrEjectionReason = "spannerme.ejection.reason"
+	// AttrHedgeOutcome is what became of hedges (Settings.Hedging): sent, won, lost or
+	// refused (by the budget).
+	AttrHedgeOutcome = "spannerme.hedge.outcome"
 	// AttrGRPCStatusCode is the call's gRPC status code as an integer (0 is OK), as in the
 	// OpenTelemetry semantic conventions for gRPC.
 	AttrGRPCStatusCode = "rpc.grpc.status_code"
@@ -71,6 +74,8 @@ const (
 	metricDuration       = "spannerme.client.call.duration"
 	metricActiveCalls    = "spannerme.client.active_calls"
 	metricWaitingCalls   = "spannerme.client.waiting_calls"
+	metricHedges         = "spannerme.multiendpoint.hedges"
+	instrumentObsCounter = "Int64ObservableCounter"
 	instrumentGauge      = "Int64ObservableGauge"
 	instrumentCounter    = "Int64Counter"
 	instrumentHistogram  = "Float64Histogram"
@@ -100,6 +105,8 @@ var metricDocs = []metricDoc{
 		"calls in flight on each endpoint's pool, retired pools included"},
 	{metricWaitingCalls, instrumentUpDownObsv, "{call}", nil,
 		"calls waiting for their endpoint's pool to finish connecting (or for their group to switch)"},
+	{metricHedges, instrumentObsCounter, "{hedge}", []string{AttrMultiEndpoint, AttrHedgeOutcome},
+		"hedged streaming reads of groups that hedge (Settings.Hedging), by outcome: sent, won (the caller read the hedge), lost (cancelled: the first stream answered first), refused (by the budget)"},
 }
 
 // durationBuckets are the call duration histogram's bucket bounds, in seconds: those the
@@ -113,6 +120,7 @@ type metrics struct {
 	duration                             metric.Float64Histogram
 	state, current, degraded, verdict    metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
+	hedges                               metric.Int64ObservableCounter
 
 	mu  sync.Mutex // guards reg
 	reg metric.Registration
@@ -152,7 +160,9 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		verdict: gauge(metricVerdict),
 		active:  upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
 	}
-	u, d := doc(metricDuration)
+	u, d := doc(metricHedges)
+	m.hedges, _ = meter.Int64ObservableCounter(metricHedges, u, d)
+	u, d = doc(metricDuration)
 	m.duration, _ = meter.Float64Histogram(metricDuration, u, d, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	fillNoop(m)
 	return m
@@ -164,6 +174,9 @@ func fillNoop(m *metrics) {
 		if *c == nil {
 			*c = noop.Int64Counter{}
 		}
+	}
+	if m.hedges == nil {
+		m.hedges = noop.Int64ObservableCounter{}
 	}
 	if m.duration == nil {
 		m.duration = noop.Float64Histogram{}
@@ -186,6 +199,8 @@ type metricsView struct {
 	active  map[string]int64  // in-flight calls by endpoint, retired pools included
 	names   map[string]string // endpoint -> EndpointOptions.Name, named endpoints only
 	groups  []multiendpoint.Status
+	// hedges holds, per hedging group, its hedging counts; nil when no group hedges.
+	hedges map[string]*HedgingStatus
 	// degraded holds, per group, whether each endpoint is degraded (brownout); nil when
 	// brownout detection is off.
 	degraded map[string]map[string]bool
@@ -227,8 +242,17 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 				}
 			}
 		}
+		for g, h := range v.hedges {
+			for _, c := range []struct {
+				outcome string
+				n       int64
+			}{{"sent", h.Sent}, {"won", h.Won}, {"lost", h.Lost}, {"refused", h.Refused}} {
+				o.ObserveInt64(m.hedges, c.n, metric.WithAttributes(
+					attribute.String(AttrMultiEndpoint, g), attribute.String(AttrHedgeOutcome, c.outcome)))
+			}
+		}
 		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges)
 	if err != nil {
 		return // the provider reports it; the synchronous instruments still work
 	}

@@ -123,8 +123,8 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 
 	rm := collect(t, reader)
 	for _, d := range metricDocs {
-		if d.Name == metricEjections || d.Name == metricFailures {
-			continue // nothing ejected; maybe no call failed
+		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges {
+			continue // nothing ejected; maybe no call failed; no group hedges
 		}
 		if _, ok := find(rm, d.Name); !ok {
 			t.Errorf("instrument %s not reported", d.Name)
@@ -413,8 +413,9 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 		o.ObserveInt64(m.verdict, 1)
 		o.ObserveInt64(m.active, 1)
 		o.ObserveInt64(m.waiting, 1)
+		o.ObserveInt64(m.hedges, 1)
 		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,13 @@ type Settings struct {
 	// excludeReplicas with 1 to MaxReplicaSelections selections, each naming a location, a
 	// type (READ_ONLY or READ_WRITE) or both; else a *ConfigError naming the group.
 	DirectedReads map[string]*spannerpb.DirectedReadOptions
+	// Hedging turns on hedged read-only streaming queries and reads in groups, by group name
+	// (HedgingSettings; docs/configuration.md, "Hedged reads"). A group without an entry,
+	// and every group when Hedging is nil (the default), never hedges, at no cost. Entries
+	// of groups not configured (yet) are allowed. The entries are read when the
+	// GCPMultiEndpoint is created; a watched file's reload replaces them with the file's
+	// (WatchConfig). A bad entry is a *ConfigError naming the group.
+	Hedging map[string]HedgingSettings
 	// Logger receives one line per transition, never one per call (docs/observability.md,
 	// "Logs", lists them). Nil means slog.Default().
 	Logger *slog.Logger
@@ -158,6 +165,7 @@ type parsedSettings struct {
 	Settings
 	endpointOpts endpointOptions
 	directed     directedReads
+	hedging      hedgeSettings
 }
 
 // parse validates s and returns it with its defaults. Errors: a *ConfigError naming the
@@ -174,5 +182,9 @@ func (s Settings) parse() (parsedSettings, error) {
 	if err != nil {
 		return parsedSettings{}, err
 	}
-	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo, directed: dr}, nil
+	h, err := parseHedging(s.Hedging)
+	if err != nil {
+		return parsedSettings{}, err
+	}
+	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo, directed: dr, hedging: h}, nil
 }

@@ -88,6 +88,9 @@ type GroupStatus struct {
 	// DirectedReads is the group's directed read policy in force (Settings.DirectedReads);
 	// nil when it has none (its requests are sent unchanged), and after Close.
 	DirectedReads *DirectedReadsStatus `json:"directedReads,omitempty"`
+	// Hedging is the group's hedging in force (Settings.Hedging) and its counts; nil when
+	// the group does not hedge.
+	Hedging *HedgingStatus `json:"hedging,omitempty"`
 }
 
 // groupStatusJSON is GroupStatus with its durations as strings.
@@ -275,6 +278,9 @@ func (gme *GCPMultiEndpoint) Status() Status {
 			g.Switches = []SwitchEvent{}
 		}
 		g.DirectedReads = directedReadsStatusOf(directed[g.Name])
+		if !gme.zero() && !st.Closed {
+			g.Hedging = gme.hedgingStatus(g.Name)
+		}
 		for i := range g.Endpoints {
 			e := &g.Endpoints[i]
 			e.Brownout = gme.brownoutStatus(g.Name, e.Endpoint)

@@ -34,8 +34,13 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, spannerreq.WithError(err, id)
 	}
-	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	var cs grpc.ClientStream
+	if hg := gme.hedgingFor(me.Name(), method, desc); hg != nil {
+		cs, err = gme.newHedgedStream(ctx, hg, p, me, desc, method, id, opts)
+	} else {
+		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	}
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)
 	}

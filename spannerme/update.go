@@ -334,7 +334,11 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 // also replaces the directed read policies (Settings.DirectedReads) with f's, from the next
 // call on. Errors as for UpdateMultiEndpoints (f is valid: a dial error, or ErrClosed).
 func (gme *GCPMultiEndpoint) updateFromFile(f *parsedFile) (stale []string, err error) {
-	return gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false, durationsAsWritten)
+	stale, err = gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false, durationsAsWritten)
+	if err == nil {
+		gme.setHedging(f.hedging)
+	}
+	return stale, err
 }
 
 // updateWithSettings parses meOpts, the endpoint options eo and the directed read policies

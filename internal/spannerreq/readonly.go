@@ -97,8 +97,8 @@ const maxReadOnlyTxns = 8192
 // txnKey is the key of transaction id of session.
 func txnKey(session string, id []byte) string { return session + "\x00" + string(id) }
 
-// add remembers id of session; an empty id is ignored.
-func (t *ReadOnlyTxns) add(session string, id []byte) {
+// Add remembers id of session, the ID of a read-only transaction that began in it; an empty id is ignored.
+func (t *ReadOnlyTxns) Add(session string, id []byte) {
 	if len(id) == 0 {
 		return
 	}
@@ -193,9 +193,9 @@ func shallowCopy[M proto.Message](m M) M {
 	return dst.Interface().(M)
 }
 
-// beginsReadOnly reports whether req (a query or read) begins a read-only transaction inline,
+// BeginsReadOnly reports whether req (a query or read) begins a read-only transaction inline,
 // whose ID its first response carries, and req's session.
-func beginsReadOnly(req any) (session string, ok bool) {
+func BeginsReadOnly(req any) (session string, ok bool) {
 	switch r := req.(type) {
 	case *spannerpb.ExecuteSqlRequest:
 		return r.GetSession(), r.GetTransaction().GetBegin().GetReadOnly() != nil
@@ -213,13 +213,13 @@ func (t *ReadOnlyTxns) NoteBegin(method string, req, reply any) {
 	case MethodBeginTransaction:
 		if r, ok := req.(*spannerpb.BeginTransactionRequest); ok && r.GetOptions().GetReadOnly() != nil {
 			if tx, ok := reply.(*spannerpb.Transaction); ok {
-				t.add(r.GetSession(), tx.GetId())
+				t.Add(r.GetSession(), tx.GetId())
 			}
 		}
 	case MethodExecuteSQL, MethodRead:
-		if session, ok := beginsReadOnly(req); ok {
+		if session, ok := BeginsReadOnly(req); ok {
 			if rs, ok := reply.(*spannerpb.ResultSet); ok {
-				t.add(session, rs.GetMetadata().GetTransaction().GetId())
+				t.Add(session, rs.GetMetadata().GetTransaction().GetId())
 			}
 		}
 	}
@@ -240,7 +240,7 @@ type directedStream struct {
 
 // SendMsg sends m with the group's policy added when it applies.
 func (s *directedStream) SendMsg(m any) error {
-	if session, ok := beginsReadOnly(m); ok {
+	if session, ok := BeginsReadOnly(m); ok {
 		s.learn.Store(&session)
 	}
 	return s.ClientStream.SendMsg(s.txns.WithDirectedReads(m, s.dro))
@@ -255,7 +255,7 @@ func (s *directedStream) RecvMsg(m any) error {
 	}
 	if session := s.learn.Swap(nil); session != nil {
 		if prs, ok := m.(*spannerpb.PartialResultSet); ok {
-			s.txns.add(*session, prs.GetMetadata().GetTransaction().GetId())
+			s.txns.Add(*session, prs.GetMetadata().GetTransaction().GetId())
 		}
 	}
 	return err

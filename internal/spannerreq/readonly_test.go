@@ -24,7 +24,7 @@ var westReadOnly = includeReplicas(spannerpb.DirectedReadOptions_ReplicaSelectio
 // own, on a copy, and leaves every other request (the very same message) alone.
 func TestWithDirectedReadsRequestKinds(t *testing.T) {
 	var txns ReadOnlyTxns
-	txns.add("s", []byte("ro-txn"))
+	txns.Add("s", []byte("ro-txn"))
 	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
 	rw := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}
 	pdml := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_PartitionedDml_{PartitionedDml: &spannerpb.TransactionOptions_PartitionedDml{}}}
@@ -101,10 +101,10 @@ func TestWithDirectedReadsRequestKinds(t *testing.T) {
 func TestReadOnlyTxnsForgetsTheOldest(t *testing.T) {
 	var txns ReadOnlyTxns
 	for i := range maxReadOnlyTxns + 1 {
-		txns.add("s", fmt.Appendf(nil, "tx-%d", i))
+		txns.Add("s", fmt.Appendf(nil, "tx-%d", i))
 	}
-	txns.add("s", []byte("tx-1")) // known: not added again
-	txns.add("s", nil)
+	txns.Add("s", []byte("tx-1")) // known: not added again
+	txns.Add("s", nil)
 	has := func(id []byte) bool { return txns.has("s", id) }
 	if has([]byte("tx-0")) || !has([]byte("tx-1")) || !has(fmt.Appendf(nil, "tx-%d", maxReadOnlyTxns)) {
 		t.Errorf("after %d IDs: tx-0 %v (want forgotten), tx-1 %v, the last %v (want kept)", maxReadOnlyTxns+1,

@@ -160,7 +160,8 @@ func WithMaxConnectionAge(age, grace time.Duration) FrontendOption {
 	}
 }
 
-// WithSeed seeds the random choice of [Frontend.FailFraction], so that a
+// WithSeed seeds the random choice of [Frontend.FailFraction] (and of
+// [Frontend.SetLatencyFraction]), so that a
 // test is reproducible: after each FailFraction call, whether the n-th call
 // that starts is failed depends only on the seed, n and the fraction. The
 // default is a random seed.
@@ -248,7 +249,8 @@ type Frontend struct {
 	// mu serializes the setters (mode changes, SetLatency, Close) and
 	// guards writes to behavior; the call path only loads behavior.
 	mu       sync.Mutex
-	behavior atomic.Pointer[behavior] // never nil
+	behavior atomic.Pointer[behavior]  // never nil
+	slow     atomic.Pointer[slowCalls] // SetLatencyFraction; nil: off
 
 	// statsMu guards total, methods and recorded.
 	statsMu  sync.Mutex
@@ -636,8 +638,8 @@ func (f *Frontend) handle(_ any, ss grpc.ServerStream) error {
 	f.count(method, received)
 	fail := b.mode == FrontendFailAll || (b.mode == FrontendFailFraction && b.rng.below(b.fraction)) ||
 		(b.mode == FrontendFailMethods && b.methods[method])
-	if b.latency > 0 {
-		t := time.NewTimer(b.latency)
+	if latency := b.latency + f.slowDelay(); latency > 0 {
+		t := time.NewTimer(latency)
 		select {
 		case <-t.C:
 		case <-ctx.Done():

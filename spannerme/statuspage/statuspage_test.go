@@ -437,3 +437,34 @@ func TestEndpointReasonFollowsTheVerdict(t *testing.T) {
 		t.Errorf("closed: %q", got)
 	}
 }
+
+// The page shows each group's hedging and its counts, and "off" for a group that does not
+// hedge; the JSON carries them.
+func TestStatusHandlerShowsHedging(t *testing.T) {
+	hedging := &spannerme.HedgingStatus{Delay: 50 * time.Millisecond, MinDelay: 20 * time.Millisecond, Budget: 0.05,
+		Hedgeable: 1200, Sent: 61, Won: 58, Lost: 3, Refused: 2}
+	ep := []spannerme.EndpointStatus{{Endpoint: "a:1", State: spannerme.Available}}
+	h := Handler(cannedSource{At: time.Now(), Default: "default",
+		Groups: []spannerme.GroupStatus{
+			{Name: "default", Current: "a:1", Endpoints: ep},
+			{Name: "west", Current: "a:1", Endpoints: ep, Hedging: hedging},
+		},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY"}}})
+	_, page := get(t, h, http.MethodGet, "/", "")
+	for _, want := range []string{
+		`data-group="west">hedging: after 50ms, budget 5%: 1200 hedgeable, 61 sent, 58 won, 3 lost, 2 refused</span>`,
+		`data-group="default">hedging: off</span>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	_, doc := get(t, h, http.MethodGet, "/?format=json", "")
+	var st spannerme.Status
+	if err := json.Unmarshal([]byte(doc), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Groups[1].Hedging; got == nil || *got != *hedging || st.Groups[0].Hedging != nil {
+		t.Errorf("JSON hedging: default %+v, west %+v\n%s", st.Groups[0].Hedging, got, doc)
+	}
+}

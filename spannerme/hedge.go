@@ -1,0 +1,416 @@
+package spannerme
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+)
+
+// Hedged streams (Settings.Hedging). A stream of a hedging group is a hedgeStream over the
+// stream sent to the group's current endpoint (the primary). Its request, seen in SendMsg,
+// decides whether it may be hedged (hedgeable); if so, a timer sends the same request to
+// another available endpoint of the group (pickOther) when the delay passes with no
+// response message yet, within the group's budget. From then on the two streams race for
+// the first message: the caller reads RecvMsg on the primary, a goroutine of the hedge's
+// reads the hedge's first message into a message of its own. The first stream to deliver a
+// message, or to end with a status that is final for the Spanner client (not retryable),
+// wins; the other's context is cancelled. Whichever wins, the caller reads on after that
+// from the winner alone. A stream whose first message arrived is never hedged; nor is one of
+// a method other than ExecuteStreamingSql and StreamingRead (both answer PartialResultSet
+// messages).
+//
+// The loser is cancelled: its CANCELED counts for nothing in health (health.Classify), and
+// is counted in the calls metric with code CANCELED. A hedgeable request begins no
+// transaction (hedgeable refuses inline begins), so a loser leaves nothing behind on the
+// server: a single-use read-only transaction ends with its stream, and a query naming a
+// read-only transaction by ID only reads in it, at the transaction's timestamp, which both
+// endpoints share (the transaction lives in the database, not in an endpoint). A stream
+// whose request begins a read-only transaction inline is not hedged, but its first message
+// is read here for the transaction's ID, so that the transaction's later queries can be.
+//
+// The Spanner client's grpc.Header, grpc.Trailer and grpc.Peer call options are not given
+// to the hedge (gRPC writes them as a stream ends, which for a cancelled primary happens on a
+// goroutine of gRPC's own): the hedge gets its own, and when it wins they are copied to the
+// caller's once the primary has ended.
+
+// hedgeStreamMethod reports whether a stream of method with desc may be hedged: a streaming
+// query or read, server streaming only.
+func hedgeStreamMethod(method string, desc *grpc.StreamDesc) bool {
+	return hedgeMethodIndex(method) >= 0 && desc.ServerStreams && !desc.ClientStreams
+}
+
+// Race states of a hedgeStream.
+const (
+	hedgeUnsent     int32 = iota // no request yet
+	hedgeArmed                   // hedgeable request sent; timer set; no hedge yet
+	hedgeFiring                  // the timer fired: the hedge is being sent
+	hedgeRacing                  // hedge sent; first message awaited from both
+	hedgeDecided                 // the first message (or end) is in: no more hedging
+	hedgeOff                     // not hedgeable: plain pass-through
+	hedgeHedgeWon                // decided, and the hedge is the stream the caller reads
+	hedgePrimaryWon              // decided for the primary while a hedge was racing
+)
+
+// hedgeStream is a stream of a hedging group; see above. gRPC lets SendMsg and RecvMsg run
+// on two goroutines, and Header, Trailer and Context on any: those read the stream the
+// caller reads (cur).
+type hedgeStream struct {
+	primary       grpc.ClientStream
+	cancelPrimary context.CancelFunc
+	gme           *GCPMultiEndpoint
+	group         *hedgeGroup
+	me            *multiendpoint.MultiEndpoint
+	endpoint      string // the primary's
+	ctx           context.Context
+	desc          *grpc.StreamDesc
+	method        string
+	methodIndex   int
+	id            string
+	opts          []grpc.CallOption
+
+	hedged atomic.Bool // the caller reads the hedge (set before the caller's RecvMsg returns it)
+
+	mu    sync.Mutex
+	state int32
+	req   any
+	sent  time.Time
+	timer *time.Timer
+	// hedge, once sent: its stream, its context's cancel, its own header, trailer and peer,
+	// its first message and end (hedgeMsg, hedgeErr), and hedgeDone, closed when they are in.
+	hedge       grpc.ClientStream
+	cancelHedge context.CancelFunc
+	hedgeHeader metadata.MD
+	hedgeTrail  metadata.MD
+	hedgePeer   peer.Peer
+	hedgeMsg    *spannerpb.PartialResultSet
+	hedgeErr    error
+	hedgeDone   chan struct{}
+	// learn: the request begins a read-only transaction inline; its ID is remembered from
+	// the winner's first message.
+	learn   bool
+	session string
+}
+
+// hedgingFor returns the hedging of group for a stream of method with desc; nil when the
+// group does not hedge or the method is not hedged. It allocates nothing.
+func (gme *GCPMultiEndpoint) hedgingFor(group, method string, desc *grpc.StreamDesc) *hedgeGroup {
+	if gme.hedging.Load() == nil || !hedgeStreamMethod(method, desc) {
+		return nil
+	}
+	return gme.hedgeGroupOf(group)
+}
+
+// newHedgedStream starts the primary stream of a hedging group on the acquired pool p (as
+// newStream does, on a context of its own that a winning hedge cancels) and returns it
+// wrapped in a hedgeStream. Errors: those of pool.Pool.NewStream.
+func (gme *GCPMultiEndpoint) newHedgedStream(ctx context.Context, g *hedgeGroup, p *pool.Pool, me *multiendpoint.MultiEndpoint,
+	desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
+	pctx, cancel := context.WithCancel(ctx)
+	start := gme.obs.callBegin(pctx, p.Endpoint(), poolName(p), me.Name())
+	cs, err := p.NewStream(pctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: spannerreq.Class(method, nil)})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &hedgeStream{primary: cs, cancelPrimary: cancel, gme: gme, group: g, me: me, endpoint: p.Endpoint(), ctx: ctx, desc: desc,
+		method: method, methodIndex: hedgeMethodIndex(method), id: id, opts: opts}, nil
+}
+
+// cur is the stream the caller reads.
+func (s *hedgeStream) cur() grpc.ClientStream {
+	if s.hedged.Load() {
+		return s.hedge
+	}
+	return s.primary
+}
+
+func (s *hedgeStream) Header() (metadata.MD, error) { return s.cur().Header() }
+func (s *hedgeStream) Trailer() metadata.MD         { return s.cur().Trailer() }
+func (s *hedgeStream) Context() context.Context     { return s.cur().Context() }
+
+// CloseSend closes the primary's sending side; the hedge's is closed when it is sent.
+func (s *hedgeStream) CloseSend() error { return s.primary.CloseSend() }
+
+// SendMsg sends the request on the primary and, when it may be hedged, arms the hedge.
+func (s *hedgeStream) SendMsg(m any) error {
+	s.mu.Lock()
+	if s.state != hedgeUnsent {
+		s.mu.Unlock()
+		return s.primary.SendMsg(m) // one request per stream: no second one is hedged
+	}
+	if !s.gme.roTxns.Hedgeable(s.ctx, m) {
+		s.state = hedgeOff
+		if s.session, s.learn = spannerreq.BeginsReadOnly(m); s.learn {
+			s.state = hedgeDecided // not hedged, but its first message names the transaction
+		}
+		s.mu.Unlock()
+		return s.primary.SendMsg(m)
+	}
+	s.group.earn()
+	now := time.Now()
+	d, ok := s.group.delay(s.methodIndex, now)
+	s.req, s.sent = m, now
+	s.state = hedgeArmed
+	if !ok {
+		s.state = hedgeDecided // the adaptive delay knows too little: measure only
+	}
+	err := s.primary.SendMsg(m)
+	if err != nil {
+		s.state = hedgeOff
+	} else if ok {
+		s.timer = time.AfterFunc(d, s.fire)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// fire sends the hedge, unless the race is over or the budget or the group says no.
+func (s *hedgeStream) fire() {
+	s.mu.Lock()
+	if s.state != hedgeArmed || s.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	if !s.group.spend() {
+		s.state = hedgeDecided
+		s.mu.Unlock()
+		return
+	}
+	s.state = hedgeFiring // the caller's RecvMsg waits for nothing held here
+	s.mu.Unlock()
+
+	hs, cancel, err := s.openHedge()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if s.state == hedgeFiring {
+			s.state = hedgeDecided
+		}
+		return
+	}
+	s.group.sent.Add(1)
+	if s.state != hedgeFiring { // the primary answered meanwhile
+		cancel()
+		s.group.lost.Add(1)
+		return
+	}
+	s.state = hedgeRacing
+	s.hedge, s.cancelHedge = hs, cancel
+	s.hedgeDone = make(chan struct{})
+	s.hedgeMsg = new(spannerpb.PartialResultSet)
+	go s.raceHedge()
+}
+
+// openHedge sends the request to another available endpoint of the group, on a context of
+// its own. Errors: no other endpoint (counted), or the stream's.
+func (s *hedgeStream) openHedge() (grpc.ClientStream, context.CancelFunc, error) {
+	p, ok := s.gme.pickOther(s.me, s.endpoint)
+	if !ok {
+		s.group.none.Add(1)
+		return nil, nil, errNoOtherEndpoint
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	opts := make([]grpc.CallOption, 0, len(s.opts)+3)
+	for _, o := range s.opts {
+		switch o.(type) {
+		case grpc.HeaderCallOption, grpc.TrailerCallOption, grpc.PeerCallOption:
+			continue
+		}
+		opts = append(opts, o)
+	}
+	opts = append(opts, grpc.Header(&s.hedgeHeader), grpc.Trailer(&s.hedgeTrail), grpc.Peer(&s.hedgePeer))
+	start := s.gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), s.me.Name())
+	cs, err := p.NewStream(ctx, s.desc, s.method, opts, pool.CallInfo{Group: s.me.Name(), Tag: s.id, Start: start, Class: spannerreq.Class(s.method, nil)})
+	if err == nil {
+		if err = cs.SendMsg(s.req); err == nil {
+			err = cs.CloseSend()
+		}
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return cs, cancel, nil
+}
+
+var errNoOtherEndpoint = errors.New("spannerme: no other endpoint to hedge on")
+
+// raceHedge reads the hedge's first message, or its end, and decides the race when it is
+// the first to deliver one that counts.
+func (s *hedgeStream) raceHedge() {
+	err := s.hedge.RecvMsg(s.hedgeMsg)
+	s.mu.Lock()
+	s.hedgeErr = err
+	// The caller's own end (deadline, cancellation) ends both streams: no winner.
+	if s.state == hedgeRacing && s.ctx.Err() == nil && (err == nil || !hedgeRetryable(err)) {
+		s.state = hedgeHedgeWon
+		s.cancelPrimary() // the caller's RecvMsg on the primary returns, and takes the hedge's
+	}
+	close(s.hedgeDone)
+	s.mu.Unlock()
+}
+
+// hedgeRetryable reports whether a stream's status is one the Spanner client retries a
+// streaming query or read on (cloud.google.com/go/spanner v1.96.1, read.go
+// isRetryable: UNAVAILABLE, INTERNAL with some messages, RESOURCE_EXHAUSTED with
+// some settings): such an end does not win the race while the other stream may answer.
+func hedgeRetryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Internal, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
+// RecvMsg receives the next message of the stream the caller reads; the first one decides
+// the race.
+func (s *hedgeStream) RecvMsg(m any) error {
+	if s.hedged.Load() {
+		err := s.hedge.RecvMsg(m)
+		if err != nil {
+			s.endHedged()
+		}
+		return err
+	}
+	s.mu.Lock()
+	st := s.state
+	s.mu.Unlock()
+	if st == hedgeOff || st == hedgeUnsent || st == hedgePrimaryWon {
+		err := s.primary.RecvMsg(m)
+		if err != nil {
+			s.cancelPrimary()
+		}
+		return err
+	}
+	return s.first(m)
+}
+
+// first receives the first message: from the primary, or from the hedge if it wins.
+func (s *hedgeStream) first(m any) error {
+	err := s.primary.RecvMsg(m)
+	s.mu.Lock()
+	switch s.state {
+	case hedgeArmed, hedgeFiring, hedgeDecided:
+		// No hedge is racing: the primary's first message (or end) is the call's.
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.state = hedgePrimaryWon
+		s.mu.Unlock()
+		return s.primaryFirst(m, err)
+	case hedgeRacing:
+		if err == nil || !hedgeRetryable(err) {
+			s.state = hedgePrimaryWon
+			s.cancelHedge()
+			if err == nil || s.ctx.Err() == nil { // the caller's own end is no one's win
+				s.group.lost.Add(1)
+			}
+			s.mu.Unlock()
+			return s.primaryFirst(m, err)
+		}
+		// The primary failed with a retryable status: the hedge may yet answer.
+		done := s.hedgeDone
+		s.mu.Unlock()
+		<-done // the hedge's first RecvMsg ends: with a message, an error, or the context's end
+		s.mu.Lock()
+		if s.state != hedgeHedgeWon { // it failed as retryably: the primary's error is the call's
+			s.state = hedgePrimaryWon
+			s.mu.Unlock()
+			s.cancelHedge()
+			s.cancelPrimary()
+			return err
+		}
+	}
+	// The hedge won (while this RecvMsg waited, or before it started).
+	s.mu.Unlock()
+	<-s.hedgeDone
+	s.drainPrimary(err)
+	s.group.won.Add(1)
+	s.hedged.Store(true)
+	if s.hedgeErr != nil {
+		s.endHedged()
+		return s.hedgeErr
+	}
+	s.noteFirst(s.hedgeMsg)
+	if pm, ok := m.(proto.Message); ok {
+		proto.Reset(pm)
+		proto.Merge(pm, s.hedgeMsg)
+	}
+	s.hedgeMsg = nil
+	return nil
+}
+
+// primaryFirst ends the race for the primary's first message (nil err) or end.
+func (s *hedgeStream) primaryFirst(m any, err error) error {
+	if err != nil {
+		s.cancelPrimary()
+		return err
+	}
+	if !s.sent.IsZero() {
+		s.group.record(s.methodIndex, time.Now(), time.Since(s.sent))
+	}
+	if prs, ok := m.(*spannerpb.PartialResultSet); ok {
+		s.noteFirst(prs)
+	}
+	return nil
+}
+
+// noteFirst remembers the read-only transaction the request began inline, from the
+// winner's first message.
+func (s *hedgeStream) noteFirst(prs *spannerpb.PartialResultSet) {
+	if s.learn {
+		s.gme.roTxns.Add(s.session, prs.GetMetadata().GetTransaction().GetId())
+	}
+}
+
+// drainPrimary waits for the cancelled primary to end (err is what its RecvMsg returned), so
+// that gRPC has written the caller's header, trailer and peer options before the hedge's
+// replace them.
+func (s *hedgeStream) drainPrimary(err error) {
+	s.cancelPrimary()
+	if err != nil {
+		return
+	}
+	scratch := new(spannerpb.PartialResultSet)
+	for s.primary.RecvMsg(scratch) == nil {
+		proto.Reset(scratch)
+	}
+}
+
+// endHedged ends a stream whose hedge won: the caller's header, trailer and peer options get
+// the hedge's (gRPC wrote them when the hedge ended, before its RecvMsg returned), and both
+// contexts are released.
+func (s *hedgeStream) endHedged() {
+	for _, o := range s.opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			if o.HeaderAddr != nil {
+				*o.HeaderAddr = s.hedgeHeader
+			}
+		case grpc.TrailerCallOption:
+			if o.TrailerAddr != nil {
+				*o.TrailerAddr = s.hedgeTrail
+			}
+		case grpc.PeerCallOption:
+			if o.PeerAddr != nil {
+				*o.PeerAddr = s.hedgePeer
+			}
+		}
+	}
+	s.cancelHedge()
+	s.cancelPrimary()
+}
