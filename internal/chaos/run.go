@@ -486,6 +486,10 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	p("    %s", strings.Join(odds, ", "))
 	p("  phases: every group keeps a healthy endpoint (no hard fault) for %v-%v, then every endpoint is down for %v-%v; %v warm-up, %v cool-down",
 		time.Duration(0.3*float64(min(phaseMax, cfg.Duration/2))).Round(time.Second), min(phaseMax, cfg.Duration/2), allDownMin, allDownMax, warmup, cooldown)
+	if plan.Frontends {
+		p("  db-unavailable: one all-down phase in %d, where the run leaves it room, is instead %v without faults, then every endpoint's frontend answering UNAVAILABLE for %v-%v, then %v without faults",
+			dbOdds, dbLeadIn, dbMin, dbMax, dbAfter)
+	}
 	p("  schedule: %d steps, printed below as they are applied (the whole plan: -plan)", len(plan.Steps))
 }
 
