@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -61,18 +62,68 @@ func commitRuns(tl *faultTimeline, end time.Time) []commitRun {
 // first burst, which ends at the ejection for writes. With no ejection for writes during the
 // fault, every refused commit is in the one burst (the groups never went to E, or the fault
 // ended before the thresholds were reached).
+//
+// A refused commit after the first burst is excused when, at some time in the
+// RecoveryTimeout + burstGrace before it, a group that lists E had no endpoint but E that was
+// usable: each of the others was ejected (the health events) or under a hard fault (the
+// plan's state). Then every connected endpoint of that group could be ejected, and rule 4 of
+// internal/verdict makes each available again, E included, so writes may go back to E: the
+// product's rule, not a second burst. The plan keeps a healthy endpoint besides E in every
+// group, but an ejection outlives its fault (up to MaxEjectionTime), and a short
+// fe-commit-fail on the others ejects them for their writes too.
 type commitBurst struct {
 	run                  commitRun
 	refused, first, late int
+	excused              int       // refused after the first burst while a group had only E (see above)
 	ejectedAt            time.Time // E's first ejection for writes during the fault; zero: none
 	readmitted           int
 }
 
 func (b commitBurst) bad() bool { return b.late > 0 || b.readmitted > 0 }
 
+// excuseStep is the period at which excused samples the RecoveryTimeout + burstGrace before a
+// refused commit.
+const excuseStep = 25 * time.Millisecond
+
+// ejectedAt reports whether the endpoint named name was ejected at t, from the run's ejections
+// and readmissions (in time order).
+func ejectedAt(evs []healthEvent, name string, t time.Time) bool {
+	out := false
+	for _, ev := range evs {
+		if ev.at.After(t) {
+			break
+		}
+		if ev.endpoint == name {
+			out = ev.ejected
+		}
+	}
+	return out
+}
+
+// excused reports whether, at some time in the RecoveryTimeout + burstGrace before t, a group
+// that lists endpoint e had no other endpoint that was neither ejected nor under a hard fault
+// (see commitBurst).
+func excused(tl *faultTimeline, evs []healthEvent, e int, t time.Time) bool {
+	for at := t.Add(-RecoveryTimeout - burstGrace); !at.After(t); at = at.Add(excuseStep) {
+		st := tl.during(at, at)[0]
+		for _, eps := range st.Groups {
+			if !slices.Contains(eps, e) {
+				continue
+			}
+			if !slices.ContainsFunc(eps, func(f int) bool {
+				return f != e && st.healthy(f) && !ejectedAt(evs, endpointName(f), at)
+			}) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // judgeCommitBursts judges each run: refused[e] are the arrival times of endpoint e's
-// refused application commits (in order), evs the run's ejections and readmissions.
-func judgeCommitBursts(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent) []commitBurst {
+// refused application commits (in order), evs the run's ejections and readmissions (in time
+// order), tl the states the run went through.
+func judgeCommitBursts(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, tl *faultTimeline) []commitBurst {
 	out := make([]commitBurst, 0, len(runs))
 	for _, r := range runs {
 		b := commitBurst{run: r}
@@ -97,10 +148,13 @@ func judgeCommitBursts(runs []commitRun, refused [NumEndpoints][]time.Time, evs 
 				continue
 			}
 			b.refused++
-			if at.After(end) {
-				b.late++
-			} else {
+			switch {
+			case !at.After(end):
 				b.first++
+			case excused(tl, evs, r.endpoint, at):
+				b.excused++
+			default:
+				b.late++
 			}
 		}
 		out = append(out, b)
@@ -117,6 +171,9 @@ func (b commitBurst) line(t0 time.Time) string {
 		return s + ", no ejection for writes (every refused commit is the one burst)"
 	}
 	s += fmt.Sprintf("; ejected for writes %+.1fs into it; %d in the first burst, %d after it", b.ejectedAt.Sub(r.start).Seconds(), b.first, b.late)
+	if b.excused > 0 {
+		s += fmt.Sprintf(" (and %d while a group of %s had no other usable endpoint: rule 4)", b.excused, endpointName(r.endpoint))
+	}
 	if b.readmitted > 0 {
 		s += fmt.Sprintf("; readmitted %d times while its commits failed", b.readmitted)
 	}
@@ -124,7 +181,8 @@ func (b commitBurst) line(t0 time.Time) string {
 }
 
 // commitInvariant is the row of the long commit failures.
-func commitInvariant(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, t0 time.Time, frontends bool) Invariant {
+func commitInvariant(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, tl *faultTimeline, frontends bool) Invariant {
+	t0 := tl.start
 	inv := Invariant{Name: "fe-commit-fail-long: one burst of refused writes per fault"}
 	if !frontends {
 		inv.Status, inv.Result = NotChecked, "no frontends (-no-frontends): no commit failure drawn"
@@ -135,20 +193,21 @@ func commitInvariant(runs []commitRun, refused [NumEndpoints][]time.Time, evs []
 		return inv
 	}
 	inv.Status = Pass
-	var refusedAll, first, late, readmitted, most, bad int
-	for _, b := range judgeCommitBursts(runs, refused, evs) {
+	var refusedAll, first, late, excusedAll, readmitted, most, bad int
+	for _, b := range judgeCommitBursts(runs, refused, evs, tl) {
 		inv.Details = append(inv.Details, b.line(t0))
 		refusedAll += b.refused
 		first += b.first
 		late += b.late
+		excusedAll += b.excused
 		readmitted += b.readmitted
 		most = max(most, b.first)
 		if b.bad() {
 			bad++
 		}
 	}
-	inv.Result = fmt.Sprintf("%d faults (%v-%v); application commits refused: %d, %d in first bursts (at most %d in one), %d after the first ejection for writes + RecoveryTimeout + %v; readmissions while commits failed: %d",
-		len(runs), commitLongMin, commitLongMax, refusedAll, first, most, late, burstGrace, readmitted)
+	inv.Result = fmt.Sprintf("%d faults (%v-%v); application commits refused: %d, %d in first bursts (at most %d in one), %d after the first ejection for writes + RecoveryTimeout + %v (and %d while a group had no other usable endpoint: rule 4); readmissions while commits failed: %d",
+		len(runs), commitLongMin, commitLongMax, refusedAll, first, most, late, burstGrace, excusedAll, readmitted)
 	if bad > 0 {
 		inv.Status = Fail
 	}

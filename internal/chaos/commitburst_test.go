@@ -21,24 +21,39 @@ func TestJudgeCommitBursts(t *testing.T) {
 	}
 	readmitted := func(d time.Duration) healthEvent { return healthEvent{endpoint: "e1", class: "writes", at: at(d)} }
 	burstEnd := 300*ms + RecoveryTimeout + burstGrace
+	other := func(name string, ejected bool, d time.Duration) healthEvent {
+		return healthEvent{endpoint: name, ejected: ejected, class: "writes", at: at(d)}
+	}
+	// e1 is in both groups (default [e1 e2 e3], west [e3 e1]); from 20s on, e3's frontend
+	// refuses every call (a hard fault) and e2 is down.
+	var down State
+	down.Groups = initialGroups
+	down.Frontend[2] = Fault{Kind: KindFrontendUnavailable}
+	down.TCP[1] = Fault{Kind: KindDown}
+	tl := &faultTimeline{start: t0, initial: State{Groups: initialGroups}, steps: []applied{{at: at(20 * time.Second), step: Step{After: down}}}}
 	for _, tc := range []struct {
-		name                      string
-		refused                   []time.Duration // after start
-		evs                       []healthEvent
-		first, late, readmissions int
-		bad                       bool
-		want                      string
+		name                               string
+		refused                            []time.Duration // after start
+		evs                                []healthEvent
+		first, late, excused, readmissions int
+		bad                                bool
+		want                               string
 	}{
-		{"one burst", []time.Duration{0, 50 * ms, 100 * ms, 290 * ms}, []healthEvent{ejected(300*ms, "writes")}, 4, 0, 0, false, "4 in the first burst, 0 after"},
-		{"in flight at the failover", []time.Duration{100 * ms, burstEnd}, []healthEvent{ejected(300*ms, "writes")}, 2, 0, 0, false, "2 in the first burst"},
-		{"a commit after the burst", []time.Duration{100 * ms, burstEnd + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 1, 0, true, "1 after it"},
-		{"readmitted while commits fail", []time.Duration{100 * ms, 10 * time.Second}, []healthEvent{ejected(300*ms, "writes"), readmitted(9 * time.Second), ejected(10*time.Second, "writes")}, 1, 1, 1, true, "readmitted 1 times"},
-		{"readmitted after the heal", []time.Duration{100 * ms}, []healthEvent{ejected(300*ms, "writes"), readmitted(30*time.Second + ms)}, 1, 0, 0, false, "1 in the first burst"},
-		{"outside the fault", []time.Duration{-ms, 100 * ms, 30*time.Second + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 0, false, "1 application commits refused"},
-		{"an ejection for another class first", []time.Duration{100 * ms, 5 * time.Second, 5100 * ms}, []healthEvent{ejected(200*ms, "calls"), readmitted(4 * time.Second), ejected(5200*ms, "writes")}, 3, 0, 0, false, "3 in the first burst"},
-		{"another endpoint's events", []time.Duration{100 * ms, 2 * time.Second}, []healthEvent{{endpoint: "e2", ejected: true, class: "writes", at: at(0)}, ejected(300*ms, "writes")}, 1, 1, 0, true, "ejected for writes +0.3s"},
-		{"no ejection", []time.Duration{100 * ms, 200 * ms}, nil, 2, 0, 0, false, "no ejection for writes"},
-		{"nothing refused", nil, nil, 0, 0, 0, false, "0 application commits refused"},
+		{"one burst", []time.Duration{0, 50 * ms, 100 * ms, 290 * ms}, []healthEvent{ejected(300*ms, "writes")}, 4, 0, 0, 0, false, "4 in the first burst, 0 after"},
+		{"in flight at the failover", []time.Duration{100 * ms, burstEnd}, []healthEvent{ejected(300*ms, "writes")}, 2, 0, 0, 0, false, "2 in the first burst"},
+		{"a commit after the burst", []time.Duration{100 * ms, burstEnd + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "1 after it"},
+		{"readmitted while commits fail", []time.Duration{100 * ms, 10 * time.Second}, []healthEvent{ejected(300*ms, "writes"), readmitted(9 * time.Second), ejected(10*time.Second, "writes")}, 1, 1, 0, 1, true, "readmitted 1 times"},
+		{"readmitted after the heal", []time.Duration{100 * ms}, []healthEvent{ejected(300*ms, "writes"), readmitted(30*time.Second + ms)}, 1, 0, 0, 0, false, "1 in the first burst"},
+		{"outside the fault", []time.Duration{-ms, 100 * ms, 30*time.Second + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 0, 0, false, "1 application commits refused"},
+		{"an ejection for another class first", []time.Duration{100 * ms, 5 * time.Second, 5100 * ms}, []healthEvent{ejected(200*ms, "calls"), readmitted(4 * time.Second), ejected(5200*ms, "writes")}, 3, 0, 0, 0, false, "3 in the first burst"},
+		{"another endpoint's events", []time.Duration{100 * ms, 2 * time.Second}, []healthEvent{{endpoint: "e2", ejected: true, class: "writes", at: at(0)}, ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "ejected for writes +0.3s"},
+		{"no ejection", []time.Duration{100 * ms, 200 * ms}, nil, 2, 0, 0, 0, false, "no ejection for writes"},
+		{"nothing refused", nil, nil, 0, 0, 0, 0, false, "0 application commits refused"},
+		{"the other endpoints of a group ejected", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 4500*ms)}, 1, 0, 1, 0, false, "and 1 while a group of e1 had no other usable endpoint"},
+		{"within RecoveryTimeout + burstGrace of their readmission", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 3*time.Second), other("e3", false, 5*time.Second-RecoveryTimeout-burstGrace+ms)}, 1, 0, 1, 0, false, "and 1 while"},
+		{"after it", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 3*time.Second), other("e3", false, 5*time.Second-RecoveryTimeout-burstGrace)}, 1, 1, 0, 0, true, "1 after it"},
+		{"one other endpoint left in one group only", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second)}, 1, 1, 0, 0, true, "1 after it"},
+		{"hard faults on the others", []time.Duration{100 * ms, 21 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 1, 0, false, "and 1 while"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var refused [NumEndpoints][]time.Time
@@ -46,15 +61,15 @@ func TestJudgeCommitBursts(t *testing.T) {
 				refused[0] = append(refused[0], at(d))
 			}
 			refused[1] = []time.Time{at(20 * time.Second)} // another endpoint's: never counted
-			bs := judgeCommitBursts([]commitRun{run}, refused, tc.evs)
+			bs := judgeCommitBursts([]commitRun{run}, refused, tc.evs, tl)
 			if len(bs) != 1 {
 				t.Fatalf("%d verdicts for one fault", len(bs))
 			}
 			b := bs[0]
 			line := b.line(t0)
-			if b.first != tc.first || b.late != tc.late || b.readmitted != tc.readmissions || b.bad() != tc.bad || !strings.Contains(line, tc.want) {
-				t.Errorf("first %d, late %d, readmitted %d, bad %v, line %q; want %d, %d, %d, %v, containing %q",
-					b.first, b.late, b.readmitted, b.bad(), line, tc.first, tc.late, tc.readmissions, tc.bad, tc.want)
+			if b.first != tc.first || b.late != tc.late || b.excused != tc.excused || b.readmitted != tc.readmissions || b.bad() != tc.bad || !strings.Contains(line, tc.want) {
+				t.Errorf("first %d, late %d, excused %d, readmitted %d, bad %v, line %q; want %d, %d, %d, %d, %v, containing %q",
+					b.first, b.late, b.excused, b.readmitted, b.bad(), line, tc.first, tc.late, tc.excused, tc.readmissions, tc.bad, tc.want)
 			}
 		})
 	}
@@ -111,7 +126,8 @@ func TestCommitInvariantRow(t *testing.T) {
 		{"one burst", []commitRun{run}, oneBurst, true, Pass},
 		{"two bursts", []commitRun{run}, twoBursts, true, Fail},
 	} {
-		if inv := commitInvariant(tc.runs, tc.refused, evs, t0, tc.frontends); inv.Status != tc.want || len(inv.Details) != len(tc.runs) {
+		tl := &faultTimeline{start: t0, initial: State{Groups: initialGroups}}
+		if inv := commitInvariant(tc.runs, tc.refused, evs, tl, tc.frontends); inv.Status != tc.want || len(inv.Details) != len(tc.runs) {
 			t.Errorf("%s: %v with %d details (%s), want %v with %d", tc.name, inv.Status, len(inv.Details), inv.Result, tc.want, len(tc.runs))
 		}
 	}

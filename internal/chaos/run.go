@@ -321,7 +321,8 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	health.mu.Lock()
 	evs := append([]healthEvent(nil), health.events...)
 	health.mu.Unlock()
-	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, start, plan.Frontends))
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, &x.timeline, plan.Frontends))
 	return r, nil // the deferred closes run before Run's leak check
 }
 
