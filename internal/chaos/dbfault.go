@@ -228,7 +228,7 @@ func judgeDatabaseFaults(runs []dbRun, switches []spannerme.SwitchEvent, name fu
 
 // dbInvariant is the row of the database-wide faults.
 func dbInvariant(runs []dbRun, switches []spannerme.SwitchEvent, name func(string) string, t0 time.Time, frontends bool) Invariant {
-	inv := Invariant{Name: "db-unavailable: no group switch, first endpoints serve after"}
+	inv := Invariant{Name: "db-unavailable: no switch, first endpoints serve after heal"}
 	if !frontends {
 		inv.Status, inv.Result = NotChecked, "no frontends (-no-frontends): no database-wide fault drawn"
 		return inv
