@@ -469,8 +469,8 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	if be.Emulator {
 		p("    (read-write transactions run one at a time: the emulator fails concurrent ones)")
 	}
-	p("  faults: one drawn every %v-%v; each holds %v-%v (fe-brownout %v-%v, only where the phase leaves it room); odds per draw (kinds that cannot apply are left out of that draw):",
-		gapMin, gapMax, faultMin, faultMax, brownoutMin, brownoutMax)
+	p("  faults: one drawn every %v-%v; each holds %v-%v (fe-brownout %v-%v, fe-commit-fail-long %v-%v, only where the phase leaves it room); odds per draw (kinds that cannot apply are left out of that draw):",
+		gapMin, gapMax, faultMin, faultMax, brownoutMin, brownoutMax, commitLongMin, commitLongMax)
 	total := 0
 	var ks []Kind
 	for k, w := range weights {
