@@ -101,6 +101,8 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	gme.changed.signal()
 	if ev.Kind == health.Ejected {
 		gme.confirmFallbacks(p, ev.Class)
+	} else {
+		gme.recheckEjected(p)
 	}
 }
 

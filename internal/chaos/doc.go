@@ -60,8 +60,19 @@
 //	                   (fault-free, listed with it) take no other step and reconfigurations
 //	                   keep them in one group, neither being the GOAWAY storm's: the client
 //	                   degrades only against a fast fallback measured throughout the Window
+//	fe-commit-fail-long fe-commit-fail held 15-40s (commitLongMin to commitLongMax, at most
+//	                   to the phase's end), on an endpoint without a TCP fault that serves a
+//	                   group: hard for the plan (every group keeps another healthy endpoint
+//	                   while it holds), so the client must eject it for its writes once and
+//	                   keep every commit away until the fault ends
 //	reconfigure        UpdateMultiEndpoints: each group 1-3 endpoints in a random order
 //	                   (one draw in four restores the first configuration)
+//
+// With frontends, one all-down phase in eight (dbOdds), where the run leaves it room, is a
+// database-wide failure instead: every fault is healed, 24s pass without one (dbLeadIn: the
+// longest ejection, 20s, a readmission probe and a SwitchingDelay, so the client is settled),
+// then every endpoint's frontend answers every call UNAVAILABLE (db-unavailable, hard and
+// silent on each) for 8-12s, all healed at one time, and 5s pass without a fault (dbAfter).
 //
 // With frontends, one endpoint's frontend also ends every connection at an age of 0.5s to 2s
 // (a GOAWAY storm, calls cut 2s to 10s later) for the whole run: gRPC fixes the age when the
@@ -98,6 +109,16 @@
 //   - with HealthDetection, every ejection happened while a fault was in force on that
 //     endpoint, or within 5s after one ended (justifyLookback): resets, fe-restart,
 //     fe-partial-reset and the GOAWAY storm are connectivity's and never justify one;
+//   - every database-wide failure: the client settled when it began (each group on its
+//     first endpoint, usable, none of its endpoints ejected); no group switch from its start
+//     to dbAfter (5s) after its heal (rule 4 of internal/verdict: with every connected
+//     endpoint of a group ejected, they stay available); and each group's first endpoint
+//     forwards an application call (not a probe) within 1s of the heal (dbServeBound);
+//   - every long commit failure on an endpoint E makes one burst of refused writes: the
+//     application Commits E's frontend refused after E's first ejection for writes during
+//     the fault, plus RecoveryTimeout and 0.5s (burstGrace: calls picked before the group
+//     failed over), are 0, and E is not readmitted while its commits fail (only a probe of
+//     the writes class may readmit it); the row counts the commits of the first bursts;
 //   - every brownout degradation (an endpoint degraded in a group) happened while a slow
 //     fault (fe-brownout, fe-latency, slow) was in force on that endpoint, or within 15s
 //     (Window+5s, degradeLookback) after one ended: no degradation without a slow fault;

@@ -38,6 +38,14 @@ const (
 	// KindFrontendBrownout: every call delayed 350-600ms, held longer than the client's
 	// brownout Window, so that the client degrades the endpoint (docs/health.md, Brownout).
 	KindFrontendBrownout
+	// KindDatabaseUnavailable: every call answered UNAVAILABLE by every endpoint's frontend at
+	// once, for dbMin to dbMax (the database, not a path to it, is failing); one step per
+	// endpoint at one time, healed by KindFrontendPass on every endpoint at one time.
+	KindDatabaseUnavailable
+	// KindFrontendCommitFailLong: KindFrontendCommitFail held for tens of seconds
+	// (commitLongMin to commitLongMax), many ejection times: the client must eject the
+	// endpoint for its writes once and readmit it only when its commit path answers.
+	KindFrontendCommitFailLong
 	// Configuration.
 	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
 	numKinds
@@ -89,7 +97,15 @@ var kinds = [numKinds]kindInfo{
 	KindFrontendPartialReset: {name: "fe-partial-reset", layer: layerFrontend, instant: true},
 	// Calls succeed, slowly: neither hard nor silent; only brownout detection moves traffic.
 	KindFrontendBrownout: {name: "fe-brownout", layer: layerFrontend, heal: KindFrontendPass},
-	KindReconfigure:      {name: "reconfigure", layer: layerConfig},
+	// A fault every endpoint shows: hard and silent on each (READY connections, every call
+	// failing), so every group is without a healthy endpoint while it holds.
+	KindDatabaseUnavailable: {name: "db-unavailable", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
+	// Reads pass, but it is hard for the plan: the client ejects the endpoint for its writes
+	// and its groups leave it, so the plan keeps another healthy endpoint in every group
+	// while it holds (without one, every connected endpoint of a group could be ejected, and
+	// rule 4 of internal/verdict would send writes back to it).
+	KindFrontendCommitFailLong: {name: "fe-commit-fail-long", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
+	KindReconfigure:            {name: "reconfigure", layer: layerConfig},
 }
 
 func (k Kind) String() string {

@@ -42,10 +42,19 @@ type healthLog struct {
 	out  io.Writer
 	name func(addr string) string
 
-	mu        sync.Mutex // guards start, counts and ejections
+	mu        sync.Mutex // guards start, counts, ejections and events
 	start     time.Time
 	counts    map[string]int
 	ejections []ejection
+	events    []healthEvent
+}
+
+// healthEvent is one ejection or readmission, for the invariants of the long commit failure.
+type healthEvent struct {
+	endpoint string // e1, e2, e3
+	ejected  bool   // false: readmitted
+	class    string // the class of calls that ejected it ("writes", ...)
+	at       time.Time
 }
 
 // ejection is one ejection of an endpoint, for the justified-ejection invariant.
@@ -69,6 +78,7 @@ func (h *healthLog) add(ev spannerme.HealthEvent) {
 	if ev.Kind == spannerme.EndpointEjected {
 		h.ejections = append(h.ejections, ejection{endpoint: h.name(ev.Endpoint), at: ev.At, why: ev.Reason.String() + ": " + ev.Detail})
 	}
+	h.events = append(h.events, healthEvent{endpoint: h.name(ev.Endpoint), ejected: ev.Kind == spannerme.EndpointEjected, class: ev.Class, at: ev.At})
 	h.mu.Unlock()
 	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(start).Seconds(), h.name(ev.Endpoint), what)
 	if ev.Kind == spannerme.EndpointEjected {

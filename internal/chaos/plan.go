@@ -64,6 +64,17 @@ type State struct {
 // healthy reports whether calls through endpoint e can succeed: no hard fault on either layer.
 func (s *State) healthy(e int) bool { return !s.TCP[e].hard() && !s.Frontend[e].hard() }
 
+// serves reports whether endpoint e is the first healthy endpoint of a group: the one whose
+// calls the group's traffic belongs on.
+func (s *State) serves(e int) bool {
+	for _, eps := range s.Groups {
+		if i := slices.IndexFunc(eps, s.healthy); i >= 0 && eps[i] == e {
+			return true
+		}
+	}
+	return false
+}
+
 // groupHealthy reports whether group g lists at least one healthy endpoint.
 func (s *State) groupHealthy(g int) bool {
 	return slices.ContainsFunc(s.Groups[g], s.healthy)
@@ -111,6 +122,7 @@ type Step struct {
 	Groups Groups
 	// Phase names the step's phase: "" for a phase in which every group keeps a healthy
 	// endpoint, "all-down" for the steps that start and end a phase with every endpoint down,
+	// "db-unavailable" for the heals before, the steps and the heals of a database-wide fault,
 	// "end" for the heals at the end of the schedule.
 	Phase string
 	// After is the plan's state once the step is applied.
@@ -185,6 +197,23 @@ const (
 	// A phase in which every group keeps a healthy endpoint lasts between 30% and 100% of
 	// min(phaseMax, Duration/2).
 	phaseMax = 30 * time.Second
+	// A long commit failure holds many ejection times (healthSettings.BaseEjectionTime, 2s):
+	// it is drawn only where the phase leaves it commitLongMin, and held until at most the
+	// phase's end.
+	commitLongMin, commitLongMax = 15 * time.Second, 40 * time.Second
+	// A database-wide fault (db-unavailable) takes the place of one all-down phase in dbOdds,
+	// where the run leaves it room: every fault is healed, then dbLeadIn passes without
+	// faults, so that the client is settled when it begins (every ejection, at most
+	// MaxEjectionTime 20s, is over and readmitted within a ProbeInterval, and every group is
+	// back on its first endpoint a SwitchingDelay later: 22s, and 2s of slack); the fault holds
+	// dbMin to dbMax on every endpoint, healed at one time, and dbAfter passes without faults,
+	// the time in which its invariant watches for switches and for the first endpoints to
+	// serve.
+	dbOdds        = 8
+	dbLeadIn      = 24 * time.Second
+	dbMin, dbMax  = 8 * time.Second, 12 * time.Second
+	dbAfter       = 5 * time.Second
+	phaseDatabase = "db-unavailable"
 )
 
 // weights are the relative odds of each kind at each pick of a phase in which every group
@@ -206,6 +235,8 @@ var weights = map[Kind]int{
 	KindFrontendCommitFail:   6,
 	KindFrontendPartialReset: 4,
 	KindFrontendBrownout:     6,
+	// Drawn only where the phase leaves it commitLongMin (see eligible).
+	KindFrontendCommitFailLong: 3,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -287,8 +318,12 @@ func (g *planner) run() {
 		if t+allDownMax >= end {
 			break
 		}
-		// A short phase with every endpoint down.
 		g.healDue(t)
+		if g.plan.Frontends && t+dbLeadIn+dbMax+dbAfter <= end && g.rng.IntN(dbOdds) == 0 {
+			t = g.databaseUnavailable(t)
+			continue
+		}
+		// A short phase with every endpoint down.
 		g.healAll(t, "all-down")
 		d := g.between(allDownMin, allDownMax)
 		for e := range NumEndpoints {
@@ -301,6 +336,22 @@ func (g *planner) run() {
 	}
 	g.healDue(end)
 	g.healAll(end, "end")
+}
+
+// databaseUnavailable plans a database-wide fault at t (see dbLeadIn): every fault healed at
+// t, every endpoint's frontend answering UNAVAILABLE from t+dbLeadIn for dbMin to dbMax,
+// every one healed at one time; it returns when the next phase may begin, dbAfter later.
+func (g *planner) databaseUnavailable(t time.Duration) time.Duration {
+	g.healAll(t, phaseDatabase)
+	at := t + dbLeadIn
+	d := g.between(dbMin, dbMax)
+	for e := range NumEndpoints {
+		g.emit(Step{At: at, Kind: KindDatabaseUnavailable, Endpoint: e, Fault: Fault{Kind: KindDatabaseUnavailable}, For: d, Phase: phaseDatabase})
+	}
+	for e := range NumEndpoints {
+		g.emit(Step{At: at + d, Kind: KindFrontendPass, Endpoint: e, Phase: phaseDatabase})
+	}
+	return at + d + dbAfter
 }
 
 // emit applies s to the state, records it, and returns its index.
@@ -402,6 +453,9 @@ func (g *planner) pick(t time.Duration) {
 		fbs := g.fallbacks(e)
 		g.brown.e, g.brown.fallback, g.brown.until = e, fbs[g.rng.IntN(len(fbs))], t+s.For
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case o.kind == KindFrontendCommitFailLong:
+		s.For = g.between(commitLongMin, min(commitLongMax, g.phaseEnd-t))
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
 	case kinds[o.kind].heal != 0:
 		s.For = g.between(faultMin, faultMax)
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
@@ -420,12 +474,21 @@ func (g *planner) eligible(k Kind, t time.Duration) []int {
 	if k == KindFrontendBrownout && (g.phaseEnd-t < brownoutMin || t < g.brown.until) {
 		return nil
 	}
+	if k == KindFrontendCommitFailLong && g.phaseEnd-t < commitLongMin {
+		return nil
+	}
+	// A long commit failure hits an endpoint that serves a group (its writes with it), with
+	// no fault on its TCP layer: the client must see its commits fail and eject it for them.
+	longCommitOn := func(e int) bool { return !g.state.TCP[e].active() && g.state.serves(e) }
 	var out []int
 	for e := range NumEndpoints {
 		if g.shielded(e, t) {
 			continue
 		}
 		if k == KindFrontendBrownout && (e == g.plan.Storm.Endpoint || g.state.TCP[e].active() || len(g.fallbacks(e)) == 0) {
+			continue
+		}
+		if k == KindFrontendCommitFailLong && !longCommitOn(e) {
 			continue
 		}
 		switch kinds[k].layer {

@@ -125,12 +125,20 @@ func checkPlan(t *testing.T, p *Plan) {
 		switch {
 		case state.allGroupsHealthy():
 			allDownSince = -1
-		case s.Phase != "all-down":
+		case s.Phase != "all-down" && s.Phase != phaseDatabase:
 			t.Fatalf("%s: step %d (%v) leaves a group without a healthy endpoint: %s, %v", where, i, s, state.faults(), state.Groups)
 		case allDownSince < 0:
 			allDownSince = s.At
-		case s.At-allDownSince > allDownMax:
+		case s.Phase == "all-down" && s.At-allDownSince > allDownMax:
 			t.Fatalf("%s: an all-down phase lasts past %v", where, allDownMax)
+		case s.Phase == phaseDatabase && s.At-allDownSince > dbMax:
+			t.Fatalf("%s: a db-unavailable phase lasts past %v", where, dbMax)
+		}
+		switch {
+		case s.Kind == KindDatabaseUnavailable && s.Endpoint == 0:
+			checkDatabaseFault(t, where, p, i)
+		case s.Kind == KindFrontendCommitFailLong:
+			checkCommitFailLong(t, where, p, i)
 		}
 		if s.Phase == "all-down" && s.Kind == KindDown && i+1 < len(p.Steps) && p.Steps[i+1].Kind == KindUp {
 			for e := range NumEndpoints {

@@ -250,11 +250,14 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 
 	l := newLoad(client, accounts, be.Emulator)
 	x := &executor{plan: plan, topo: topo, gme: gme, out: out}
+	if plan.Frontends {
+		x.db = &dbWatch{gme: gme, topo: topo}
+	}
 	x.timeline.initial = plan.Initial
 	start := time.Now()
 	x.timeline.start = start
 	health.mu.Lock()
-	health.start, health.counts = start, nil // events before the load are the pools' first connections
+	health.start, health.counts, health.events = start, nil, nil // events before the load are the pools' first connections
 	health.mu.Unlock()
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
@@ -308,6 +311,18 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 		inv.Status = Fail
 	}
 	r.Invariants = append(r.Invariants, inv)
+	r.Invariants = append(r.Invariants, dbInvariant(x.db.collect(), switches.Events(), topo.name, start, plan.Frontends))
+	var refused [NumEndpoints][]time.Time
+	for i, e := range topo.eps {
+		if e.calls != nil {
+			refused[i] = e.calls.refused()
+		}
+	}
+	health.mu.Lock()
+	evs := append([]healthEvent(nil), health.events...)
+	health.mu.Unlock()
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, &x.timeline, plan.Frontends))
 	return r, nil // the deferred closes run before Run's leak check
 }
 
@@ -360,6 +375,8 @@ type executor struct {
 	mu       sync.Mutex // guards timeline.steps (appended) and errs
 	timeline faultTimeline
 	errs     []string
+	// db follows the database-wide faults (nil without frontends).
+	db *dbWatch
 }
 
 // state returns the state in force now.
@@ -390,6 +407,7 @@ func (x *executor) run(ctx context.Context, start time.Time) (interrupted time.D
 // apply performs s and records it.
 func (x *executor) apply(start time.Time, s Step) {
 	var err error
+	x.db.before(s)
 	if s.Kind == KindReconfigure {
 		err = x.gme.UpdateMultiEndpoints(x.topo.options(s.Groups, RecoveryTimeout, SwitchingDelay))
 	} else {
@@ -402,6 +420,7 @@ func (x *executor) apply(start time.Time, s Step) {
 		x.errs = append(x.errs, fmt.Sprintf("%s: %v", s, err))
 	}
 	x.mu.Unlock()
+	x.db.after(s, at)
 	line := fmt.Sprintf("%7.1fs ** %s", at.Sub(start).Seconds(), s)
 	if err != nil {
 		line += fmt.Sprintf(" FAILED: %v", err)
@@ -450,8 +469,8 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	if be.Emulator {
 		p("    (read-write transactions run one at a time: the emulator fails concurrent ones)")
 	}
-	p("  faults: one drawn every %v-%v; each holds %v-%v (fe-brownout %v-%v, only where the phase leaves it room); odds per draw (kinds that cannot apply are left out of that draw):",
-		gapMin, gapMax, faultMin, faultMax, brownoutMin, brownoutMax)
+	p("  faults: one drawn every %v-%v; each holds %v-%v (fe-brownout %v-%v, fe-commit-fail-long %v-%v, only where the phase leaves it room); odds per draw (kinds that cannot apply are left out of that draw):",
+		gapMin, gapMax, faultMin, faultMax, brownoutMin, brownoutMax, commitLongMin, commitLongMax)
 	total := 0
 	var ks []Kind
 	for k, w := range weights {
@@ -468,6 +487,10 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	p("    %s", strings.Join(odds, ", "))
 	p("  phases: every group keeps a healthy endpoint (no hard fault) for %v-%v, then every endpoint is down for %v-%v; %v warm-up, %v cool-down",
 		time.Duration(0.3*float64(min(phaseMax, cfg.Duration/2))).Round(time.Second), min(phaseMax, cfg.Duration/2), allDownMin, allDownMax, warmup, cooldown)
+	if plan.Frontends {
+		p("  db-unavailable: one all-down phase in %d, where the run leaves it room, is instead %v without faults, then every endpoint's frontend answering UNAVAILABLE for %v-%v, then %v without faults",
+			dbOdds, dbLeadIn, dbMin, dbMax, dbAfter)
+	}
 	p("  schedule: %d steps, printed below as they are applied (the whole plan: -plan)", len(plan.Steps))
 }
 

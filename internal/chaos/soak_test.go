@@ -11,7 +11,8 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
 )
 
-// soakSeed draws, for 20 seconds, every kind of step but fe-brownout (see TestSoak), all-down phases, and for every endpoint a
+// soakSeed draws, for 20 seconds, every kind of step but fe-brownout, fe-commit-fail-long and
+// db-unavailable (see TestSoak), all-down phases, and for every endpoint a
 // stretch of at least 4s in which a group's traffic belongs on it alone (TestSoak checks).
 const soakSeed = 4637
 
@@ -57,7 +58,10 @@ func TestSoak(t *testing.T) {
 		// A brownout holds brownoutMin (Window+8s) or more, and is drawn only where a phase
 		// leaves it that room: a 20s run's phases last at most 10s, so it never has one.
 		// TestPlanRules proves that 3-minute plans draw it; make chaos DURATION=3m runs it.
-		if k == KindFrontendBrownout {
+		// So are a long commit failure (commitLongMin) and a database-wide fault (dbLeadIn +
+		// dbMax + dbAfter); TestPlanRules and TestPlanDrawsDatabaseFaults prove that longer
+		// plans draw them.
+		if k == KindFrontendBrownout || k == KindFrontendCommitFailLong || k == KindDatabaseUnavailable {
 			continue
 		}
 		if r.Applied[k] == 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/rig"
@@ -19,6 +20,8 @@ import (
 type endpoint struct {
 	tcp *spannermetest.Endpoint
 	fe  *spannermetest.Frontend // nil without frontends
+	// calls watches the application's calls at the frontend (nil without frontends).
+	calls *appCalls
 }
 
 // topology is the run's network: ONE backend and NumEndpoints endpoints in front of it.
@@ -34,7 +37,9 @@ func startTopology(b *rig.Backend, p *Plan) (*topology, error) {
 	for i := range t.eps {
 		target := b.Addr
 		if p.Frontends {
-			opts := []spannermetest.FrontendOption{spannermetest.WithSeed(int64(p.Seed) + int64(i))}
+			t.eps[i].calls = &appCalls{}
+			opts := []spannermetest.FrontendOption{spannermetest.WithSeed(int64(p.Seed) + int64(i)),
+				spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(t.eps[i].calls.intercept))}
 			if p.Storm.MaxAge > 0 && p.Storm.Endpoint == i {
 				opts = append(opts, spannermetest.WithMaxConnectionAge(p.Storm.MaxAge, p.Storm.Grace))
 			}
@@ -122,8 +127,6 @@ func (t *topology) apply(s Step) error {
 		e.tcp.Slow(s.Fault.Latency, s.Fault.Bandwidth)
 	case KindPass:
 		e.tcp.Pass()
-	case KindFrontendUnavailable:
-		return e.fe.FailAll(codes.Unavailable)
 	case KindFrontendHang:
 		e.fe.Hang()
 	case KindFrontendPartial:
@@ -132,7 +135,9 @@ func (t *topology) apply(s Step) error {
 		e.fe.SetLatency(s.Fault.Latency)
 	case KindFrontendRestart:
 		e.fe.DropConnections()
-	case KindFrontendCommitFail:
+	case KindFrontendUnavailable, KindDatabaseUnavailable:
+		return e.fe.FailAll(codes.Unavailable)
+	case KindFrontendCommitFail, KindFrontendCommitFailLong:
 		return e.fe.FailMethods(codes.Unavailable, "/google.spanner.v1.Spanner/Commit")
 	case KindFrontendPartialReset:
 		e.fe.DropSomeConnections(max(1, int(e.fe.Stats().Active/2)))

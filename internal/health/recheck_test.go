@@ -1,0 +1,72 @@
+package health
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestRecheck: another endpoint's readmission makes an ejected endpoint whose ejection time is
+// over probe at once with the class that ejected it (not a ProbeInterval after its last failed
+// probe), and readmits it when that passes; a probe under way is superseded, its late failure
+// ignored; before the ejection time is over, or when not ejected, nothing is probed.
+func TestRecheck(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	step := func(at time.Duration, what string, recheck bool, wantOut bool, wantProbes int, wantEvents ...string) {
+		t.Helper()
+		h.clock.Set(h.start.Add(at))
+		if recheck {
+			h.d.Recheck()
+		}
+		got := h.takeEvents()
+		if h.d.Ejected() != wantOut || h.probing() != wantProbes || !slices.Equal(got, wantEvents) {
+			t.Fatalf("%s (at %v): ejected=%v probes=%d events=%q; want ejected=%v probes=%d events=%q",
+				what, at, h.d.Ejected(), h.probing(), got, wantOut, wantProbes, wantEvents)
+		}
+	}
+	step(time.Second, "not ejected", true, false, 0)
+	for range testConfig.ConsecutiveFailures {
+		h.d.Failure(Writes, "/google.spanner.v1.Spanner/Commit", errUnavailable)
+	}
+	step(time.Second, "ejected for writes", false, true, 0, "ejected:consecutive failures:30s")
+	step(20*time.Second, "before the ejection time is over", true, true, 0)
+	step(31*time.Second, "the ejection time is over: its own probe", false, true, 1)
+	h.answer(errors.New("commit still failing"))
+	step(31*time.Second, "that probe failed: the next one a ProbeInterval later", false, true, 0)
+	step(35*time.Second, "another endpoint readmitted", true, true, 1)
+	h.answer(nil)
+	step(35*time.Second, "the recheck passed", false, false, 0, "readmitted")
+	h.mu.Lock()
+	classes := slices.Clone(h.probeClasses)
+	h.mu.Unlock()
+	if want := []Class{Writes, Writes}; !slices.Equal(classes, want) {
+		t.Fatalf("probe classes %v, want %v", classes, want)
+	}
+
+	// A probe under way when the other endpoint is readmitted is superseded.
+	h = newHarness(t, testConfig, true)
+	defer h.d.Close()
+	for range testConfig.ConsecutiveFailures {
+		h.d.Failure(Calls, "", errUnavailable)
+	}
+	step(30*time.Second, "its own probe under way", false, true, 1, "ejected:consecutive failures:30s")
+	step(30*time.Second, "another endpoint readmitted", true, true, 2)
+	h.answer(errors.New("the fault that just ended"))
+	step(30*time.Second, "the superseded probe's failure is ignored", false, true, 1)
+	h.answer(nil)
+	step(30*time.Second, "the recheck passed", false, false, 0, "readmitted")
+
+	// Without a probe function there is nothing to probe with.
+	h = newHarness(t, testConfig, false)
+	defer h.d.Close()
+	for range testConfig.ConsecutiveFailures {
+		h.d.Failure(Calls, "", errUnavailable)
+	}
+	h.clock.Set(h.start.Add(10 * time.Second))
+	h.d.Recheck()
+	if !h.d.Ejected() {
+		t.Fatal("readmitted by a Recheck without a probe function, before the ejection time")
+	}
+}
