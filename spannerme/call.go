@@ -33,11 +33,19 @@ import (
 // sent with the group's DirectedReadOptions when it has none of its own; args itself is never
 // modified.
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return gme.invoke(ctx, method, args, reply, "", opts)
+}
+
+// invoke is Invoke for a call that carries the Spanner client's request ID id ("" for
+// none; the header is already in ctx): an attempt after the first of a request whose
+// previous attempt failed on the picked endpoint goes to another one (steer, elsewhere.go).
+func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, reply any, id string, opts []grpc.CallOption) error {
 	class := gme.callClass(method, args)
 	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
 		return err
 	}
+	p = gme.steer(p, me, id)
 	defer p.Release()
 	dr := gme.snap.Load().directedReads()
 	if dro := dr[me.Name()]; dro != nil {
@@ -50,6 +58,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 	}
 	p.Observe(class, method, err, false)
 	p.EndCall(ctx, me.Name(), start, err)
+	gme.callEnded(p, id, err)
 	if err != nil {
 		return notConnectedError(err, me, p)
 	}

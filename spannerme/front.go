@@ -97,7 +97,7 @@ func newFront(gme *GCPMultiEndpoint, kind frontKind) (*front, error) {
 				if !ok {
 					return gme.Invoke(ctx, method, req, reply, opts...)
 				}
-				err := gme.Invoke(withRequestIDHeader(ctx, id), method, req, reply, opts...)
+				err := gme.invoke(withRequestIDHeader(ctx, id), method, req, reply, id, opts)
 				return withRequestID(err, id)
 			})),
 		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(

@@ -56,6 +56,9 @@ type GCPMultiEndpoint struct {
 	obs       *observer  // logs of transitions, metrics, switch history
 	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
 	verdicts  verdicts   // each group's verdicts: which endpoints it may use, and why
+	cool      cooldowns  // overload cooldowns by endpoint (cooldown.go)
+	budget    retryBudget // retry elsewhere's budget (elsewhere.go)
+	retries   retryMemory // failed attempts by request, and the steering counters
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -411,6 +414,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 	for _, me := range groups {
 		me.Close()
 	}
+	gme.cool.close()
 	gme.events.close()
 	var errs []error
 	for _, p := range pools {

@@ -41,6 +41,11 @@ const (
 	// AttrEjectionReason says why outcome-based health ejected an endpoint: an EjectionReason
 	// in its String form (EjectionReason lists the values).
 	AttrEjectionReason = "spannerme.ejection.reason"
+	// AttrRerouteReason says why a call went elsewhere than its group's current endpoint:
+	// retry_elsewhere (its request's previous attempt failed there), overload_cooldown (the
+	// endpoint is cooling down after RESOURCE_EXHAUSTED), or refused_by_budget (a retry the
+	// retry budget kept where the group sends it).
+	AttrRerouteReason = "spannerme.reroute.reason"
 	// AttrGRPCStatusCode is the call's gRPC status code as an integer (0 is OK), as in the
 	// OpenTelemetry semantic conventions for gRPC.
 	AttrGRPCStatusCode = "rpc.grpc.status_code"
@@ -64,6 +69,8 @@ const (
 	metricSwitches       = "spannerme.multiendpoint.switches"
 	metricEjections      = "spannerme.endpoint.ejections"
 	metricDegraded       = "spannerme.endpoint.degraded"
+	metricCooldowns      = "spannerme.endpoint.cooldowns"
+	metricReroutes       = "spannerme.client.reroutes"
 	metricCalls          = "spannerme.client.calls"
 	metricFailures       = "spannerme.client.call.failures"
 	metricDuration       = "spannerme.client.call.duration"
@@ -86,6 +93,10 @@ var metricDocs = []metricDoc{
 		"endpoints taken out of service by outcome-based health"},
 	{metricDegraded, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
 		"1 for each endpoint degraded by brownout detection in a group (far slower than its fallback: not available to that group), 0 for the others; absent when brownout detection is off"},
+	{metricCooldowns, instrumentCounter, "{cooldown}", []string{AttrEndpoint, AttrEndpointName},
+		"overload cooldowns started: the endpoint answered RESOURCE_EXHAUSTED and is skipped for new calls while another endpoint of the group is available"},
+	{metricReroutes, instrumentCounter, "{call}", []string{AttrRerouteReason},
+		"calls sent to another endpoint than their group's pick: a retry whose previous attempt failed there, or a call avoiding an endpoint that cools down; refused_by_budget counts the retries the retry budget did not move"},
 	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
 	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
@@ -106,6 +117,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 // one before an SDK is installed) the call path records nothing and allocates nothing.
 type metrics struct {
 	calls, failures, switches, ejections metric.Int64Counter
+	cooldowns, reroutes                  metric.Int64Counter
 	duration                             metric.Float64Histogram
 	state, current, degraded             metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
@@ -144,6 +156,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	m := &metrics{
 		calls: counter(metricCalls), failures: counter(metricFailures),
 		switches: counter(metricSwitches), ejections: counter(metricEjections),
+		cooldowns: counter(metricCooldowns), reroutes: counter(metricReroutes),
 		state: gauge(metricEndpointState), current: gauge(metricCurrent), degraded: gauge(metricDegraded),
 		active: upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
 	}
@@ -155,7 +168,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 
 // fillNoop replaces the instruments a provider refused (nil) with no-op ones.
 func fillNoop(m *metrics) {
-	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections} {
+	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections, &m.cooldowns, &m.reroutes} {
 		if *c == nil {
 			*c = noop.Int64Counter{}
 		}

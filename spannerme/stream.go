@@ -33,6 +33,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, withRequestID(err, id)
 	}
+	p = gme.steer(p, me, id)
 	start := gme.obs.callBegin(ctx, p, me.Name())
 	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
 	if err != nil {

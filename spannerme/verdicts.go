@@ -3,6 +3,7 @@ package spannerme
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
@@ -34,6 +35,9 @@ type groupVerdicts struct {
 	// lands last.
 	mu      sync.Mutex
 	reasons map[string]verdict.Reason // by endpoint; guarded by mu
+	// available lists the endpoints the last evaluation found available, in the group's
+	// priority order (pickOther); replaced whole, never modified.
+	available atomic.Pointer[[]string]
 }
 
 // of returns group's verdicts, created on first use.
@@ -110,18 +114,24 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 		if p == nil {
 			continue
 		}
-		in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.degraded(name, e.Endpoint)}
+		in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.degraded(name, e.Endpoint),
+			Cooling: gme.cool.cooling(e.Endpoint)}
 		known[i] = in[i].Connected || p.Settled()
 	}
 	verdict.Evaluate(in, out)
 	reasons := make(map[string]verdict.Reason, len(eps))
+	var available []string
 	for i, e := range eps {
 		reasons[e.Endpoint] = out[i]
+		if out[i].Available() {
+			available = append(available, e.Endpoint)
+		}
 		if known[i] {
 			me.SetEndpointAvailability(e.Endpoint, out[i].Available())
 		}
 	}
 	g.reasons = reasons
+	g.available.Store(&available)
 }
 
 // confirmFallbacks probes at once, for the class c of calls that ejected p's endpoint, every
