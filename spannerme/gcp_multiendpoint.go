@@ -53,10 +53,10 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	pl        plumbing
 	log       *slog.Logger
-	obs       *observer  // logs of transitions, metrics, switch history
-	brown     *brownouts // degraded endpoints per group (BrownoutSettings)
-	verdicts  verdicts   // each group's verdicts: which endpoints it may use, and why
-	cool      cooldowns  // overload cooldowns by endpoint (cooldown.go)
+	obs       *observer   // logs of transitions, metrics, switch history
+	brown     *brownouts  // degraded endpoints per group (BrownoutSettings)
+	verdicts  verdicts    // each group's verdicts: which endpoints it may use, and why
+	cool      cooldowns   // overload cooldowns by endpoint (cooldown.go)
 	budget    retryBudget // retry elsewhere's budget (elsewhere.go)
 	retries   retryMemory // failed attempts by request, and the steering counters
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured

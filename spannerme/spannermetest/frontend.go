@@ -419,7 +419,9 @@ func (f *Frontend) FailAll(code codes.Code) error {
 	if err := checkFailCode(code); err != nil {
 		return fmt.Errorf("spannermetest: FailAll: %w", err)
 	}
-	f.update(func(b *behavior) { *b = behavior{mode: FrontendFailAll, code: code, latency: b.latency, retryDelay: b.retryDelay} })
+	f.update(func(b *behavior) {
+		*b = behavior{mode: FrontendFailAll, code: code, latency: b.latency, retryDelay: b.retryDelay}
+	})
 	return nil
 }
 
