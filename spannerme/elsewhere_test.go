@@ -8,8 +8,8 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
