@@ -173,8 +173,10 @@ type EndpointStatus struct {
 	// evaluation of its inputs found (docs/health.md, "One verdict per group"): "usable",
 	// "not connected", "ejected", "degraded" (far slower than a usable endpoint of the group:
 	// see Brownout), "degraded, but no other endpoint is usable" (available all the same:
-	// a slow endpoint is better than none), or "ejected, as every connected endpoint of the
-	// group is" (available all the same: a fault everywhere is no reason to move). ""
+	// a slow endpoint is better than none), "ejected, as every connected endpoint of the
+	// group is" (available all the same: a fault everywhere is no reason to move), "cooling
+	// down after RESOURCE_EXHAUSTED" (PoolStatus.Cooldown), or "cooling down after
+	// RESOURCE_EXHAUSTED, but no other endpoint is usable" (available all the same). ""
 	// (omitted in JSON) before the group's first
 	// evaluation and after Close. State follows the verdict through the group's
 	// RecoveryTimeout and SwitchingDelay rules.
