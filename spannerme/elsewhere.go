@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
@@ -117,22 +118,31 @@ func (b *retryBudget) tokens() float64 {
 	return float64(retryMaxTokens*tokenScale-b.spent.Load()) / tokenScale
 }
 
-// retryMemory remembers, for the last maxRetryMemory failed attempts, the endpoint where the
+// retryMemory remembers, for the last maxRetryMemory failed attempts, where and how the
 // request (its request ID without the attempt) failed. Safe for concurrent use.
 type retryMemory struct {
 	mu    sync.Mutex
-	m     map[string]string
+	m     map[string]failedAttempt
 	order []string // keys, oldest first (a ring of maxRetryMemory)
 	next  int
 
 	steered, refused, skipped atomic.Int64
 }
 
-func (r *retryMemory) record(key, endpoint string) {
+// failedAttempt is a request's last failed attempt: its endpoint, and the class, method and
+// error it was counted with for that endpoint's health.
+type failedAttempt struct {
+	endpoint string
+	class    health.Class
+	method   string
+	err      error
+}
+
+func (r *retryMemory) record(key string, f failedAttempt) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = make(map[string]string)
+		r.m = make(map[string]failedAttempt)
 	}
 	if _, ok := r.m[key]; !ok {
 		if len(r.order) < maxRetryMemory {
@@ -143,14 +153,25 @@ func (r *retryMemory) record(key, endpoint string) {
 			r.next = (r.next + 1) % maxRetryMemory
 		}
 	}
-	r.m[key] = endpoint
+	r.m[key] = f
 }
 
 func (r *retryMemory) failedOn(key string) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e, ok := r.m[key]
-	return e, ok
+	f, ok := r.m[key]
+	return f.endpoint, ok
+}
+
+// take returns and forgets key's failed attempt.
+func (r *retryMemory) take(key string) (failedAttempt, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.m[key]
+	if ok {
+		delete(r.m, key) // its slot in order is reused when the ring comes round
+	}
+	return f, ok
 }
 
 // splitRequestID returns the request key of a Spanner request ID (everything before the
@@ -182,13 +203,35 @@ func retryableByClient(err error) bool {
 	return false
 }
 
-// callEnded takes the outcome of one call on p (a unary call, or a stream: pool
-// Options.CallEnded) whose request ID is id ("" for none): the retry budget counts it, a
-// retryable failure is remembered for the request's next attempt, and RESOURCE_EXHAUSTED
-// starts p's endpoint's overload cooldown. A success on a full budget costs one atomic load.
-func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, err error) {
+// callEnded takes the outcome of one call of class c to method on p (a unary call, or a
+// stream: pool Options.CallEnded) whose request ID is id ("" for none): the retry budget
+// counts it, a retryable failure is remembered for the request's next attempt, and
+// RESOURCE_EXHAUSTED starts p's endpoint's overload cooldown. A connection lost under the
+// call (health.ConnectionLost) is none of these: it says nothing of the endpoint (health.go
+// counts it for nothing either), so its retry goes where the group sends it. A first attempt
+// that succeeds on a full budget costs a string scan and one atomic load.
+//
+// A retry that succeeds on another endpoint than the one where its request last failed
+// counts, for that endpoint's health, as the failure it would have met there again: retry
+// elsewhere takes away the repeated failures by which health sees a fault of one endpoint
+// (every Commit refused by E1 while its BeginTransactions pass: with each Commit retried on
+// E1, most of E1's writes fail and it is ejected; with the retry on E2, half of them would,
+// and a fault every write pays for would never eject E1).
+func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, c health.Class, method string, err error) {
 	if err == nil {
 		gme.budget.success()
+		if key, retry := splitRequestID(id); retry {
+			if f, ok := gme.retries.take(key); ok && f.endpoint != p.Endpoint() {
+				if s := gme.snap.Load(); s != nil {
+					if q := s.pools[f.endpoint]; q != nil {
+						q.Observe(f.class, f.method, f.err, false)
+					}
+				}
+			}
+		}
+		return
+	}
+	if health.Classify(err, false, false) == health.ConnectionLost {
 		return
 	}
 	if !retryableByClient(err) {
@@ -199,7 +242,7 @@ func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, err error) {
 	}
 	gme.budget.failure()
 	if key, _ := splitRequestID(id); key != "" {
-		gme.retries.record(key, p.Endpoint())
+		gme.retries.record(key, failedAttempt{endpoint: p.Endpoint(), class: c, method: method, err: err})
 	}
 	if overloaded(err) {
 		gme.noteOverload(p.Endpoint(), err)

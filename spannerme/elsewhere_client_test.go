@@ -32,7 +32,6 @@ var (
 	retryOutage       = flag.Duration("retry-elsewhere.outage", 5*time.Second, "how long every endpoint fails in TestRetryElsewhere_Client_FaultEverywhere")
 )
 
-
 // recordingBackend is ONE seeded in-memory Spanner with n frontends recording every call.
 func recordingBackend(t *testing.T, n int) (*frontendBackend, []*spannermetest.Frontend) {
 	t.Helper()

@@ -204,7 +204,7 @@ func TestRetryElsewhere_BudgetRefuses(t *testing.T) {
 func TestRetryMemoryBounded(t *testing.T) {
 	var r retryMemory
 	for i := range maxRetryMemory + 10 {
-		r.record(fmt.Sprint(i), "E")
+		r.record(fmt.Sprint(i), failedAttempt{endpoint: "E"})
 	}
 	if len(r.m) != maxRetryMemory {
 		t.Fatalf("%d entries, want %d", len(r.m), maxRetryMemory)
@@ -215,8 +215,41 @@ func TestRetryMemoryBounded(t *testing.T) {
 	if e, ok := r.failedOn(fmt.Sprint(maxRetryMemory + 9)); !ok || e != "E" {
 		t.Fatal("the newest entry was lost")
 	}
-	r.record(fmt.Sprint(maxRetryMemory+9), "F") // an update is no new entry
+	r.record(fmt.Sprint(maxRetryMemory+9), failedAttempt{endpoint: "F"}) // an update is no new entry
 	if e, _ := r.failedOn(fmt.Sprint(maxRetryMemory + 9)); e != "F" || len(r.m) != maxRetryMemory {
 		t.Fatalf("update: %q, %d entries", e, len(r.m))
+	}
+}
+
+// A retry that succeeds on E2 after its request failed on E1 counts, for E1's health, as the
+// failure it would have met there again, once.
+func TestRetryElsewhere_CountsForHealth(t *testing.T) {
+	e1, e2 := twoFrontends(t)
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g": group(time.Hour, time.Second, e1.Addr(), e2.Addr()),
+	}), fastSettings(nil))
+	waitConnected(t, gme, e1.Addr())
+	waitConnected(t, gme, e2.Addr())
+	eventually(t, 5*time.Second, "E2 usable", func() bool { return verdictIn(gme, "g", e2.Addr()) == "usable" })
+	failures := func() int64 { p, _ := poolOf(gme, e1.Addr()); return p.Health.Failures }
+	if err := e1.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	_ = attemptCall(gme, "g", 1, 1)
+	if got := failures(); got != 1 {
+		t.Fatalf("E1 failures after one failed attempt: %d", got)
+	}
+	if err := attemptCall(gme, "g", 1, 2); err != nil { // steered to E2, which serves it
+		t.Fatal(err)
+	}
+	if got := failures(); got != 2 {
+		t.Fatalf("E1 failures after the retry succeeded on E2: %d, want 2", got)
+	}
+	e1.Pass()
+	if err := attemptCall(gme, "g", 1, 3); err != nil { // nothing remembered any more: on E1
+		t.Fatal(err)
+	}
+	if got := failures(); got != 2 {
+		t.Fatalf("E1 failures after a further success: %d, want 2", got)
 	}
 }

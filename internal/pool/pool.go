@@ -93,10 +93,11 @@ type Options struct {
 	// DecorateError, if not nil, is applied to a stream's errors when its CallInfo.Tag is
 	// not empty (the Spanner client's request ID).
 	DecorateError func(err error, tag string) error
-	// CallEnded, if not nil, is called once at the end of each stream with its CallInfo.Tag
-	// and its error (nil for a stream that ended well; the context's status for one the
-	// caller abandoned), on the goroutine that ends it. It must not block.
-	CallEnded func(p *Pool, tag string, err error)
+	// CallEnded, if not nil, is called once at the end of each stream with its CallInfo
+	// (Tag and Class), its method and its error (nil for a stream that ended well; the
+	// context's status for one the caller abandoned), on the goroutine that ends it. It must
+	// not block.
+	CallEnded func(p *Pool, call CallInfo, method string, err error)
 }
 
 // HealthOptions configures health from call outcomes of a pool.
@@ -126,7 +127,7 @@ type Pool struct {
 	watch         *Watch
 	lazyStreams   bool
 	decorateError func(error, string) error
-	callEnded     func(*Pool, string, error)
+	callEnded     func(*Pool, CallInfo, string, error)
 
 	// ref counts in-flight calls; retiringBit is added once, when the pool is retired.
 	ref   atomic.Int64

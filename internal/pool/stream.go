@@ -183,7 +183,7 @@ func (s *Stream) end(err error) {
 			s.pool.obs.CallEnd(s.ctx, s.call.Group, s.call.Start, err)
 		}
 		if s.pool.callEnded != nil {
-			s.pool.callEnded(s.pool, s.call.Tag, err)
+			s.pool.callEnded(s.pool, s.call, s.method, err)
 		}
 		s.pool.Release()
 	}
