@@ -207,7 +207,7 @@ func retryableByClient(err error) bool {
 // stream: pool Options.CallEnded) whose request ID is id ("" for none): the retry budget
 // counts it, a retryable failure is remembered for the request's next attempt, and
 // RESOURCE_EXHAUSTED starts p's endpoint's overload cooldown. A connection lost under the
-// call (health.ConnectionLost) is none of these: it says nothing of the endpoint (health.go
+// call (health.ConnectionLost) is none of these: it says nothing of the endpoint (internal/health
 // counts it for nothing either), so its retry goes where the group sends it. A first attempt
 // that succeeds on a full budget costs a string scan and one atomic load.
 //
