@@ -53,10 +53,13 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	e1, e2 := twoFrontends(t)
 	clk := clock.NewFake(time.Time{})
 	var logs syncBuffer
+	reader, mp := newMetricReader()
+	s := fastSettings(&logs)
+	s.MeterProvider = mp
 	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
 		"g":    group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
 		"solo": group(10*time.Second, time.Second, e1.Addr()),
-	}), fastSettings(&logs), plumbing{clock: clk})
+	}), s, plumbing{clock: clk})
 	waitConnected(t, gme, e1.Addr())
 	waitConnected(t, gme, e2.Addr())
 	eventually(t, 5*time.Second, "E1 current and usable", func() bool {
@@ -121,6 +124,13 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	st := gme.Status()
 	if st.Retries.OverloadSkipped < 5 {
 		t.Fatalf("Status.Retries %+v: want at least 5 overload skips", st.Retries)
+	}
+	rm := collect(t, reader)
+	if got := sumBy(rm, metricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 1 {
+		t.Errorf("cooldowns metric by endpoint = %v, want 1 for E1", got)
+	}
+	if got := sumBy(rm, metricReroutes, AttrRerouteReason); got[rerouteOverload] != st.Retries.OverloadSkipped {
+		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, rerouteOverload, st.Retries.OverloadSkipped)
 	}
 	gme.Close()
 	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "endpoint cooldown over"} {
