@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -68,7 +69,8 @@ type CooldownStatus struct {
 	// Until is when the current (or the last) cooldown ends.
 	Until time.Time `json:"until"`
 	// Length is the current (or the last) cooldown's length: the server's RetryInfo delay
-	// (FromRetryInfo), else a jittered 5 to 10 s doubled for each repeat, 60 s at most.
+	// (FromRetryInfo), else a jittered 5 to 10 s doubled for each repeat, 60 s at most. In
+	// JSON it is a Go duration string such as "3s".
 	Length time.Duration `json:"length"`
 	// FromRetryInfo: Length is the server's RetryInfo delay.
 	FromRetryInfo bool `json:"fromRetryInfo,omitempty"`
@@ -79,6 +81,32 @@ type CooldownStatus struct {
 	Total int64 `json:"total"`
 	// LastOverload is when the endpoint last answered RESOURCE_EXHAUSTED.
 	LastOverload time.Time `json:"lastOverload"`
+}
+
+// cooldownStatusJSON is CooldownStatus with its Length as a string.
+type cooldownStatusJSON struct {
+	cooldownStatusAlias
+	Length string `json:"length"`
+}
+
+type cooldownStatusAlias CooldownStatus
+
+// MarshalJSON writes Length as a Go duration string ("3s"), as GroupStatus does its
+// durations.
+func (c CooldownStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(cooldownStatusJSON{cooldownStatusAlias(c), c.Length.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *CooldownStatus) UnmarshalJSON(b []byte) error {
+	var j cooldownStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*c = CooldownStatus(j.cooldownStatusAlias)
+	var err error
+	c.Length, err = parseDurationOrZero(j.Length)
+	return err
 }
 
 // cooling reports whether endpoint is in an overload cooldown. It takes no lock and

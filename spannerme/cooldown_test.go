@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +209,25 @@ func TestOverloadCooldown_Lengths(t *testing.T) {
 	gme.noteOverload(e2.Addr(), overloadErr(t, 0))
 	if gme.cool.statusOf(e2.Addr()) != nil {
 		t.Fatal("an overload after Close started a cooldown")
+	}
+}
+
+// CooldownStatus reads back what it writes, with its length as a duration string.
+func TestCooldownStatusJSON(t *testing.T) {
+	in := CooldownStatus{Cooling: true, Until: time.Date(2026, 12, 1, 0, 0, 3, 0, time.UTC), Length: 3 * time.Second,
+		FromRetryInfo: true, Repeats: 2, Total: 5, LastOverload: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"length":"3s"`) {
+		t.Fatalf("JSON %s lacks the length as a string", b)
+	}
+	var out CooldownStatus
+	if err := json.Unmarshal(b, &out); err != nil || out != in {
+		t.Fatalf("read back %+v (%v), want %+v", out, err, in)
+	}
+	if err := json.Unmarshal([]byte(`{"length":"soon"}`), &out); err == nil {
+		t.Fatal("a bad length was accepted")
 	}
 }
