@@ -32,13 +32,24 @@ import (
 // UNAVAILABLE (retryable) or the context's code.
 // A read-only query or read routed through a group with a policy (Settings.DirectedReads) is
 // sent with the group's DirectedReadOptions when it has none of its own; args itself is never
-// modified.
+// modified. A call whose pick is an endpoint cooling down after RESOURCE_EXHAUSTED goes to the
+// group's next available endpoint, and a Spanner client's retry of an attempt that failed on
+// the picked endpoint goes to another one (docs/health.md, "Overload cooldown" and "Retry
+// elsewhere"; elsewhere.go).
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return gme.invoke(ctx, method, args, reply, "", opts)
+}
+
+// invoke is Invoke for a call that carries the Spanner client's request ID id ("" for
+// none; the header is already in ctx): an attempt after the first of a request whose
+// previous attempt failed on the picked endpoint goes to another one (steer, elsewhere.go).
+func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, reply any, id string, opts []grpc.CallOption) error {
 	class := gme.callClass(method, args)
 	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
 		return err
 	}
+	p = gme.steer(p, me, id)
 	defer p.Release()
 	dr := gme.snap.Load().directedReads()
 	if dro := dr[me.Name()]; dro != nil {
@@ -53,6 +64,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		p.Observe(class, method, err, false)
 	}
 	p.EndCall(ctx, me.Name(), start, err)
+	gme.callEnded(p, id, class, method, err)
 	if err != nil {
 		return notConnectedError(err, me, p)
 	}

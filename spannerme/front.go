@@ -91,7 +91,7 @@ func newFront(gme *GCPMultiEndpoint, kind frontKind) (*front, error) {
 				if !ok {
 					return gme.Invoke(ctx, method, req, reply, opts...)
 				}
-				err := gme.Invoke(spannerreq.WithHeader(ctx, id), method, req, reply, opts...)
+				err := gme.invoke(spannerreq.WithHeader(ctx, id), method, req, reply, id, opts)
 				return spannerreq.WithError(err, id)
 			})),
 		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(

@@ -59,6 +59,9 @@ type GCPMultiEndpoint struct {
 	obs       *observer        // logs of transitions, metrics, switch history
 	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
 	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
+	cool      cooldowns        // overload cooldowns by endpoint (cooldown.go)
+	budget    retryBudget      // retry elsewhere's budget (elsewhere.go)
+	retries   retryMemory      // failed attempts by request, and the steering counters
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -417,6 +420,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 	for _, me := range groups {
 		me.Close()
 	}
+	gme.cool.close()
 	gme.events.close()
 	var errs []error
 	for _, p := range pools {
@@ -525,10 +529,10 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 	if s := gme.snap.Load(); s == nil || s.groups[name] != me {
 		return // closed, or a group an update removed or replaced: nothing to create for it
 	}
-	gme.verdicts.Evaluate(name, func(prev map[string]verdict.Reason) map[string]verdict.Reason {
+	gme.verdicts.Evaluate(name, func(prev map[string]verdict.Reason) (map[string]verdict.Reason, []string) {
 		s := gme.snap.Load()
 		if s == nil || s.groups[name] != me {
-			return nil // replaced meanwhile
+			return nil, nil // replaced meanwhile
 		}
 		eps := me.Status().Endpoints
 		in := make([]verdict.Input, len(eps))
@@ -539,13 +543,18 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 			if p == nil {
 				continue
 			}
-			in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint)}
+			in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint),
+				Cooling: gme.cool.cooling(e.Endpoint)}
 			known[i] = in[i].Connected || p.Settled()
 		}
 		verdict.Evaluate(in, out)
 		reasons := make(map[string]verdict.Reason, len(eps))
+		var available []string
 		for i, e := range eps {
 			reasons[e.Endpoint] = out[i]
+			if out[i].Available() {
+				available = append(available, e.Endpoint)
+			}
 			if known[i] {
 				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
 			}
@@ -557,6 +566,6 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 				gme.obs.verdictChanged(name, e.Endpoint, endpointName, was, out[i])
 			}
 		}
-		return reasons
+		return reasons, available
 	})
 }

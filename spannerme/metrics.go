@@ -45,6 +45,11 @@ const (
 	// AttrHedgeOutcome is what became of hedges (Settings.Hedging): sent, won, lost or
 	// refused (by the budget).
 	AttrHedgeOutcome = "spannerme.hedge.outcome"
+	// AttrRerouteReason says why a call went elsewhere than its group's current endpoint:
+	// retry_elsewhere (its request's previous attempt failed there), overload_cooldown (the
+	// endpoint is cooling down after RESOURCE_EXHAUSTED), or refused_by_budget (a retry the
+	// retry budget kept where the group sends it).
+	AttrRerouteReason = "spannerme.reroute.reason"
 	// AttrGRPCStatusCode is the call's gRPC status code as an integer (0 is OK), as in the
 	// OpenTelemetry semantic conventions for gRPC.
 	AttrGRPCStatusCode = "rpc.grpc.status_code"
@@ -69,6 +74,8 @@ const (
 	metricEjections      = "spannerme.endpoint.ejections"
 	metricDegraded       = "spannerme.endpoint.degraded"
 	metricVerdict        = "spannerme.endpoint.verdict"
+	metricCooldowns      = "spannerme.endpoint.cooldowns"
+	metricReroutes       = "spannerme.client.reroutes"
 	metricCalls          = "spannerme.client.calls"
 	metricFailures       = "spannerme.client.call.failures"
 	metricDuration       = "spannerme.client.call.duration"
@@ -95,6 +102,10 @@ var metricDocs = []metricDoc{
 		"1 for each endpoint degraded by brownout detection in a group (far slower than its fallback: not available to that group), 0 for the others; absent when brownout detection is off"},
 	{metricVerdict, instrumentGauge, "{endpoint}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrVerdict},
 		"1 for each endpoint's verdict in each group (why the group may or may not use it), 0 for the other verdicts"},
+	{metricCooldowns, instrumentCounter, "{cooldown}", []string{AttrEndpoint, AttrEndpointName},
+		"overload cooldowns started: the endpoint answered RESOURCE_EXHAUSTED and is skipped for new calls while another endpoint of the group is available"},
+	{metricReroutes, instrumentCounter, "{call}", []string{AttrRerouteReason},
+		"calls sent to another endpoint than their group's pick: a retry whose previous attempt failed there, or a call avoiding an endpoint that cools down; refused_by_budget counts the retries the retry budget did not move"},
 	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
 	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
@@ -117,6 +128,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 // one before an SDK is installed) the call path records nothing and allocates nothing.
 type metrics struct {
 	calls, failures, switches, ejections metric.Int64Counter
+	cooldowns, reroutes                  metric.Int64Counter
 	duration                             metric.Float64Histogram
 	state, current, degraded, verdict    metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
@@ -156,6 +168,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	m := &metrics{
 		calls: counter(metricCalls), failures: counter(metricFailures),
 		switches: counter(metricSwitches), ejections: counter(metricEjections),
+		cooldowns: counter(metricCooldowns), reroutes: counter(metricReroutes),
 		state: gauge(metricEndpointState), current: gauge(metricCurrent), degraded: gauge(metricDegraded),
 		verdict: gauge(metricVerdict),
 		active:  upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
@@ -170,7 +183,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 
 // fillNoop replaces the instruments a provider refused (nil) with no-op ones.
 func fillNoop(m *metrics) {
-	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections} {
+	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections, &m.cooldowns, &m.reroutes} {
 		if *c == nil {
 			*c = noop.Int64Counter{}
 		}

@@ -123,8 +123,8 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 
 	rm := collect(t, reader)
 	for _, d := range metricDocs {
-		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges {
-			continue // nothing ejected; maybe no call failed; no group hedges
+		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges || d.Name == metricCooldowns || d.Name == metricReroutes {
+			continue // nothing ejected, overloaded or retried; maybe no call failed; no group hedges
 		}
 		if _, ok := find(rm, d.Name); !ok {
 			t.Errorf("instrument %s not reported", d.Name)
@@ -405,6 +405,8 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 	m.failures.Add(ctx, 1)
 	m.switches.Add(ctx, 1)
 	m.ejections.Add(ctx, 1)
+	m.cooldowns.Add(ctx, 1)
+	m.reroutes.Add(ctx, 1)
 	m.duration.Record(ctx, 1)
 	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.state, 1)

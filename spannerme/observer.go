@@ -223,12 +223,14 @@ func (o *observer) brownout(c brownout.Change) {
 
 // verdictChanged logs that endpoint's verdict in group changed from was to now, when the
 // change is the group's own finding: to or from a last resort (DegradedLastResort,
-// EjectedEverywhere), which no line of the endpoint's tells. The other changes follow a line
+// EjectedEverywhere, CoolingLastResort), which no line of the endpoint's tells. The other changes follow a line
 // of the endpoint's own (up, down, ejected, readmitted, degraded), which is not repeated per
 // group. WARN when the endpoint becomes a last resort, INFO when it stops being one. One line
 // per group and change, never per call.
 func (o *observer) verdictChanged(group, endpoint, name string, was, now verdict.Reason) {
-	lastResort := func(r verdict.Reason) bool { return r == verdict.DegradedLastResort || r == verdict.EjectedEverywhere }
+	lastResort := func(r verdict.Reason) bool {
+		return r == verdict.DegradedLastResort || r == verdict.EjectedEverywhere || r == verdict.CoolingLastResort
+	}
 	if !lastResort(was) && !lastResort(now) {
 		return
 	}

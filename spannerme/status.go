@@ -58,6 +58,10 @@ type Status struct {
 	// applied (it stays after the watcher's Close); nil when no ConfigWatcher was started for
 	// this GCPMultiEndpoint. In JSON its LastError is the error's text.
 	Config *ConfigStatus `json:"config,omitempty"`
+	// Retries counts the calls sent elsewhere than their group's pick: retries steered away
+	// from the endpoint where their previous attempt failed, those the retry budget kept,
+	// and calls that avoided an endpoint cooling down after RESOURCE_EXHAUSTED.
+	Retries RetryStatus `json:"retries"`
 }
 
 // GroupStatus is one group (MultiEndpoint) in a Status.
@@ -141,8 +145,10 @@ type EndpointStatus struct {
 	// evaluation of its inputs found (docs/health.md, "One verdict per group"): "usable",
 	// "not connected", "ejected", "degraded" (far slower than a usable endpoint of the group:
 	// see Brownout), "degraded, but no other endpoint is usable" (available all the same:
-	// a slow endpoint is better than none), or "ejected, as every connected endpoint of the
-	// group is" (available all the same: a fault everywhere is no reason to move). ""
+	// a slow endpoint is better than none), "ejected, as every connected endpoint of the
+	// group is" (available all the same: a fault everywhere is no reason to move), "cooling
+	// down after RESOURCE_EXHAUSTED" (PoolStatus.Cooldown), or "cooling down after
+	// RESOURCE_EXHAUSTED, but no other endpoint is usable" (available all the same). ""
 	// (omitted in JSON) before the group's first
 	// evaluation and after Close. State follows the verdict through the group's
 	// RecoveryTimeout and SwitchingDelay rules.
@@ -180,6 +186,9 @@ type PoolStatus struct {
 	// Health is the endpoint's health from call outcomes (HealthSettings): ejection, last
 	// probe, the current interval's calls and failures.
 	Health PoolHealth `json:"health"`
+	// Cooldown is the endpoint's overload cooldown (after RESOURCE_EXHAUSTED); nil (omitted
+	// in JSON) if it never had one. The groups' verdicts say whether it is skipped now.
+	Cooldown *CooldownStatus `json:"cooldown,omitempty"`
 }
 
 // EndpointState is an endpoint's availability within a group. Its zero value is
@@ -301,6 +310,9 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	for _, p := range pools {
 		ps := poolStatusOf(p.Status())
 		ps.Name = poolName(p)
+		if !p.Retired() {
+			ps.Cooldown = gme.cool.statusOf(p.Endpoint())
+		}
 		if st.Closed {
 			ps.Connectivity = connectivity.Shutdown.String()
 			ps.Since = closedAt
@@ -314,6 +326,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		}
 		return !a.Retired && b.Retired
 	})
+	st.Retries = gme.retryStatus()
 	gme.unknown.Range(func(k, v any) bool {
 		st.UnknownGroups[k.(string)] = v.(*atomic.Int64).Load()
 		return true

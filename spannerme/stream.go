@@ -34,6 +34,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, spannerreq.WithError(err, id)
 	}
+	p = gme.steer(p, me, id)
 	var cs grpc.ClientStream
 	if hg := gme.hedgingFor(me.Name(), method, desc); hg != nil {
 		cs, err = gme.newHedgedStream(ctx, hg, p, me, desc, method, id, opts)

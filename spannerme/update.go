@@ -143,7 +143,10 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 				return fmt.Errorf("spannerme: group %q: endpoint %d %q: dial: %w", g.name, i, e, err)
 			}
 			fresh[e] = pool.New(e, conn, pool.Options{Observer: obs, Clock: gme.pl.clock, Watch: w,
-				Health: gme.settings.Health.poolOptions(), LazyStreams: gme.lazyStreams, DecorateError: spannerreq.WithError})
+				Health: gme.settings.Health.poolOptions(), LazyStreams: gme.lazyStreams, DecorateError: spannerreq.WithError,
+				CallEnded: func(p *pool.Pool, c pool.CallInfo, method string, err error) {
+					gme.callEnded(p, c.Tag, c.Class, method, err)
+				}})
 		}
 	}
 	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);

@@ -93,6 +93,11 @@ type Options struct {
 	// DecorateError, if not nil, is applied to a stream's errors when its CallInfo.Tag is
 	// not empty (the Spanner client's request ID).
 	DecorateError func(err error, tag string) error
+	// CallEnded, if not nil, is called once at the end of each stream with its CallInfo
+	// (Tag and Class), its method and its error (nil for a stream that ended well; the
+	// context's status for one the caller abandoned), on the goroutine that ends it. It must
+	// not block.
+	CallEnded func(p *Pool, call CallInfo, method string, err error)
 }
 
 // HealthOptions configures health from call outcomes of a pool.
@@ -122,6 +127,7 @@ type Pool struct {
 	watch         *Watch
 	lazyStreams   bool
 	decorateError func(error, string) error
+	callEnded     func(*Pool, CallInfo, string, error)
 
 	// ref counts in-flight calls; retiringBit is added once, when the pool is retired.
 	ref   atomic.Int64
@@ -152,7 +158,7 @@ type Pool struct {
 // o.Health is set). Its monitor starts with StartMonitor.
 func New(endpoint string, conn *grpc.ClientConn, o Options) *Pool {
 	p := &Pool{endpoint: endpoint, conn: conn, obs: o.Observer, clock: o.Clock, watch: o.Watch,
-		lazyStreams: o.LazyStreams, decorateError: o.DecorateError,
+		lazyStreams: o.LazyStreams, decorateError: o.DecorateError, callEnded: o.CallEnded,
 		drained: make(chan struct{}), monitorDone: make(chan struct{})}
 	if p.clock == nil {
 		p.clock = clock.Real

@@ -176,11 +176,14 @@ func (s *Stream) finish(err error) {
 // end ends the tracking once: the call's end is reported and the pool released.
 func (s *Stream) end(err error) {
 	if s.done.CompareAndSwap(false, true) {
+		if errors.Is(err, io.EOF) {
+			err = nil
+		}
 		if !s.call.Start.IsZero() {
-			if errors.Is(err, io.EOF) {
-				err = nil
-			}
 			s.pool.obs.CallEnd(s.ctx, s.call.Group, s.call.Start, err)
+		}
+		if s.pool.callEnded != nil {
+			s.pool.callEnded(s.pool, s.call, s.method, err)
 		}
 		s.pool.Release()
 	}

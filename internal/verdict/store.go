@@ -1,6 +1,9 @@
 package verdict
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Store holds each group's last verdicts, by endpoint, and serializes each group's
 // evaluations: Evaluate reads the inputs, decides and tells the state machine under the
@@ -19,6 +22,9 @@ type Store struct {
 type groupVerdicts struct {
 	mu      sync.Mutex        // serializes the group's evaluations
 	reasons map[string]Reason // by endpoint; guarded by mu
+	// available lists the endpoints the last evaluation found available, in the group's
+	// priority order; replaced whole, never modified.
+	available atomic.Pointer[[]string]
 }
 
 // of returns group's verdicts, created on first use.
@@ -38,16 +44,34 @@ func (v *Store) of(group string) *groupVerdicts {
 
 // Evaluate runs eval under group's lock (creating the group's entry on first use), passing it
 // the group's previous verdicts (nil before the first; eval must not modify them), and keeps
-// the verdicts, by endpoint, that it returns; eval returning nil keeps the previous ones (the
-// group was removed or replaced meanwhile, say). eval must not call back into the Store for
-// the same group.
-func (v *Store) Evaluate(group string, eval func(prev map[string]Reason) map[string]Reason) {
+// the verdicts, by endpoint, that it returns, with the endpoints they make available in the
+// group's priority order; eval returning nil verdicts keeps the previous ones (the group was
+// removed or replaced meanwhile, say). eval must not call back into the Store for the same
+// group.
+func (v *Store) Evaluate(group string, eval func(prev map[string]Reason) (reasons map[string]Reason, available []string)) {
 	g := v.of(group)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if r := eval(g.reasons); r != nil {
+	if r, a := eval(g.reasons); r != nil {
 		g.reasons = r
+		g.available.Store(&a)
 	}
+}
+
+// Available returns the endpoints that group's last evaluation found available, in the
+// group's priority order; nil before its first evaluation. The slice is shared: read only.
+// It takes the store's lock, not the group's.
+func (v *Store) Available(group string) []string {
+	v.mu.Lock()
+	g := v.groups[group]
+	v.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	if a := g.available.Load(); a != nil {
+		return *a
+	}
+	return nil
 }
 
 // Reason returns endpoint's last verdict in group; false before the group's first

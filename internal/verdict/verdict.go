@@ -1,17 +1,20 @@
 // Package verdict decides, for one group, which of its endpoints the group may use: one
 // verdict per endpoint, from one snapshot of every endpoint's inputs (its pool's
-// connectivity, its ejection by the health detector, the brownout rule's finding), with one
+// connectivity, its ejection by the health detector, the brownout rule's finding, its
+// overload cooldown), with one
 // reason. It is the only place where these signals meet: the signals are computed apart, on
 // their own triggers, and each change of any of them asks for a new verdict of every group
 // that lists the endpoint.
 //
 // The rules, for a group:
 //
-//  1. An endpoint is usable when its pool is connected, it is not ejected, and the brownout
-//     rule does not find it degraded (far slower than a usable fallback of the group).
+//  1. An endpoint is usable when its pool is connected, it is not ejected, it is not cooling
+//     down after an overload (RESOURCE_EXHAUSTED), and the brownout rule does not find it
+//     degraded (far slower than a usable fallback of the group).
 //  2. When the group has a usable endpoint, the available endpoints are the usable ones.
 //  3. When it has none, a connected endpoint that is not ejected is available although it is
-//     degraded: a slow endpoint is better than none. So brownout never takes away the last
+//     degraded or cooling down: a slow or overloaded endpoint is better than none (it serves
+//     what it can). So brownout and cooldown never take away the last
 //     endpoints a group can use, and it does so at once, not when the brownout rule, which
 //     compares latencies over a window, next changes its mind (a degraded endpoint's
 //     fallback may have just gone down).
@@ -37,6 +40,9 @@ type Input struct {
 	Ejected bool
 	// Degraded: the brownout rule finds the endpoint far slower than a fallback in this group.
 	Degraded bool
+	// Cooling: the endpoint answered RESOURCE_EXHAUSTED and is in its overload cooldown. Not
+	// an ejection: no probe ends it, only its time.
+	Cooling bool
 }
 
 // Reason says why an endpoint is, or is not, available to its group.
@@ -55,6 +61,12 @@ const (
 	DegradedLastResort
 	// EjectedEverywhere: ejected, but so is every connected endpoint of the group. Available.
 	EjectedEverywhere
+	// Cooling: cooling down after RESOURCE_EXHAUSTED while an endpoint of the group is
+	// usable. Not available. It wins over Degraded (both mean "not now", and the cooldown is
+	// the one with an end).
+	Cooling
+	// CoolingLastResort: cooling down, but no endpoint of the group is usable. Available.
+	CoolingLastResort
 )
 
 // reasonKeys are the reasons as metric attribute values: short, stable, snake_case.
@@ -65,10 +77,13 @@ var reasonKeys = [...]string{
 	Degraded:           "degraded",
 	DegradedLastResort: "degraded_last_resort",
 	EjectedEverywhere:  "ejected_everywhere",
+	Cooling:            "cooling",
+	CoolingLastResort:  "cooling_last_resort",
 }
 
 // Key returns the reason as a metric attribute value: "usable", "not_connected", "ejected",
-// "degraded", "degraded_last_resort" or "ejected_everywhere".
+// "degraded", "degraded_last_resort", "ejected_everywhere", "cooling" or
+// "cooling_last_resort".
 func (r Reason) Key() string {
 	if int(r) < len(reasonKeys) {
 		return reasonKeys[r]
@@ -83,11 +98,14 @@ var reasonNames = [...]string{
 	Degraded:           "degraded",
 	DegradedLastResort: "degraded, but no other endpoint is usable",
 	EjectedEverywhere:  "ejected, as every connected endpoint of the group is",
+	Cooling:            "cooling down after RESOURCE_EXHAUSTED",
+	CoolingLastResort:  "cooling down after RESOURCE_EXHAUSTED, but no other endpoint is usable",
 }
 
 // String returns the reason in words: "usable", "not connected", "ejected", "degraded",
-// "degraded, but no other endpoint is usable", or "ejected, as every connected endpoint of
-// the group is".
+// "degraded, but no other endpoint is usable", "ejected, as every connected endpoint of
+// the group is", "cooling down after RESOURCE_EXHAUSTED", or "cooling down after
+// RESOURCE_EXHAUSTED, but no other endpoint is usable".
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) {
 		return reasonNames[r]
@@ -107,7 +125,7 @@ func Reasons() []Reason {
 
 // Available reports whether an endpoint with this reason is available to its group.
 func (r Reason) Available() bool {
-	return r == Usable || r == DegradedLastResort || r == EjectedEverywhere
+	return r == Usable || r == DegradedLastResort || r == EjectedEverywhere || r == CoolingLastResort
 }
 
 // Evaluate returns the verdict of each endpoint of one group, in the order of in (the
@@ -121,6 +139,9 @@ func Evaluate(in []Input, out []Reason) {
 			out[i] = NotConnected
 		case e.Ejected:
 			out[i] = Ejected
+		case e.Cooling:
+			out[i] = Cooling
+			anyNotEjected = true
 		case e.Degraded:
 			out[i] = Degraded
 			anyNotEjected = true
@@ -136,6 +157,8 @@ func Evaluate(in []Input, out []Reason) {
 		switch {
 		case out[i] == Degraded:
 			out[i] = DegradedLastResort
+		case out[i] == Cooling:
+			out[i] = CoolingLastResort
 		case out[i] == Ejected && !anyNotEjected:
 			out[i] = EjectedEverywhere
 		}

@@ -46,10 +46,15 @@
 //	              caller gives up.
 //	SetLatency    added delay before each call is forwarded, failed or
 //	              held; composes with the modes.
+//	SetRetryDelay the injected errors carry a RetryInfo with this delay;
+//	              composes with the modes.
 //
 // It counts calls per method ([Frontend.Stats]), can keep the request
 // messages it forwards ([WithRequestRecording], [Frontend.Requests]), so a
-// test can assert what each call carried, and takes the limits of a
+// test can assert what each call carried, can record each call with its
+// Spanner request ID and outcome ([WithAttemptRecording],
+// [Frontend.Attempts]), so a test with several frontends can tell which one
+// served each attempt of a request, and takes the limits of a
 // Google frontend as options: concurrent streams per connection
 // ([WithMaxConcurrentStreams]) and connection age, ended by GOAWAY
 // ([WithMaxConnectionAge]).

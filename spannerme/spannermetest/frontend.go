@@ -123,6 +123,7 @@ type FrontendOption func(*frontendOptions)
 
 type frontendOptions struct {
 	record        int // WithRequestRecording's limit; 0: off
+	attempts      int // WithAttemptRecording's limit; 0: off
 	maxStreams    uint32
 	maxAge, grace time.Duration
 	seed          uint64
@@ -258,6 +259,9 @@ type Frontend struct {
 	methods  map[string]*CallStats
 	recorded []RecordedRequest
 	record   int // WithRequestRecording's limit; 0: off
+	// attempts are the calls recorded by WithAttemptRecording, up to attemptLimit (0: off).
+	attempts     []Attempt
+	attemptLimit int
 
 	// pumps counts the goroutines that copy request messages to the
 	// backend; one may outlive its call briefly (until gRPC ends the
@@ -276,6 +280,8 @@ type behavior struct {
 	rng      *lockedRand     // FailFraction
 	methods  map[string]bool // FailMethods; never modified once stored
 	latency  time.Duration
+	// retryDelay: injected errors carry a RetryInfo with this delay (SetRetryDelay); 0: none.
+	retryDelay time.Duration
 }
 
 // lockedRand is a random source shared by the calls of one FailFraction.
@@ -334,6 +340,8 @@ func NewFrontend(backend string, opts ...FrontendOption) (*Frontend, error) {
 		seed:      o.seed,
 		methods:   make(map[string]*CallStats),
 		record:    o.record,
+
+		attemptLimit: o.attempts,
 	}
 	f.behavior.Store(&behavior{mode: FrontendPass})
 	sopts := []grpc.ServerOption{
@@ -399,7 +407,7 @@ func (f *Frontend) Latency() time.Duration { return f.behavior.Load().latency }
 // held by an earlier [Frontend.Hang] stay held. Pass does nothing after
 // Close.
 func (f *Frontend) Pass() {
-	f.update(func(b *behavior) { *b = behavior{mode: FrontendPass, latency: b.latency} })
+	f.update(func(b *behavior) { *b = behavior{mode: FrontendPass, latency: b.latency, retryDelay: b.retryDelay} })
 }
 
 // FailAll makes the frontend fail every call that starts from now on with
@@ -413,7 +421,9 @@ func (f *Frontend) FailAll(code codes.Code) error {
 	if err := checkFailCode(code); err != nil {
 		return fmt.Errorf("spannermetest: FailAll: %w", err)
 	}
-	f.update(func(b *behavior) { *b = behavior{mode: FrontendFailAll, code: code, latency: b.latency} })
+	f.update(func(b *behavior) {
+		*b = behavior{mode: FrontendFailAll, code: code, latency: b.latency, retryDelay: b.retryDelay}
+	})
 	return nil
 }
 
@@ -435,7 +445,7 @@ func (f *Frontend) FailFraction(fraction float64, code codes.Code) error {
 	}
 	rng := &lockedRand{r: rand.New(rand.NewPCG(f.seed, 0))}
 	f.update(func(b *behavior) {
-		*b = behavior{mode: FrontendFailFraction, code: code, fraction: fraction, rng: rng, latency: b.latency}
+		*b = behavior{mode: FrontendFailFraction, code: code, fraction: fraction, rng: rng, latency: b.latency, retryDelay: b.retryDelay}
 	})
 	return nil
 }
@@ -462,7 +472,7 @@ func (f *Frontend) FailMethods(code codes.Code, methods ...string) error {
 		set[m] = true
 	}
 	f.update(func(b *behavior) {
-		*b = behavior{mode: FrontendFailMethods, code: code, methods: set, latency: b.latency}
+		*b = behavior{mode: FrontendFailMethods, code: code, methods: set, latency: b.latency, retryDelay: b.retryDelay}
 	})
 	return nil
 }
@@ -477,7 +487,7 @@ func (f *Frontend) FailMethods(code codes.Code, methods ...string) error {
 // that start after it. The backend sees none of these calls. Hang does
 // nothing after Close.
 func (f *Frontend) Hang() {
-	f.update(func(b *behavior) { *b = behavior{mode: FrontendHang, latency: b.latency} })
+	f.update(func(b *behavior) { *b = behavior{mode: FrontendHang, latency: b.latency, retryDelay: b.retryDelay} })
 }
 
 // SetLatency delays every call that starts from now on by d before the
@@ -525,7 +535,8 @@ func (f *Frontend) Stats() FrontendStats {
 }
 
 // ResetStats sets the call counters (totals and per method) to zero and
-// forgets the recorded requests ([Frontend.Requests]). Calls in progress are
+// forgets the recorded requests ([Frontend.Requests]) and attempts
+// ([Frontend.Attempts]). Calls in progress are
 // counted afresh only for what happens to them after the reset. Connection
 // counters are kept.
 func (f *Frontend) ResetStats() {
@@ -534,6 +545,7 @@ func (f *Frontend) ResetStats() {
 	f.total = CallStats{}
 	clear(f.methods)
 	f.recorded = nil
+	f.attempts = nil
 }
 
 // Requests returns the request messages recorded since [NewFrontend] or the
@@ -628,13 +640,18 @@ func (f *Frontend) Close() error {
 }
 
 // handle serves every call the frontend receives.
-func (f *Frontend) handle(_ any, ss grpc.ServerStream) error {
+func (f *Frontend) handle(_ any, ss grpc.ServerStream) (err error) {
 	method, ok := grpc.MethodFromServerStream(ss)
 	if !ok {
 		return status.Error(codes.Internal, "spannermetest: frontend: no method name")
 	}
 	ctx := ss.Context()
 	b := f.behavior.Load()
+	injected := false
+	if f.attemptLimit > 0 {
+		md, _ := metadata.FromIncomingContext(ctx)
+		defer func() { f.recordAttempt(method, md, err, injected) }()
+	}
 	f.count(method, received)
 	fail := b.mode == FrontendFailAll || (b.mode == FrontendFailFraction && b.rng.below(b.fraction)) ||
 		(b.mode == FrontendFailMethods && b.methods[method])
@@ -653,7 +670,8 @@ func (f *Frontend) handle(_ any, ss grpc.ServerStream) error {
 	switch {
 	case fail:
 		f.count(method, failed)
-		return status.Errorf(b.code, "spannermetest: %v injected by frontend %s", b.code, f.addr)
+		injected = true
+		return f.injectedError(b)
 	case b.mode == FrontendHang:
 		f.count(method, hung)
 		select {

@@ -263,6 +263,9 @@ func newPageView(st spannerme.Status) pageView {
 		pv := poolView{PoolStatus: p, For: ago(st.At, p.Since), Note: connectivityNote(p)}
 		pv.LastError, pv.PastError = lastErrorText(st.At, p)
 		pv.Health = healthText(st.At, p.Health)
+		if c := cooldownText(st.At, p.Cooldown); c != "" {
+			pv.Health += " · " + c
+		}
 		v.Pools = append(v.Pools, pv)
 	}
 	for _, g := range st.Groups {
@@ -302,6 +305,8 @@ func endpointReason(st spannerme.Status, e spannerme.EndpointStatus, p spannerme
 		return "closed"
 	case p.Health.Ejected:
 		detail = healthText(st.At, p.Health)
+	case p.Cooldown != nil && p.Cooldown.Cooling:
+		detail = cooldownText(st.At, p.Cooldown)
 	case e.Brownout != nil && e.Brownout.Degraded:
 		detail = brownoutText(st.At, *e.Brownout)
 	case p.LastError != nil && p.Connectivity != "READY":
@@ -329,6 +334,22 @@ func brownoutText(now time.Time, b spannerme.BrownoutStatus) string {
 	}
 	if !b.Since.IsZero() {
 		text += ", for " + ago(now, b.Since)
+	}
+	return text
+}
+
+// cooldownText says how long an endpoint's overload cooldown has left, "" when it is not
+// cooling down.
+func cooldownText(now time.Time, c *spannerme.CooldownStatus) string {
+	if c == nil || !c.Cooling {
+		return ""
+	}
+	text := fmt.Sprintf("cooling down after RESOURCE_EXHAUSTED, %s left", max(c.Until.Sub(now), 0).Round(100*time.Millisecond))
+	if c.FromRetryInfo {
+		text += " (the server's RetryInfo)"
+	}
+	if c.Repeats > 1 {
+		text += fmt.Sprintf(", cooldown %d in a row", c.Repeats)
 	}
 	return text
 }

@@ -468,3 +468,27 @@ func TestStatusHandlerShowsHedging(t *testing.T) {
 		t.Errorf("JSON hedging: default %+v, west %+v\n%s", st.Groups[0].Hedging, got, doc)
 	}
 }
+
+// An endpoint cooling down after RESOURCE_EXHAUSTED: the group says why it is not available,
+// the pool how long the cooldown has left.
+func TestStatusPageCooldownText(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	cd := &spannerme.CooldownStatus{Cooling: true, Until: now.Add(2500 * time.Millisecond), Length: 3 * time.Second, FromRetryInfo: true, Repeats: 1, Total: 1}
+	st := spannerme.Status{At: now,
+		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: []spannerme.EndpointStatus{
+			{Endpoint: "a:1", State: spannerme.Recovering, Verdict: "cooling down after RESOURCE_EXHAUSTED"},
+			{Endpoint: "b:1", Priority: 1, State: spannerme.Available}}}},
+		Pools: []spannerme.PoolStatus{{Endpoint: "a:1", Connectivity: "READY", Cooldown: cd},
+			{Endpoint: "b:1", Connectivity: "READY", Cooldown: &spannerme.CooldownStatus{Until: now.Add(-time.Minute), Total: 2}}}}
+	v := newPageView(st)
+	want := "cooling down after RESOURCE_EXHAUSTED, 2.5s left (the server's RetryInfo)"
+	if got := v.Groups[0].Endpoints[0].Reason; got != want {
+		t.Errorf("reason shown for a cooling endpoint = %q, want %q", got, want)
+	}
+	if got := v.Pools[0].Health; got != "healthy · "+want {
+		t.Errorf("pool health shown = %q", got)
+	}
+	if got := v.Pools[1].Health; got != "healthy" {
+		t.Errorf("a past cooldown shows: %q", got)
+	}
+}

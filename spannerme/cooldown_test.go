@@ -1,0 +1,233 @@
+package spannerme
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+// twoFrontends starts ONE TestService backend with two fake frontends in front of it, E1
+// and E2, recording the calls they receive.
+func twoFrontends(t *testing.T) (e1, e2 *spannermetest.Frontend) {
+	t.Helper()
+	backend := startServer(t, "B")
+	e1 = spannermetest.NewFrontendTB(t, backend, spannermetest.WithAttemptRecording(100_000))
+	e2 = spannermetest.NewFrontendTB(t, backend, spannermetest.WithAttemptRecording(100_000))
+	return e1, e2
+}
+
+func received(fe *spannermetest.Frontend) int64 { return fe.Stats().Received }
+
+// unary makes one unary call in group g.
+func unary(gme *GCPMultiEndpoint, g string) error {
+	ctx, cancel := context.WithTimeout(NewMEContext(context.Background(), g), 5*time.Second)
+	defer cancel()
+	_, err := testpb.NewTestServiceClient(gme).UnaryCall(ctx, &testpb.SimpleRequest{})
+	return err
+}
+
+func verdictIn(gme *GCPMultiEndpoint, g, endpoint string) string {
+	for _, e := range groupOf(gme, g).Endpoints {
+		if e.Endpoint == endpoint {
+			return e.Verdict
+		}
+	}
+	return ""
+}
+
+// E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo: the one call that got it starts the
+// cooldown, the next call of the group goes to E2, a group whose only endpoint is E1 keeps
+// using it, and 3 s later (fake clock) E1 gets new calls again. A cooldown is no ejection.
+func TestOverloadCooldown_RetryInfo(t *testing.T) {
+	e1, e2 := twoFrontends(t)
+	clk := clock.NewFake(time.Time{})
+	var logs syncBuffer
+	reader, mp := newMetricReader()
+	s := fastSettings(&logs)
+	s.MeterProvider = mp
+	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g":    group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
+		"solo": group(10*time.Second, time.Second, e1.Addr()),
+	}), s, plumbing{clock: clk})
+	waitConnected(t, gme, e1.Addr())
+	waitConnected(t, gme, e2.Addr())
+	eventually(t, 5*time.Second, "E1 current and usable", func() bool {
+		return groupOf(gme, "g").Current == e1.Addr() && verdictIn(gme, "g", e1.Addr()) == "usable"
+	})
+	if err := unary(gme, "g"); err != nil {
+		t.Fatal(err)
+	}
+	e1.SetRetryDelay(3 * time.Second)
+	if err := e1.FailAll(codes.ResourceExhausted); err != nil {
+		t.Fatal(err)
+	}
+	if err := unary(gme, "g"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("first call after the overload: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	p, _ := poolOf(gme, e1.Addr())
+	if c := p.Cooldown; c == nil || !c.Cooling || c.Length != 3*time.Second || !c.FromRetryInfo || c.Repeats != 1 || !c.Until.Equal(clk.Now().Add(3*time.Second)) {
+		t.Fatalf("E1 cooldown after one RESOURCE_EXHAUSTED: %+v", c)
+	}
+	if v := verdictIn(gme, "g", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED" {
+		t.Fatalf("E1 verdict in g: %q", v)
+	}
+	if v := verdictIn(gme, "solo", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED, but no other endpoint is usable" {
+		t.Fatalf("E1 verdict in solo: %q", v)
+	}
+	if p.Health.Ejected {
+		t.Fatalf("a cooldown ejected E1: %+v", p.Health)
+	}
+	// Within one call: the next calls of g go to E2.
+	b1, b2 := received(e1), received(e2)
+	for range 5 {
+		if err := unary(gme, "g"); err != nil {
+			t.Fatalf("call while E1 cools: %v", err)
+		}
+	}
+	if d1, d2 := received(e1)-b1, received(e2)-b2; d1 != 0 || d2 != 5 {
+		t.Fatalf("while E1 cools: %d calls reached E1, %d E2; want 0, 5", d1, d2)
+	}
+	// The group whose only endpoint is E1 keeps serving what it can from it.
+	e1.Pass()
+	b1 = received(e1)
+	if err := unary(gme, "solo"); err != nil || received(e1) != b1+1 {
+		t.Fatalf("solo call while E1 cools: %v, %d calls reached E1; want it served by E1", err, received(e1)-b1)
+	}
+	// 3 s later E1 gets new calls again.
+	clk.Advance(3*time.Second - time.Millisecond)
+	b1, b2 = received(e1), received(e2)
+	if err := unary(gme, "g"); err != nil || received(e2) != b2+1 {
+		t.Fatalf("just before 3 s: %v, E2 got %d; want E2", err, received(e2)-b2)
+	}
+	clk.Advance(time.Millisecond)
+	if err := unary(gme, "g"); err != nil || received(e1) != b1+1 {
+		t.Fatalf("at 3 s: %v, E1 got %d; want E1", err, received(e1)-b1)
+	}
+	p, _ = poolOf(gme, e1.Addr())
+	if p.Cooldown == nil || p.Cooldown.Cooling || p.Cooldown.Total != 1 {
+		t.Fatalf("E1 cooldown after 3 s: %+v", p.Cooldown)
+	}
+	if v := verdictIn(gme, "g", e1.Addr()); v != "usable" {
+		t.Fatalf("E1 verdict after its cooldown: %q", v)
+	}
+	st := gme.Status()
+	if st.Retries.OverloadSkipped < 5 {
+		t.Fatalf("Status.Retries %+v: want at least 5 overload skips", st.Retries)
+	}
+	rm := collect(t, reader)
+	if got := sumBy(rm, metricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 1 {
+		t.Errorf("cooldowns metric by endpoint = %v, want 1 for E1", got)
+	}
+	if got := sumBy(rm, metricReroutes, AttrRerouteReason); got[rerouteOverload] != st.Retries.OverloadSkipped {
+		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, rerouteOverload, st.Retries.OverloadSkipped)
+	}
+	gme.Close()
+	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "endpoint cooldown over"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+}
+
+// overloadErr is a RESOURCE_EXHAUSTED status, with a RetryInfo of d when d > 0.
+func overloadErr(t *testing.T, d time.Duration) error {
+	st := status.New(codes.ResourceExhausted, "overloaded")
+	if d > 0 {
+		var err error
+		if st, err = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st.Err()
+}
+
+// The cooldown's length without RetryInfo: jittered 5-10 s, doubled at each repeat up to
+// 60 s, forgotten after 10 quiet minutes; overloads during a cooldown are no repeat, and a
+// longer RetryInfo extends it (the superseded timer does nothing).
+func TestOverloadCooldown_Lengths(t *testing.T) {
+	e1, e2 := twoFrontends(t)
+	clk := clock.NewFake(time.Time{})
+	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g": group(time.Hour, time.Second, e1.Addr(), e2.Addr()),
+	}), fastSettings(nil), plumbing{clock: clk})
+	ep := e1.Addr()
+	cooldown := func() *CooldownStatus { return gme.cool.statusOf(ep) }
+	for i, bounds := range [][2]time.Duration{{5 * time.Second, 10 * time.Second}, {10 * time.Second, 20 * time.Second},
+		{20 * time.Second, 40 * time.Second}, {40 * time.Second, cooldownCap}, {cooldownCap, cooldownCap}, {cooldownCap, cooldownCap}} {
+		gme.noteOverload(ep, overloadErr(t, 0))
+		gme.noteOverload(ep, overloadErr(t, 0)) // a call in flight at the start: no repeat
+		c := cooldown()
+		if !c.Cooling || c.Repeats != i+1 || c.Length < bounds[0] || c.Length > bounds[1] || (bounds[1] != cooldownCap && c.Length == bounds[1]) {
+			t.Fatalf("cooldown %d: %+v, want length from %v to %v (below it unless it is the cap)", i+1, c, bounds[0], bounds[1])
+		}
+		clk.Advance(c.Length)
+		if cooldown().Cooling || gme.cool.active.Load() != 0 {
+			t.Fatalf("cooldown %d still on after its length: %+v", i+1, cooldown())
+		}
+	}
+	clk.Advance(cooldownQuiet)
+	gme.noteOverload(ep, overloadErr(t, 0))
+	if c := cooldown(); c.Repeats != 1 || c.Length >= 10*time.Second {
+		t.Fatalf("after a quiet period: %+v, want a first cooldown again", c)
+	}
+	clk.Advance(10 * time.Second)
+
+	// A longer RetryInfo during a cooldown extends it; the first timer is stale.
+	gme.noteOverload(ep, overloadErr(t, 3*time.Second))
+	clk.Advance(time.Second)
+	gme.noteOverload(ep, overloadErr(t, 5*time.Second))
+	clk.Advance(2 * time.Second) // the first cooldown's end
+	if !cooldown().Cooling {
+		t.Fatalf("the superseded timer ended the extended cooldown: %+v", cooldown())
+	}
+	clk.Advance(3 * time.Second)
+	if c := cooldown(); c.Cooling || c.Length != 5*time.Second {
+		t.Fatalf("after the extended cooldown: %+v", c)
+	}
+	// A RetryInfo beyond the cap is capped.
+	gme.noteOverload(ep, overloadErr(t, time.Hour))
+	if c := cooldown(); c.Length != cooldownCap {
+		t.Fatalf("an hour's RetryInfo: %+v, want %v", c, cooldownCap)
+	}
+	gme.Close()
+	clk.Advance(time.Minute) // the stopped timer does nothing
+	if !gme.cool.cooling(ep) {
+		t.Fatal("the cooldown ended after Close: its timer was not stopped")
+	}
+	gme.noteOverload(e2.Addr(), overloadErr(t, 0))
+	if gme.cool.statusOf(e2.Addr()) != nil {
+		t.Fatal("an overload after Close started a cooldown")
+	}
+}
+
+// CooldownStatus reads back what it writes, with its length as a duration string.
+func TestCooldownStatusJSON(t *testing.T) {
+	in := CooldownStatus{Cooling: true, Until: time.Date(2026, 12, 1, 0, 0, 3, 0, time.UTC), Length: 3 * time.Second,
+		FromRetryInfo: true, Repeats: 2, Total: 5, LastOverload: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"length":"3s"`) {
+		t.Fatalf("JSON %s lacks the length as a string", b)
+	}
+	var out CooldownStatus
+	if err := json.Unmarshal(b, &out); err != nil || out != in {
+		t.Fatalf("read back %+v (%v), want %+v", out, err, in)
+	}
+	if err := json.Unmarshal([]byte(`{"length":"soon"}`), &out); err == nil {
+		t.Fatal("a bad length was accepted")
+	}
+}

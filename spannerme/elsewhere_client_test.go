@@ -1,0 +1,298 @@
+package spannerme
+
+// Retry elsewhere and the overload cooldown through the Spanner client: fake frontends
+// (spannermetest) in front of ONE in-memory Spanner, every address on loopback. Figures are
+// logged (go test -v -run 'TestRetryElsewhere_Client|TestOverloadCooldown_Client').
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/spanner"
+	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc/codes"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+)
+
+// The load durations of these tests: short by default, for CI; issue 27 asks for 20 s of
+// point reads and 10 s of a fault everywhere (-retry-elsewhere.duration=20s
+// -retry-elsewhere.outage=10s).
+var (
+	retryLoadDuration = flag.Duration("retry-elsewhere.duration", 4*time.Second, "how long TestRetryElsewhere_Client_PartialFailure reads")
+	retryOutage       = flag.Duration("retry-elsewhere.outage", 5*time.Second, "how long every endpoint fails in TestRetryElsewhere_Client_FaultEverywhere")
+)
+
+// recordingBackend is ONE seeded in-memory Spanner with n frontends recording every call.
+func recordingBackend(t *testing.T, n int) (*frontendBackend, []*spannermetest.Frontend) {
+	t.Helper()
+	addr, db := startSeededSpannertest(t)
+	b := &frontendBackend{addr: addr, database: db}
+	for range n {
+		b.fes = append(b.fes, spannermetest.NewFrontendTB(t, addr, spannermetest.WithAttemptRecording(1_000_000)))
+	}
+	return b, b.fes
+}
+
+// pointReads reads one row by key on workers goroutines until ctx ends, and returns each
+// read's latency and the errors (at most 5 kept) with their count.
+type pointReads struct {
+	mu     sync.Mutex
+	took   []time.Duration
+	errs   []error
+	failed atomic.Int64
+	done   sync.WaitGroup
+}
+
+func startPointReads(ctx context.Context, client *spanner.Client, workers int) *pointReads {
+	r := &pointReads{}
+	for w := range workers {
+		r.done.Add(1)
+		go func() {
+			defer r.done.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				key := fmt.Sprintf("acct-%04d", 1+(w+i)%8)
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				start := time.Now()
+				_, err := client.Single().ReadRow(rctx, "Accounts", spanner.Key{key}, []string{"Balance"})
+				took := time.Since(start)
+				cancel()
+				r.mu.Lock()
+				r.took = append(r.took, took)
+				if err != nil {
+					r.failed.Add(1)
+					if len(r.errs) < 5 {
+						r.errs = append(r.errs, err)
+					}
+				}
+				r.mu.Unlock()
+			}
+		}()
+	}
+	return r
+}
+
+// percentile returns the q-quantile (0 to 1) of the reads' latencies.
+func (r *pointReads) percentile(q float64) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.took) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.took)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func (r *pointReads) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.took)
+}
+
+// attemptNumber returns the request key and the attempt number of a Spanner request ID.
+func attemptNumber(id string) (string, int) {
+	i := strings.LastIndexByte(id, '.')
+	if i < 0 {
+		return id, 0
+	}
+	n, _ := strconv.Atoi(id[i+1:])
+	return id[:i], n
+}
+
+// E1 fails 5 % of calls with UNAVAILABLE (below the ejection thresholds), E2 is healthy, 8
+// workers of point reads: no read fails, and every retried attempt (attempt number > 1) is
+// served by E2, its previous attempt having failed on E1. A plain Spanner client reads at
+// the same time through its own frontend with the same fault: the p99 of both is logged
+// (a figure, not an assertion: the machine is shared).
+func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
+	b, fes := recordingBackend(t, 3)
+	e1, e2, plainFE := fes[0], fes[1], fes[2]
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
+	}), fastSettings(nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plain, err := fixture.NewClient(ctx, plainFE.Addr(), b.database)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := countAccounts(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	for _, fe := range fes {
+		fe.ResetStats()
+		if err := fe.FailFraction(0.05, codes.Unavailable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2.Pass()
+	before := gme.Status().Retries
+	lctx, stop := context.WithTimeout(context.Background(), *retryLoadDuration)
+	defer stop()
+	ours, theirs := startPointReads(lctx, client, 8), startPointReads(lctx, plain, 8)
+	ours.done.Wait()
+	theirs.done.Wait()
+	for _, fe := range fes {
+		fe.Pass()
+	}
+	if n := ours.failed.Load(); n != 0 {
+		t.Fatalf("%d of %d reads failed: %v", n, ours.count(), ours.errs)
+	}
+	// Every attempt after the first of a request is on E2; its previous attempt failed on E1.
+	type attempt struct {
+		fe   string
+		code codes.Code
+	}
+	byID := map[string]attempt{}
+	for _, fe := range []*spannermetest.Frontend{e1, e2} {
+		for _, a := range fe.Attempts() {
+			byID[a.RequestID] = attempt{a.Frontend, a.Code}
+		}
+	}
+	retried, failedOnE1 := 0, 0
+	for id, a := range byID {
+		key, n := attemptNumber(id)
+		if n <= 1 {
+			if a.fe == e1.Addr() && a.code == codes.Unavailable {
+				failedOnE1++
+			}
+			continue
+		}
+		retried++
+		prev, ok := byID[fmt.Sprintf("%s.%d", key, n-1)]
+		if a.fe != e2.Addr() || !ok || prev.fe != e1.Addr() || prev.code != codes.Unavailable {
+			t.Errorf("attempt %s served by %s (previous attempt: %+v, found %v); want E2 after a failure on E1", id, a.fe, prev, ok)
+		}
+	}
+	if retried == 0 || failedOnE1 == 0 {
+		t.Fatalf("no attempt was retried (%d first attempts failed on E1): the test exercised nothing", failedOnE1)
+	}
+	after := gme.Status().Retries
+	t.Logf("retry elsewhere, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d attempts retried, all on E2 (steered %d, refused %d, tokens %.1f); "+
+		"p50/p99 spannerme %v/%v, plain client (same fault, same run) %v/%v over %d reads (%d failed)",
+		*retryLoadDuration, ours.count(), retried, after.Steered-before.Steered, after.Refused-before.Refused, after.Tokens,
+		ours.percentile(0.5).Round(time.Microsecond), ours.percentile(0.99).Round(time.Microsecond),
+		theirs.percentile(0.5).Round(time.Microsecond), theirs.percentile(0.99).Round(time.Microsecond), theirs.count(), theirs.failed.Load())
+}
+
+// Every endpoint fails every call with UNAVAILABLE: the attempts retry elsewhere sends to
+// the other endpoint stay within the budget: at most retryMaxTokens/2 failures empty it to
+// the threshold, plus the attempts of the 8 workers in flight at that moment.
+func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
+	b, fes := recordingBackend(t, 2)
+	e1, e2 := fes[0], fes[1]
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
+	}), fastSettings(nil))
+	const workers = 8
+	before := gme.Status().Retries
+	for _, fe := range fes {
+		fe.ResetStats()
+		if err := fe.FailAll(codes.Unavailable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lctx, stop := context.WithTimeout(context.Background(), *retryOutage)
+	defer stop()
+	reads := startPointReads(lctx, client, workers)
+	reads.done.Wait()
+	for _, fe := range fes {
+		fe.Pass()
+	}
+	after := gme.Status().Retries
+	steered := after.Steered - before.Steered
+	attempts := e1.Stats().Received + e2.Stats().Received
+	if bound := int64(retryMaxTokens/2 + workers); steered > bound {
+		t.Fatalf("%d attempts steered elsewhere during the fault everywhere, want at most %d (budget)", steered, bound)
+	}
+	if steered == 0 {
+		t.Fatal("no attempt was steered: the test exercised nothing")
+	}
+	t.Logf("fault everywhere for %v, %d workers: %d calls reached the frontends, %d steered elsewhere (bound %d), %d refused by the budget, tokens %.1f",
+		*retryOutage, workers, attempts, steered, retryMaxTokens/2+workers, after.Refused-before.Refused, after.Tokens)
+}
+
+// E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo, through the Spanner client: the query
+// that meets it starts E1's cooldown, and the client's retry of it (after the server's 3 s)
+// goes to E2; meanwhile every new query goes to E2 (E1 healed at once: only the cooldown
+// keeps it out); E1 gets queries again when its cooldown ends, never before.
+func TestOverloadCooldown_Client(t *testing.T) {
+	b, fes := recordingBackend(t, 2)
+	e1, e2 := fes[0], fes[1]
+	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
+	}), fastSettings(nil))
+	query := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := countAccounts(ctx, client)
+		return err
+	}
+	e1.SetRetryDelay(3 * time.Second)
+	if err := e1.FailAll(codes.ResourceExhausted); err != nil {
+		t.Fatal(err)
+	}
+	e1.ResetStats()
+	e2.ResetStats()
+	first := make(chan error, 1)
+	go func() { first <- query() }()
+	var cd *CooldownStatus
+	eventually(t, 10*time.Second, "E1 cooling", func() bool {
+		p, _ := poolOf(gme, e1.Addr())
+		cd = p.Cooldown
+		return cd != nil && cd.Cooling
+	})
+	e1.Pass()
+	if cd.Length != 3*time.Second || !cd.FromRetryInfo {
+		t.Fatalf("E1 cooldown: %+v, want 3 s from RetryInfo", cd)
+	}
+	for range 5 {
+		if err := query(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e1.Stats().Methods[methodQuery].Received; n != 1 {
+		t.Fatalf("%d queries reached E1, want the 1 that met RESOURCE_EXHAUSTED: %+v", n, e1.Attempts())
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the query that met RESOURCE_EXHAUSTED: %v", err)
+	}
+	var retriedOn string
+	for _, a := range append(e1.Attempts(), e2.Attempts()...) {
+		if _, n := attemptNumber(a.RequestID); a.Method == methodQuery && n == 2 {
+			retriedOn = a.Frontend
+		}
+	}
+	if retriedOn != e2.Addr() {
+		t.Fatalf("the client's retry of that query went to %q, want E2", retriedOn)
+	}
+	// E1 gets queries again once its cooldown is over, and not before.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for e1.Stats().Methods[methodQuery].Forwarded == 0 {
+		if err := query(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("E1 got no query within 20 s\n%s", statusString(gme))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if now := time.Now(); now.Before(cd.Until) {
+		t.Fatalf("E1 served a query before its cooldown ended (%v early)", cd.Until.Sub(now))
+	}
+	t.Logf("overload cooldown through the Spanner client: E1 cooled for %v after one RESOURCE_EXHAUSTED; 5 queries meanwhile on E2; E1 served again %v after the cooldown ended",
+		cd.Length, time.Since(cd.Until).Round(time.Millisecond))
+}
