@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -531,7 +532,8 @@ func newDiffHarness(t *testing.T, b backend) *diffHarness {
 		}
 		return c, r, c.Close, nil
 	}
-	newME := func(groups map[string]*multiendpoint.MultiEndpointOptions) func(ctx context.Context) (*spanner.Client, *sdkmetric.ManualReader, func(), error) {
+	// newME builds a spannerme client of groups; onGME, if not nil, gets its GCPMultiEndpoint.
+	newME := func(groups map[string]*multiendpoint.MultiEndpointOptions, onGME func(*spannerme.GCPMultiEndpoint)) func(ctx context.Context) (*spanner.Client, *sdkmetric.ManualReader, func(), error) {
 		return func(ctx context.Context) (*spanner.Client, *sdkmetric.ManualReader, func(), error) {
 			config, r := builtinConfig()
 			settings := spannerme.Settings{
@@ -542,6 +544,9 @@ func newDiffHarness(t *testing.T, b backend) *diffHarness {
 				&grpcgcp.GCPMultiEndpointOptions{MultiEndpoints: groups, Default: "default"}, settings, offlineOptions()...)
 			if err != nil {
 				return nil, nil, nil, err
+			}
+			if onGME != nil {
+				onGME(gme)
 			}
 			return c, r, func() { c.Close(); gme.Close() }, nil
 		}
@@ -562,28 +567,52 @@ func newDiffHarness(t *testing.T, b backend) *diffHarness {
 	}
 	add("plain client", newPlain)
 	add("spannerme, one endpoint", newME(map[string]*multiendpoint.MultiEndpointOptions{
-		"default": {Endpoints: []string{h.front.Addr()}}}))
+		"default": {Endpoints: []string{h.front.Addr()}}}, nil))
 	// Two fake PSC endpoints in front of the same frontend: E1 goes down before the first
 	// cell, so the group fails over to E2, and comes back half-way through, so the group
 	// switches back to E1.
 	e1 := spannermetest.NewEndpointTB(t, h.front.Addr())
 	e2 := spannermetest.NewEndpointTB(t, h.front.Addr())
+	var gme2 atomic.Pointer[spannerme.GCPMultiEndpoint]
 	me2 := newME(map[string]*multiendpoint.MultiEndpointOptions{
-		"default": {Endpoints: []string{e1.Addr(), e2.Addr()}, RecoveryTimeout: 100 * time.Millisecond, SwitchingDelay: 100 * time.Millisecond}})
+		"default": {Endpoints: []string{e1.Addr(), e2.Addr()}, RecoveryTimeout: 100 * time.Millisecond, SwitchingDelay: 100 * time.Millisecond}},
+		func(g *spannerme.GCPMultiEndpoint) { gme2.Store(g) })
 	failover := add("spannerme, two endpoints, failing over", me2)
 	failover.before = func(t *testing.T, i, n int) {
 		switch i {
 		case 0:
 			e1.Down()
+			waitCurrent(t, gme2.Load(), e2)
 			waitServing(t, failover.client, e2)
 		case n / 2:
 			if err := e1.Up(); err != nil {
 				t.Fatal(err)
 			}
+			waitCurrent(t, gme2.Load(), e1)
 			waitServing(t, failover.client, e1)
 		}
 	}
 	return h
+}
+
+// waitCurrent waits, within a bounded wait, until ep is the current endpoint of gme's default
+// group: a query served by ep is not enough, as the Spanner client's retry of an attempt
+// refused by the other endpoint goes to ep (retry elsewhere) before the group switches.
+func waitCurrent(t *testing.T, gme *spannerme.GCPMultiEndpoint, ep *spannermetest.Endpoint) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		st := gme.Status()
+		if len(st.Groups) > 0 && st.Groups[0].Current == ep.Addr() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s not current within 20s: %+v", ep.Addr(), st.Groups)
+		case <-time.After(poll):
+		}
+	}
 }
 
 // waitServing makes queries until one is served by ep, within a bounded wait.
