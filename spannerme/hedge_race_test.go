@@ -367,8 +367,10 @@ func hedgedReadOnlyTransaction(t *testing.T, r *hedgeRig, w *spanner.Client, iso
 	if after != before+1000 {
 		t.Errorf("after the transaction the balance is %d, want %d", after, before+1000)
 	}
-	if h := groupOf(r.gme, "default").Hedging; h.Sent != 1 {
-		t.Errorf("hedging %+v: want 1 sent (the second query answered at once)", h)
+	// The later queries are hedged only if they are slower than the delay, which a loaded
+	// machine decides: what must hold is that every hedge sent was won or lost.
+	if h := groupOf(r.gme, "default").Hedging; h.Sent < 1 || h.Won+h.Lost != h.Sent {
+		t.Errorf("hedging %+v: want every hedge sent won or lost", h)
 	}
 }
 
