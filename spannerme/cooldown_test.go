@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -163,23 +164,23 @@ func TestOverloadCooldown_Lengths(t *testing.T) {
 		"g": group(time.Hour, time.Second, e1.Addr(), e2.Addr()),
 	}), fastSettings(nil), plumbing{clock: clk})
 	ep := e1.Addr()
-	cooldown := func() *CooldownStatus { return gme.cool.statusOf(ep) }
+	current := func() *CooldownStatus { return gme.cooldownStatus(ep) }
 	for i, bounds := range [][2]time.Duration{{5 * time.Second, 10 * time.Second}, {10 * time.Second, 20 * time.Second},
-		{20 * time.Second, 40 * time.Second}, {40 * time.Second, cooldownCap}, {cooldownCap, cooldownCap}, {cooldownCap, cooldownCap}} {
+		{20 * time.Second, 40 * time.Second}, {40 * time.Second, cooldown.Cap}, {cooldown.Cap, cooldown.Cap}, {cooldown.Cap, cooldown.Cap}} {
 		gme.noteOverload(ep, overloadErr(t, 0))
 		gme.noteOverload(ep, overloadErr(t, 0)) // a call in flight at the start: no repeat
-		c := cooldown()
-		if !c.Cooling || c.Repeats != i+1 || c.Length < bounds[0] || c.Length > bounds[1] || (bounds[1] != cooldownCap && c.Length == bounds[1]) {
+		c := current()
+		if !c.Cooling || c.Repeats != i+1 || c.Length < bounds[0] || c.Length > bounds[1] || (bounds[1] != cooldown.Cap && c.Length == bounds[1]) {
 			t.Fatalf("cooldown %d: %+v, want length from %v to %v (below it unless it is the cap)", i+1, c, bounds[0], bounds[1])
 		}
 		clk.Advance(c.Length)
-		if cooldown().Cooling || gme.cool.active.Load() != 0 {
-			t.Fatalf("cooldown %d still on after its length: %+v", i+1, cooldown())
+		if current().Cooling || gme.cool.Active() != 0 {
+			t.Fatalf("cooldown %d still on after its length: %+v", i+1, current())
 		}
 	}
-	clk.Advance(cooldownQuiet)
+	clk.Advance(cooldown.Quiet)
 	gme.noteOverload(ep, overloadErr(t, 0))
-	if c := cooldown(); c.Repeats != 1 || c.Length >= 10*time.Second {
+	if c := current(); c.Repeats != 1 || c.Length >= 10*time.Second {
 		t.Fatalf("after a quiet period: %+v, want a first cooldown again", c)
 	}
 	clk.Advance(10 * time.Second)
@@ -189,25 +190,25 @@ func TestOverloadCooldown_Lengths(t *testing.T) {
 	clk.Advance(time.Second)
 	gme.noteOverload(ep, overloadErr(t, 5*time.Second))
 	clk.Advance(2 * time.Second) // the first cooldown's end
-	if !cooldown().Cooling {
-		t.Fatalf("the superseded timer ended the extended cooldown: %+v", cooldown())
+	if !current().Cooling {
+		t.Fatalf("the superseded timer ended the extended cooldown: %+v", current())
 	}
 	clk.Advance(3 * time.Second)
-	if c := cooldown(); c.Cooling || c.Length != 5*time.Second {
+	if c := current(); c.Cooling || c.Length != 5*time.Second {
 		t.Fatalf("after the extended cooldown: %+v", c)
 	}
 	// A RetryInfo beyond the cap is capped.
 	gme.noteOverload(ep, overloadErr(t, time.Hour))
-	if c := cooldown(); c.Length != cooldownCap {
-		t.Fatalf("an hour's RetryInfo: %+v, want %v", c, cooldownCap)
+	if c := current(); c.Length != cooldown.Cap {
+		t.Fatalf("an hour's RetryInfo: %+v, want %v", c, cooldown.Cap)
 	}
 	gme.Close()
 	clk.Advance(time.Minute) // the stopped timer does nothing
-	if !gme.cool.cooling(ep) {
+	if !gme.cool.Cooling(ep) {
 		t.Fatal("the cooldown ended after Close: its timer was not stopped")
 	}
 	gme.noteOverload(e2.Addr(), overloadErr(t, 0))
-	if gme.cool.statusOf(e2.Addr()) != nil {
+	if gme.cooldownStatus(e2.Addr()) != nil {
 		t.Fatal("an overload after Close started a cooldown")
 	}
 }

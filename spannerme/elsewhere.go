@@ -1,10 +1,6 @@
 package spannerme
 
 import (
-	"strings"
-	"sync"
-	"sync/atomic"
-
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
@@ -12,6 +8,8 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/retry"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // Retry elsewhere (docs/health.md, "Retry elsewhere"). The Spanner client retries a call
@@ -47,23 +45,6 @@ import (
 // So a retry is as safe on another endpoint as on the same one: the client would send the
 // very same request again either way.
 
-// Retry budget: the token bucket of gRFC A6 retry throttling ("Throttling Retry Attempts
-// and Hedged RPCs", grpc/proposal A6-client-retries.md): each attempt that fails with a
-// retryable code takes one token, each success gives back tokenRatio, and a retry is
-// steered elsewhere only while more than half of maxTokens remain. A fault on a few calls
-// of one endpoint keeps the bucket full; a fault everywhere (the database, not a path to
-// it) empties it within maxTokens/2 failures, after which retries go where the group sends
-// them, so a database-wide fault never doubles the load on the fallback.
-const (
-	retryMaxTokens  = 100
-	retryTokenRatio = 0.1
-	// tokenScale: tokens are counted in thousandths, so that tokenRatio is an integer.
-	tokenScale = 1000
-	// maxRetryMemory bounds the remembered failed attempts (request → endpoint); the
-	// oldest is forgotten first.
-	maxRetryMemory = 4096
-)
-
 // RetryStatus counts the retries steered to another endpoint (docs/health.md, "Retry
 // elsewhere"), since the GCPMultiEndpoint was created.
 type RetryStatus struct {
@@ -79,128 +60,6 @@ type RetryStatus struct {
 	// Tokens is the retry budget's token count now (gRFC A6: 0 to 100; retries are steered
 	// while it is above 50).
 	Tokens float64 `json:"tokens"`
-}
-
-// retryBudget is the token bucket; its zero value is full. Safe for concurrent use; a
-// success on a full bucket is a single atomic load.
-type retryBudget struct {
-	spent atomic.Int64 // thousandths of a token below retryMaxTokens
-}
-
-func (b *retryBudget) success() {
-	for {
-		s := b.spent.Load()
-		if s <= 0 {
-			return
-		}
-		if b.spent.CompareAndSwap(s, max(s-int64(retryTokenRatio*tokenScale), 0)) {
-			return
-		}
-	}
-}
-
-func (b *retryBudget) failure() {
-	for {
-		s := b.spent.Load()
-		if s >= retryMaxTokens*tokenScale {
-			return
-		}
-		if b.spent.CompareAndSwap(s, min(s+tokenScale, retryMaxTokens*tokenScale)) {
-			return
-		}
-	}
-}
-
-// allows reports whether more than half the tokens remain.
-func (b *retryBudget) allows() bool { return b.spent.Load() < retryMaxTokens*tokenScale/2 }
-
-func (b *retryBudget) tokens() float64 {
-	return float64(retryMaxTokens*tokenScale-b.spent.Load()) / tokenScale
-}
-
-// retryMemory remembers, for the last maxRetryMemory failed attempts, where and how the
-// request (its request ID without the attempt) failed. Safe for concurrent use.
-type retryMemory struct {
-	mu    sync.Mutex
-	m     map[string]failedAttempt
-	order []string // keys, oldest first (a ring of maxRetryMemory)
-	next  int
-
-	steered, refused, skipped atomic.Int64
-}
-
-// failedAttempt is a request's last failed attempt: its endpoint, and the class, method and
-// error it was counted with for that endpoint's health.
-type failedAttempt struct {
-	endpoint string
-	class    health.Class
-	method   string
-	err      error
-}
-
-func (r *retryMemory) record(key string, f failedAttempt) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = make(map[string]failedAttempt)
-	}
-	if _, ok := r.m[key]; !ok {
-		if len(r.order) < maxRetryMemory {
-			r.order = append(r.order, key)
-		} else {
-			delete(r.m, r.order[r.next])
-			r.order[r.next] = key
-			r.next = (r.next + 1) % maxRetryMemory
-		}
-	}
-	r.m[key] = f
-}
-
-func (r *retryMemory) failedOn(key string) (string, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f, ok := r.m[key]
-	return f.endpoint, ok
-}
-
-// take returns and forgets key's failed attempt.
-func (r *retryMemory) take(key string) (failedAttempt, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f, ok := r.m[key]
-	if ok {
-		delete(r.m, key) // its slot in order is reused when the ring comes round
-	}
-	return f, ok
-}
-
-// splitRequestID returns the request key of a Spanner request ID (everything before the
-// last dot) and whether the ID names an attempt after the first. It allocates nothing.
-func splitRequestID(id string) (key string, retry bool) {
-	i := strings.LastIndexByte(id, '.')
-	if i < 0 {
-		return "", false
-	}
-	attempt := id[i+1:]
-	return id[:i], attempt != "" && attempt != "1" && attempt != "0"
-}
-
-// retryableByClient reports whether the Spanner client retries an attempt that ended with
-// err, by code: UNAVAILABLE and RESOURCE_EXHAUSTED (the retry settings of every method,
-// cloud.google.com/go/spanner v1.96.1 apiv1/spanner_client.go, and its resumable streams,
-// read.go) and the INTERNAL of a reset stream, which its streams retry (retry.go).
-func retryableByClient(err error) bool {
-	s, ok := status.FromError(err)
-	if !ok {
-		return false
-	}
-	switch s.Code() {
-	case codes.Unavailable, codes.ResourceExhausted:
-		return true
-	case codes.Internal:
-		return strings.Contains(s.Message(), "stream terminated by RST_STREAM")
-	}
-	return false
 }
 
 // callEnded takes the outcome of one call of class c to method on p (a unary call, or a
@@ -219,12 +78,12 @@ func retryableByClient(err error) bool {
 // and a fault every write pays for would never eject E1).
 func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, c health.Class, method string, err error) {
 	if err == nil {
-		gme.budget.success()
-		if key, retry := splitRequestID(id); retry {
-			if f, ok := gme.retries.take(key); ok && f.endpoint != p.Endpoint() {
+		gme.budget.Success()
+		if key, retry := spannerreq.SplitRequestID(id); retry {
+			if f, ok := gme.retries.Take(key); ok && f.Endpoint != p.Endpoint() {
 				if s := gme.snap.Load(); s != nil {
-					if q := s.pools[f.endpoint]; q != nil {
-						q.Observe(f.class, f.method, f.err, false)
+					if q := s.pools[f.Endpoint]; q != nil {
+						q.Observe(f.Class, f.Method, f.Err, false)
 					}
 				}
 			}
@@ -234,17 +93,17 @@ func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, c health.Class, 
 	if health.Classify(err, false, false) == health.ConnectionLost {
 		return
 	}
-	if !retryableByClient(err) {
+	if !spannerreq.RetryableByClient(err) {
 		if c := status.Code(err); c != codes.Canceled && c != codes.DeadlineExceeded && c != codes.Unknown {
-			gme.budget.success() // the backend answered
+			gme.budget.Success() // the backend answered
 		}
 		return
 	}
-	gme.budget.failure()
-	if key, _ := splitRequestID(id); key != "" {
-		gme.retries.record(key, failedAttempt{endpoint: p.Endpoint(), class: c, method: method, err: err})
+	gme.budget.Failure()
+	if key, _ := spannerreq.SplitRequestID(id); key != "" {
+		gme.retries.Record(key, retry.Failed{Endpoint: p.Endpoint(), Class: c, Method: method, Err: err})
 	}
-	if overloaded(err) {
+	if spannerreq.Overloaded(err) {
 		gme.noteOverload(p.Endpoint(), err)
 	}
 }
@@ -255,31 +114,31 @@ func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, c health.Class, 
 // available (pickOther); then that one, p being released. A first attempt while nothing
 // cools costs a string scan and an atomic load, and allocates nothing.
 func (gme *GCPMultiEndpoint) steer(p *pool.Pool, me *multiendpoint.MultiEndpoint, id string) *pool.Pool {
-	key, retry := splitRequestID(id)
-	if !retry && gme.cool.active.Load() == 0 {
+	key, retry := spannerreq.SplitRequestID(id)
+	if !retry && gme.cool.Active() == 0 {
 		return p
 	}
 	ep := p.Endpoint()
 	if retry {
-		if failed, ok := gme.retries.failedOn(key); ok && failed == ep {
-			if !gme.budget.allows() {
-				gme.retries.refused.Add(1)
+		if failed, ok := gme.retries.FailedOn(key); ok && failed == ep {
+			if !gme.budget.Allows() {
+				gme.refused.Add(1)
 				gme.obs.metrics.rerouted(rerouteRefused)
 				return p
 			}
 			if q, ok := gme.pickOther(me, ep); ok {
 				p.Release()
-				gme.retries.steered.Add(1)
+				gme.steered.Add(1)
 				gme.obs.metrics.rerouted(rerouteRetry)
 				return q
 			}
 			return p
 		}
 	}
-	if gme.cool.cooling(ep) {
+	if gme.cool.Cooling(ep) {
 		if q, ok := gme.pickOther(me, ep); ok {
 			p.Release()
-			gme.retries.skipped.Add(1)
+			gme.skipped.Add(1)
 			gme.obs.metrics.rerouted(rerouteOverload)
 			return q
 		}
@@ -313,6 +172,6 @@ func (gme *GCPMultiEndpoint) pickOther(me *multiendpoint.MultiEndpoint, exclude 
 
 // retryStatus returns the retry counters and the budget.
 func (gme *GCPMultiEndpoint) retryStatus() RetryStatus {
-	return RetryStatus{Steered: gme.retries.steered.Load(), Refused: gme.retries.refused.Load(),
-		OverloadSkipped: gme.retries.skipped.Load(), Tokens: gme.budget.tokens()}
+	return RetryStatus{Steered: gme.steered.Load(), Refused: gme.refused.Load(),
+		OverloadSkipped: gme.skipped.Load(), Tokens: gme.budget.Tokens()}
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/retry"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -187,7 +188,7 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 }
 
 // Every endpoint fails every call with UNAVAILABLE: the attempts retry elsewhere sends to
-// the other endpoint stay within the budget: at most retryMaxTokens/2 failures empty it to
+// the other endpoint stay within the budget: at most retry.MaxTokens/2 failures empty it to
 // the threshold, plus the attempts of the 8 workers in flight at that moment.
 func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 	b, fes := recordingBackend(t, 2)
@@ -213,14 +214,14 @@ func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 	after := gme.Status().Retries
 	steered := after.Steered - before.Steered
 	attempts := e1.Stats().Received + e2.Stats().Received
-	if bound := int64(retryMaxTokens/2 + workers); steered > bound {
+	if bound := int64(retry.MaxTokens/2 + workers); steered > bound {
 		t.Fatalf("%d attempts steered elsewhere during the fault everywhere, want at most %d (budget)", steered, bound)
 	}
 	if steered == 0 {
 		t.Fatal("no attempt was steered: the test exercised nothing")
 	}
 	t.Logf("fault everywhere for %v, %d workers: %d calls reached the frontends, %d steered elsewhere (bound %d), %d refused by the budget, tokens %.1f",
-		*retryOutage, workers, attempts, steered, retryMaxTokens/2+workers, after.Refused-before.Refused, after.Tokens)
+		*retryOutage, workers, attempts, steered, retry.MaxTokens/2+workers, after.Refused-before.Refused, after.Tokens)
 }
 
 // E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo, through the Spanner client: the query

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/retry"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
@@ -35,29 +36,6 @@ func attemptsServedBy(fes ...*spannermetest.Frontend) map[string]string {
 		}
 	}
 	return out
-}
-
-func TestSplitRequestID(t *testing.T) {
-	for _, tc := range []struct {
-		id, key string
-		retry   bool
-	}{
-		{"1.feedbeef.1.1.7.1", "1.feedbeef.1.1.7", false},
-		{"1.feedbeef.1.1.7.2", "1.feedbeef.1.1.7", true},
-		{"1.feedbeef.1.1.7.12", "1.feedbeef.1.1.7", true},
-		{"", "", false},
-		{"nodots", "", false},
-		{"1.a.", "1.a", false},
-	} {
-		key, retry := splitRequestID(tc.id)
-		if key != tc.key || retry != tc.retry {
-			t.Errorf("splitRequestID(%q) = %q, %v; want %q, %v", tc.id, key, retry, tc.key, tc.retry)
-		}
-	}
-	var sink string
-	if n := testing.AllocsPerRun(100, func() { sink, _ = splitRequestID("1.feedbeef.1.1.7.2") }); n != 0 || sink == "" {
-		t.Errorf("splitRequestID allocates %v times", n)
-	}
 }
 
 // An attempt after the first of a request whose previous attempt failed on E1 with a code
@@ -118,61 +96,7 @@ func TestRetryElsewhere_Steers(t *testing.T) {
 }
 
 // endCooldown ends endpoint's overload cooldown now, as its timer would.
-func endCooldown(gme *GCPMultiEndpoint, endpoint string) {
-	gme.cool.mu.Lock()
-	e := gme.cool.m[endpoint]
-	gme.cool.mu.Unlock()
-	if e != nil {
-		gme.cool.mu.Lock()
-		gen := e.gen
-		gme.cool.mu.Unlock()
-		gme.endCooldown(endpoint, gen)
-	}
-}
-
-// The retry budget (gRFC A6): failures everywhere empty it to half within retryMaxTokens/2
-// failures, after which retries are not steered (counted as refused); successes refill it.
-func TestRetryElsewhere_Budget(t *testing.T) {
-	var b retryBudget
-	if !b.allows() || b.tokens() != retryMaxTokens {
-		t.Fatalf("a new budget: %v tokens, allows %v", b.tokens(), b.allows())
-	}
-	n := 0
-	for b.allows() {
-		b.failure()
-		n++
-	}
-	if n != retryMaxTokens/2 {
-		t.Fatalf("the budget refused after %d failures, want %d", n, retryMaxTokens/2)
-	}
-	for range 2 * retryMaxTokens {
-		b.failure()
-	}
-	if b.tokens() != 0 {
-		t.Fatalf("tokens after many failures: %v, want 0", b.tokens())
-	}
-	// Back above half after (maxTokens/2)/tokenRatio successes, and not before.
-	need := int(retryMaxTokens / 2 / retryTokenRatio)
-	for range need {
-		b.success()
-	}
-	if b.allows() {
-		t.Fatalf("allows after %d successes at %v tokens", need, b.tokens())
-	}
-	b.success()
-	if !b.allows() {
-		t.Fatalf("refuses after %d successes at %v tokens", need+1, b.tokens())
-	}
-	for range int(10 * retryMaxTokens / retryTokenRatio) {
-		b.success()
-	}
-	if b.tokens() != retryMaxTokens {
-		t.Fatalf("tokens after many successes: %v, want %d", b.tokens(), retryMaxTokens)
-	}
-	if n := testing.AllocsPerRun(100, b.success); n != 0 {
-		t.Fatalf("a success allocates %v times", n)
-	}
-}
+func endCooldown(gme *GCPMultiEndpoint, endpoint string) { gme.cool.EndNow(endpoint) }
 
 // With the budget spent, a retry stays on the endpoint where its request failed, and is
 // counted as refused.
@@ -184,8 +108,8 @@ func TestRetryElsewhere_BudgetRefuses(t *testing.T) {
 	waitConnected(t, gme, e1.Addr())
 	waitConnected(t, gme, e2.Addr())
 	eventually(t, 5*time.Second, "E2 usable", func() bool { return verdictIn(gme, "g", e2.Addr()) == "usable" })
-	for range retryMaxTokens {
-		gme.budget.failure()
+	for range retry.MaxTokens {
+		gme.budget.Failure()
 	}
 	if err := e1.FailAll(codes.Unavailable); err != nil {
 		t.Fatal(err)
@@ -198,29 +122,8 @@ func TestRetryElsewhere_BudgetRefuses(t *testing.T) {
 	if got := attemptsServedBy(e1, e2)["1.feedbeef.1.1.1.2"]; got != e1.Addr() {
 		t.Fatalf("with the budget spent attempt 2 was served by %s, want E1", got)
 	}
-	if st := gme.Status().Retries; st.Steered != 0 || st.Refused != 1 || st.Tokens >= retryMaxTokens/2 {
+	if st := gme.Status().Retries; st.Steered != 0 || st.Refused != 1 || st.Tokens >= retry.MaxTokens/2 {
 		t.Fatalf("Status.Retries = %+v, want 1 refused", st)
-	}
-}
-
-// The memory of failed attempts keeps the last maxRetryMemory requests.
-func TestRetryMemoryBounded(t *testing.T) {
-	var r retryMemory
-	for i := range maxRetryMemory + 10 {
-		r.record(fmt.Sprint(i), failedAttempt{endpoint: "E"})
-	}
-	if len(r.m) != maxRetryMemory {
-		t.Fatalf("%d entries, want %d", len(r.m), maxRetryMemory)
-	}
-	if _, ok := r.failedOn("0"); ok {
-		t.Fatal("the oldest entry was kept")
-	}
-	if e, ok := r.failedOn(fmt.Sprint(maxRetryMemory + 9)); !ok || e != "E" {
-		t.Fatal("the newest entry was lost")
-	}
-	r.record(fmt.Sprint(maxRetryMemory+9), failedAttempt{endpoint: "F"}) // an update is no new entry
-	if e, _ := r.failedOn(fmt.Sprint(maxRetryMemory + 9)); e != "F" || len(r.m) != maxRetryMemory {
-		t.Fatalf("update: %q, %d entries", e, len(r.m))
 	}
 }
 

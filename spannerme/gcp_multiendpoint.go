@@ -21,8 +21,10 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/retry"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
@@ -59,9 +61,12 @@ type GCPMultiEndpoint struct {
 	obs       *observer        // logs of transitions, metrics, switch history
 	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
 	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
-	cool      cooldowns        // overload cooldowns by endpoint (cooldown.go)
-	budget    retryBudget      // retry elsewhere's budget (elsewhere.go)
-	retries   retryMemory      // failed attempts by request, and the steering counters
+	cool      *cooldown.Set    // overload cooldowns by endpoint (cooldown.go)
+	budget    retry.Budget     // retry elsewhere's budget (elsewhere.go)
+	retries   retry.Memory     // failed attempts by request
+	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
+	// sent elsewhere, and the retries the budget kept (Status.Retries).
+	steered, refused, skipped atomic.Int64
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -315,6 +320,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		lazyStreams: lazyStreams,
 	}
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
+	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
 	gme.setHedging(s.hedging)
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
@@ -420,7 +426,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 	for _, me := range groups {
 		me.Close()
 	}
-	gme.cool.close()
+	gme.cool.Close()
 	gme.events.close()
 	var errs []error
 	for _, p := range pools {
@@ -544,7 +550,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 				continue
 			}
 			in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint),
-				Cooling: gme.cool.cooling(e.Endpoint)}
+				Cooling: gme.cool.Cooling(e.Endpoint)}
 			known[i] = in[i].Connected || p.Settled()
 		}
 		verdict.Evaluate(in, out)

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
 )
 
 const (
@@ -548,7 +550,7 @@ func TestCase_F17_ResourceExhausted(t *testing.T) {
 				t.Fatalf("RESOURCE_EXHAUSTED: %d health events, %d of 100 queries exhausted, %d served by E2; want none, 1, 99\n%s",
 					h, exhausted, queries(e2)-e2Before, tl)
 			}
-			if ph.Cooldown == nil || !ph.Cooldown.Cooling || ph.Cooldown.Length < cooldownMin || ph.Cooldown.Length >= cooldownMax {
+			if ph.Cooldown == nil || !ph.Cooldown.Cooling || ph.Cooldown.Length < cooldown.Min || ph.Cooldown.Length >= cooldown.Max {
 				t.Fatalf("E1 cooldown: %+v, want one of 5 to 10 s", ph.Cooldown)
 			}
 			if counted := ph.Health.Failures > 0; counted != tc.failure {

@@ -311,7 +311,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		ps := poolStatusOf(p.Status())
 		ps.Name = poolName(p)
 		if !p.Retired() {
-			ps.Cooldown = gme.cool.statusOf(p.Endpoint())
+			ps.Cooldown = gme.cooldownStatus(p.Endpoint())
 		}
 		if st.Closed {
 			ps.Connectivity = connectivity.Shutdown.String()
