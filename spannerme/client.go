@@ -380,12 +380,6 @@ func spannerClientOptions(tr *clientTransport, fr *front) []option.ClientOption 
 	return append(append([]option.ClientOption(nil), tr.clientOpts...), fr.opts...)
 }
 
-// poolSetting is one ClientConfig setting that shapes the endpoints' pools, as text.
-type poolSetting struct {
-	name, value string
-	secret      bool // value is a digest, never shown
-}
-
 // poolSettingsOf returns config's settings that shape the pools (planTransport applies them
 // to the pools, not to the client), in a fixed order.
 func poolSettingsOf(c spanner.ClientConfig) []poolSetting {

@@ -224,3 +224,9 @@ const (
 	keepUnsetDurations durationRule = true  // zero keeps the group's value (UpdateMultiEndpoints)
 	durationsAsWritten durationRule = false // zero is zero (a configuration file's reload)
 )
+
+// poolSetting is one ClientConfig setting that shapes the endpoints' pools, as text.
+type poolSetting struct {
+	name, value string
+	secret      bool // value is a digest, never shown
+}

@@ -1,6 +1,8 @@
 package spannerme
 
 import (
+	"time"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
@@ -44,23 +46,6 @@ import (
 //
 // So a retry is as safe on another endpoint as on the same one: the client would send the
 // very same request again either way.
-
-// RetryStatus counts the retries steered to another endpoint (docs/health.md, "Retry
-// elsewhere"), since the GCPMultiEndpoint was created.
-type RetryStatus struct {
-	// Steered counts the attempts sent to another endpoint of the group than the one where
-	// the request's previous attempt failed.
-	Steered int64 `json:"steered"`
-	// Refused counts the attempts that would have been steered but that the retry budget
-	// refused (they went where the group sends its calls).
-	Refused int64 `json:"refused"`
-	// OverloadSkipped counts the calls sent to another endpoint than their group's current
-	// one because it was cooling down after RESOURCE_EXHAUSTED.
-	OverloadSkipped int64 `json:"overloadSkipped"`
-	// Tokens is the retry budget's token count now (gRFC A6: 0 to 100; retries are steered
-	// while it is above 50).
-	Tokens float64 `json:"tokens"`
-}
 
 // callEnded takes the outcome of one call of class c to method on p (a unary call, or a
 // stream: pool Options.CallEnded) whose request ID is id ("" for none): the retry budget
@@ -170,8 +155,25 @@ func (gme *GCPMultiEndpoint) pickOther(me *multiendpoint.MultiEndpoint, exclude 
 	return nil, false
 }
 
-// retryStatus returns the retry counters and the budget.
-func (gme *GCPMultiEndpoint) retryStatus() RetryStatus {
-	return RetryStatus{Steered: gme.steered.Load(), Refused: gme.refused.Load(),
-		OverloadSkipped: gme.skipped.Load(), Tokens: gme.budget.Tokens()}
+// noteOverload starts (or extends) endpoint's overload cooldown (internal/cooldown) after
+// a call on it ended with err, a RESOURCE_EXHAUSTED status, with the server's RetryInfo delay
+// when err has one (spannerreq.RetryDelay). When a cooldown starts the groups are evaluated
+// again (the verdicts read it), as they are when it ends (cooldownEnded, on its timer).
+func (gme *GCPMultiEndpoint) noteOverload(endpoint string, err error) {
+	delay, fromInfo := spannerreq.RetryDelay(err)
+	started, length, repeats := gme.cool.Note(endpoint, delay, fromInfo)
+	if !started {
+		return
+	}
+	gme.obs.cooling(endpoint, gme.endpointName(endpoint), length, fromInfo, repeats)
+	gme.evaluateAll()
+	gme.changed.signal()
+}
+
+// cooldownEnded is told by the cooldowns when endpoint's cooldown of length ends: it logs,
+// and the groups are evaluated again.
+func (gme *GCPMultiEndpoint) cooldownEnded(endpoint string, length time.Duration) {
+	gme.obs.cooled(endpoint, gme.endpointName(endpoint), length)
+	gme.evaluateAll()
+	gme.changed.signal()
 }

@@ -61,7 +61,7 @@ type GCPMultiEndpoint struct {
 	obs       *observer        // logs of transitions, metrics, switch history
 	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
 	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
-	cool      *cooldown.Set    // overload cooldowns by endpoint (cooldown.go)
+	cool      *cooldown.Set    // overload cooldowns by endpoint (internal/cooldown; elsewhere.go)
 	budget    retry.Budget     // retry elsewhere's budget (elsewhere.go)
 	retries   retry.Memory     // failed attempts by request
 	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
@@ -574,4 +574,15 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 		}
 		return reasons, available
 	})
+}
+
+// endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in
+// the routing snapshot, "" when it has none or no pool serves e. It takes no lock.
+func (gme *GCPMultiEndpoint) endpointName(e string) string {
+	if s := gme.snap.Load(); s != nil {
+		if p := s.pools[e]; p != nil {
+			return poolName(p)
+		}
+	}
+	return ""
 }

@@ -361,7 +361,7 @@ func (s *hedgeStream) primaryFirst(m any, err error) error {
 		return err
 	}
 	if !s.sent.IsZero() {
-		s.group.record(s.methodIndex, time.Now(), time.Since(s.sent))
+		s.group.firstResponse(s.methodIndex, time.Now(), time.Since(s.sent))
 	}
 	if prs, ok := m.(*spannerpb.PartialResultSet); ok {
 		s.noteFirst(prs)

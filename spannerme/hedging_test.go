@@ -153,16 +153,16 @@ func TestHedgeAdaptiveDelay(t *testing.T) {
 		t.Fatal("a delay with no measurement")
 	}
 	for i := range 90 {
-		g.record(0, now, time.Duration(i%10+1)*time.Millisecond)
+		g.firstResponse(0, now, time.Duration(i%10+1)*time.Millisecond)
 	}
 	for range 9 {
-		g.record(0, now, 200*time.Millisecond)
+		g.firstResponse(0, now, 200*time.Millisecond)
 	}
 	if _, ok := g.delay(0, now); ok {
 		t.Fatalf("a delay with %d measurements", hedgeMinSamples-1)
 	}
 	// The 100th: 90 calls at 1-10ms and 10 at 200ms, the p95 is about 200ms.
-	g.record(0, now, 200*time.Millisecond)
+	g.firstResponse(0, now, 200*time.Millisecond)
 	d, ok := g.delay(0, now)
 	if !ok || d < 200*time.Millisecond || d > 240*time.Millisecond {
 		t.Errorf("delay %v, %v; want about 200ms (its bucket's bound)", d, ok)
@@ -173,7 +173,7 @@ func TestHedgeAdaptiveDelay(t *testing.T) {
 	// Fast calls only, a window later: the p95 falls to the floor.
 	later := now.Add(hedgeWindow)
 	for range 10 * hedgeMinSamples {
-		g.record(0, later, time.Millisecond)
+		g.firstResponse(0, later, time.Millisecond)
 	}
 	if d, ok := g.delay(0, later); !ok || d != 20*time.Millisecond {
 		t.Errorf("delay %v, %v; want the 20ms floor", d, ok)

@@ -42,7 +42,7 @@ const (
 	// AttrEjectionReason says why outcome-based health ejected an endpoint: an EjectionReason
 	// in its String form (EjectionReason lists the values).
 	AttrEjectionReason = "spannerme.ejection.reason"
-	// AttrHedgeOutcome is what became of hedges (Settings.Hedging): sent, won, lost or
+	// AttrHedgeOutcome is what became of hedges (HedgingStatus): sent, won, lost or
 	// refused (by the budget).
 	AttrHedgeOutcome = "spannerme.hedge.outcome"
 	// AttrRerouteReason says why a call went elsewhere than its group's current endpoint:
@@ -117,7 +117,7 @@ var metricDocs = []metricDoc{
 	{metricWaitingCalls, instrumentUpDownObsv, "{call}", nil,
 		"calls waiting for their endpoint's pool to finish connecting (or for their group to switch)"},
 	{metricHedges, instrumentObsCounter, "{hedge}", []string{AttrMultiEndpoint, AttrHedgeOutcome},
-		"hedged streaming reads of groups that hedge (Settings.Hedging), by outcome: sent, won (the caller read the hedge), lost (cancelled: the first stream answered first), refused (by the budget)"},
+		"hedged streaming reads of groups that hedge, by outcome: sent, won (the caller read the hedge), lost (cancelled: the first stream answered first), refused (by the budget)"},
 }
 
 // durationBuckets are the call duration histogram's bucket bounds, in seconds: those the
@@ -381,4 +381,17 @@ func (c *attrCache) of(group, endpoint, name string) *callAttrs {
 	next[group] = a
 	c.m.Store(&next)
 	return a
+}
+
+// Values of AttrRerouteReason.
+const (
+	rerouteRetry    = "retry_elsewhere"
+	rerouteOverload = "overload_cooldown"
+	rerouteRefused  = "refused_by_budget"
+)
+
+// rerouted counts a call sent elsewhere than its group's pick (or, for rerouteRefused, a
+// retry the budget kept where it was).
+func (m *metrics) rerouted(reason string) {
+	m.reroutes.Add(context.Background(), 1, metric.WithAttributes(attribute.String(AttrRerouteReason, reason)))
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -240,4 +241,16 @@ func (o *observer) verdictChanged(group, endpoint, name string, was, now verdict
 	}
 	o.log(level, o.now(), msg,
 		append([]any{"multiendpoint", group}, endpointArgs(endpoint, name, "verdict", now.String(), "was", was.String())...)...)
+}
+
+// cooling logs and counts the start of endpoint's overload cooldown.
+func (o *observer) cooling(endpoint, name string, d time.Duration, fromInfo bool, repeats int) {
+	o.log(slog.LevelWarn, o.now(), "spannerme: endpoint cooling down after RESOURCE_EXHAUSTED; groups skip it while another endpoint is available",
+		endpointArgs(endpoint, name, "for", d.Round(time.Millisecond), "from_retry_info", fromInfo, "repeats", repeats)...)
+	o.metrics.cooldowns.Add(context.Background(), 1, metric.WithAttributes(endpointAttrs(endpoint, name)...))
+}
+
+// cooled logs the end of endpoint's overload cooldown of length d.
+func (o *observer) cooled(endpoint, name string, d time.Duration) {
+	o.log(slog.LevelInfo, o.now(), "spannerme: endpoint cooldown over", endpointArgs(endpoint, name, "cooled_for", d.Round(time.Millisecond))...)
 }

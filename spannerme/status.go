@@ -548,3 +548,19 @@ func (d EndpointDown) text(at time.Time) string {
 
 // Unwrap returns the call's error.
 func (e *NoEndpointError) Unwrap() error { return e.Err }
+
+// retryStatus returns the retry counters and the budget.
+func (gme *GCPMultiEndpoint) retryStatus() RetryStatus {
+	return RetryStatus{Steered: gme.steered.Load(), Refused: gme.refused.Load(),
+		OverloadSkipped: gme.skipped.Load(), Tokens: gme.budget.Tokens()}
+}
+
+// cooldownStatus returns endpoint's cooldown in Status form, nil if it never cooled.
+func (gme *GCPMultiEndpoint) cooldownStatus(endpoint string) *CooldownStatus {
+	c, ok := gme.cool.StatusOf(endpoint)
+	if !ok {
+		return nil
+	}
+	return &CooldownStatus{Cooling: c.Cooling, Until: c.Until, Length: c.Length, FromRetryInfo: c.FromRetryInfo,
+		Repeats: c.Repeats, Total: c.Total, LastOverload: c.LastOverload}
+}

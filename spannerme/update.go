@@ -269,17 +269,6 @@ func (gme *GCPMultiEndpoint) onSwitch(me multiendpoint.Event) {
 	gme.events.push(ev, fromName, toName)
 }
 
-// endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in
-// the routing snapshot, "" when it has none or no pool serves e. It takes no lock.
-func (gme *GCPMultiEndpoint) endpointName(e string) string {
-	if s := gme.snap.Load(); s != nil {
-		if p := s.pools[e]; p != nil {
-			return poolName(p)
-		}
-	}
-	return ""
-}
-
 // retire stops new calls on p and closes it once drained. gme.updateMu must be held (it
 // starts a goroutine counted by gme.wg).
 func (gme *GCPMultiEndpoint) retire(p *pool.Pool) {
