@@ -45,7 +45,9 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
+	tc := gme.tiers.begin(me, p)
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
+	tc.done(err)
 	if err == nil {
 		gme.roTxns.NoteBegin(method, args, reply)
 	}
@@ -157,7 +159,11 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		case !named && class == health.Sessions:
 			me = s.sessionGroup()
 		}
-		if p := s.pools[me.Current()]; p != nil && p.Acquire() {
+		addr := me.Current()
+		if v := me.Tier(); v != nil { // a group with tiers spreads its calls (tiers.go)
+			addr = gme.tiers.pick(me, v)
+		}
+		if p := s.pools[addr]; p != nil && p.Acquire() {
 			return p, me, nil
 		}
 	}

@@ -59,6 +59,7 @@ type GCPMultiEndpoint struct {
 	obs       *observer        // logs of transitions, metrics, switch history
 	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
 	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
+	tiers     tiering          // spreading over tiered groups (Settings.Tiers, tiers.go)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -309,6 +310,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 
 		lazyStreams: lazyStreams,
 	}
+	gme.tiers.init(s.tiers, pl.clock)
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())

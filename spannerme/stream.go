@@ -35,7 +35,8 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		return nil, spannerreq.WithError(err, id)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+	tc := gme.tiers.begin(me, p)
+	cs, err := p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first()})
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)
 	}

@@ -109,6 +109,9 @@ func durationsFor(g groupConfig, me *multiendpoint.MultiEndpoint, rule durationR
 // gme.updateMu must be held; gme.mu is taken only to read and write the maps, never across a
 // dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
 func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
+	if err := assignTiers(cfg, gme.tiers.settings, gme.pl.emulator != ""); err != nil {
+		return err
+	}
 	gme.mu.Lock()
 	if gme.closed || gme.zero() {
 		gme.mu.Unlock()
@@ -163,8 +166,12 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		if oldGroups[g.name] != nil {
 			continue
 		}
+		eps := g.endpoints
+		if g.tiers != nil {
+			eps = nil // the tiers list them
+		}
 		me, err := multiendpoint.New(multiendpoint.Options{
-			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
+			Name: g.name, Endpoints: eps, Tiers: g.tiers, SlowStart: g.slowStart, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
 			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.pl.clock,
 			SwitchingJitter: gme.settings.SwitchingJitter,
 			// With RecoveryTimeout 0, a first connection attempt gets as long as gRPC gives it.
@@ -209,9 +216,14 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			// Validated by parseConfig; it fails only after the group's Close, which only
 			// Close and this function call, under updateMu.
 			rt, sd := durationsFor(g, me, rule)
-			_ = me.Reconfigure(g.endpoints, rt, sd)
+			if g.tiers != nil {
+				_ = me.ReconfigureTiers(g.tiers, rt, sd)
+			} else {
+				_ = me.Reconfigure(g.endpoints, rt, sd)
+			}
 		}
 	}
+	gme.tiers.update(cfg, groups)
 	// 4. Publish the final snapshot: only configured endpoints.
 	pools := make(map[string]*pool.Pool, len(want))
 	for e := range want {

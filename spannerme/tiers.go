@@ -1,0 +1,258 @@
+package spannerme
+
+import (
+	"slices"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spread"
+)
+
+// TierSettings partitions one group's endpoints into tiers of equal priority (docs/tiers.md):
+// the tier is the unit of failover, and a tier's calls are spread over its available members
+// by their observed latency (power of two choices over latency × calls in flight, every member
+// keeping a minimum share of 5 %).
+type TierSettings struct {
+	// Tiers lists the group's endpoints by tier, the top tier first. Flattened in order, it
+	// must be exactly the group's Endpoints list (after normalization: "https://h" is
+	// "h:443"), so that the flat list keeps the order of tiers and members: a group whose
+	// endpoints differ from it (at creation or at UpdateMultiEndpoints) is a *ConfigError
+	// naming the group and the first endpoint that differs, and nothing changes. At least
+	// one tier, no empty tier, no endpoint twice. A tier of one endpoint behaves exactly as
+	// that endpoint does without tiers.
+	Tiers [][]string
+	// SlowStart is how long a member that joins or rejoins its tier, and a tier the group
+	// switches back to, takes to ramp its share of the calls up to its full share (Envoy's
+	// slow start, linear, from 10 %). Zero means no slow start; negative is a *ConfigError.
+	SlowStart time.Duration
+}
+
+// tierConfig is a validated TierSettings.
+type tierConfig struct {
+	tiers     [][]string // normalized
+	slowStart time.Duration
+}
+
+// parseTiers validates Settings.Tiers. Entries of groups not configured are allowed (they
+// apply once such a group exists). Errors are *ConfigError naming the group (and the endpoint).
+func parseTiers(in map[string]TierSettings) (map[string]tierConfig, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(in))
+	for name := range in {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make(map[string]tierConfig, len(in))
+	for _, name := range names {
+		ts := in[name]
+		if name == "" {
+			return nil, configErr(name, "", -1, "Settings.Tiers: empty MultiEndpoint name")
+		}
+		if ts.SlowStart < 0 {
+			return nil, configErr(name, "", -1, "Settings.Tiers: negative SlowStart %v", ts.SlowStart)
+		}
+		tc := tierConfig{slowStart: ts.SlowStart}
+		i := 0
+		for _, tier := range ts.Tiers {
+			var norm []string
+			for _, e := range tier {
+				n, problem := normalizeEndpoint(e)
+				if problem != "" {
+					return nil, configErr(name, e, i, "Settings.Tiers: %s", problem)
+				}
+				norm = append(norm, n)
+				i++
+			}
+			tc.tiers = append(tc.tiers, norm)
+		}
+		if err := multiendpoint.ValidateTiers(name, tc.tiers); err != nil {
+			return nil, fromStateMachine(err)
+		}
+		out[name] = tc
+	}
+	return out, nil
+}
+
+// assignTiers gives each group of cfg its tiers from settings, checking that the group's
+// endpoints are its tiers flattened. With the emulator (every group collapsed to one
+// address) no group has tiers.
+func assignTiers(cfg *config, settings map[string]tierConfig, emulator bool) error {
+	if emulator {
+		return nil
+	}
+	for i := range cfg.groups {
+		g := &cfg.groups[i]
+		tc, ok := settings[g.name]
+		if !ok {
+			continue
+		}
+		flat := slices.Concat(tc.tiers...)
+		for j := range max(len(flat), len(g.endpoints)) {
+			switch {
+			case j >= len(g.endpoints):
+				return configErr(g.name, flat[j], j, "Settings.Tiers lists an endpoint the group does not (its endpoints must be its tiers flattened, in order)")
+			case j >= len(flat):
+				return configErr(g.name, g.endpoints[j], j, "the group lists an endpoint its Settings.Tiers does not (its endpoints must be its tiers flattened, in order)")
+			case flat[j] != g.endpoints[j]:
+				return configErr(g.name, g.endpoints[j], j, "the group lists %q here and its Settings.Tiers %q (its endpoints must be its tiers flattened, in order)", g.endpoints[j], flat[j])
+			}
+		}
+		g.tiers, g.slowStart = tc.tiers, tc.slowStart
+	}
+	return nil
+}
+
+// tiering is a GCPMultiEndpoint's spreading state: one spread.Registry (an endpoint's calls
+// in flight and latency are the endpoint's, whatever group sends them), one spread.Picker per
+// tiered group. The call path reads it with atomic loads; apply writes it under updateMu.
+type tiering struct {
+	settings map[string]tierConfig // Settings.Tiers, validated; set at creation
+	reg      *spread.Registry
+	clk      clock.Clock
+	// pickers maps each tiered group to its Picker; endpoints each endpoint of a tiered
+	// group to its spread.Endpoint. Both are replaced, never mutated.
+	pickers   atomic.Pointer[map[*multiendpoint.MultiEndpoint]*groupPicker]
+	endpoints atomic.Pointer[map[string]*spread.Endpoint]
+}
+
+type groupPicker struct {
+	picker    *spread.Picker
+	slowStart time.Duration
+}
+
+// init prepares t for apply; clk is the GCPMultiEndpoint's clock (nil: real).
+func (t *tiering) init(settings map[string]tierConfig, clk clock.Clock) {
+	if clk == nil {
+		clk = clock.Real
+	}
+	t.settings, t.clk = settings, clk
+	t.reg = spread.NewRegistry(spread.EndpointOptions{Clock: clk})
+}
+
+// update publishes the pickers of the tiered groups of cfg (groups by name), keeping a kept
+// group's Picker when its slow start is unchanged, and forgets the endpoints no tiered group
+// lists. Called by apply under updateMu, after the groups are reconfigured.
+func (t *tiering) update(cfg *config, groups map[string]*multiendpoint.MultiEndpoint) {
+	if t.reg == nil {
+		return
+	}
+	old := t.pickers.Load()
+	pickers := make(map[*multiendpoint.MultiEndpoint]*groupPicker)
+	keep := make(map[string]bool)
+	eps := make(map[string]*spread.Endpoint)
+	for _, g := range cfg.groups {
+		if g.tiers == nil {
+			continue
+		}
+		me := groups[g.name]
+		for _, e := range g.endpoints {
+			keep[e] = true
+			eps[e] = t.reg.Endpoint(e)
+		}
+		if old != nil {
+			if gp := (*old)[me]; gp != nil && gp.slowStart == g.slowStart {
+				pickers[me] = gp
+				continue
+			}
+		}
+		// The options are valid: Resolve is set and SlowStart was checked by parseTiers.
+		p, err := spread.New(spread.Options{SlowStart: g.slowStart, Clock: t.clk, Resolve: t.reg.Endpoint})
+		if err != nil {
+			continue // unreachable; the group then picks its current endpoint
+		}
+		pickers[me] = &groupPicker{picker: p, slowStart: g.slowStart}
+	}
+	t.reg.Retain(keep)
+	t.pickers.Store(&pickers)
+	t.endpoints.Store(&eps)
+}
+
+// pick returns the endpoint of one call of the tiered group me, whose tier view is v: its
+// Picker's choice, or the group's current endpoint before its Picker is published. No lock,
+// no allocation.
+func (t *tiering) pick(me *multiendpoint.MultiEndpoint, v *multiendpoint.Tier) string {
+	if m := t.pickers.Load(); m != nil {
+		if gp := (*m)[me]; gp != nil {
+			return gp.picker.Pick(v).Name()
+		}
+	}
+	return me.Current()
+}
+
+// tierCall is one call counted on a spread.Endpoint: begin counts it in flight, done folds
+// its latency in. The zero value (a group without tiers) does nothing.
+type tierCall struct {
+	ep    *spread.Endpoint
+	clk   clock.Clock
+	start time.Time
+}
+
+// begin counts a call that the group me sends to p's endpoint, when me has tiers.
+func (t *tiering) begin(me *multiendpoint.MultiEndpoint, p *pool.Pool) tierCall {
+	if me.Tier() == nil {
+		return tierCall{}
+	}
+	m := t.endpoints.Load()
+	if m == nil {
+		return tierCall{}
+	}
+	ep := (*m)[p.Endpoint()]
+	if ep == nil {
+		return tierCall{}
+	}
+	ep.Begin()
+	return tierCall{ep: ep, clk: t.clk, start: t.clk.Now()}
+}
+
+// done ends the call: err is its outcome. Only a failure of the path to the endpoint
+// (health.Classify's Failure or Timeout: UNAVAILABLE, a transport reset, a deadline with no
+// response) counts as failed; an answer with an application error (NOT_FOUND, ABORTED...) is
+// an answer.
+func (c tierCall) done(err error) {
+	if c.ep == nil {
+		return
+	}
+	failed := false
+	if err != nil {
+		o := health.Classify(err, false, false)
+		failed = o == health.Failure || o == health.Timeout
+	}
+	c.ep.Done(c.clk.Now().Sub(c.start), failed)
+}
+
+// FirstResponse ends a tiered stream's call at its first response (pool.FirstResponder).
+func (c *tierCall) FirstResponse(err error) { c.done(err) }
+
+// first returns the pool.FirstResponder of a stream counted by c: nil for a group without
+// tiers (no allocation), else a copy of c on the heap.
+func (c tierCall) first() pool.FirstResponder {
+	if c.ep == nil {
+		return nil
+	}
+	h := new(tierCall) // not &c: c itself would move to the heap on every call
+	*h = c
+	return h
+}
+
+// probe feeds p's latency probe median to its spread.Endpoint, when a tiered group lists
+// it (pool latency probes run with brownout detection on: HealthSettings.Brownout).
+func (t *tiering) probe(p *pool.Pool, latency func(*pool.Pool) (time.Duration, bool)) {
+	m := t.endpoints.Load()
+	if m == nil {
+		return
+	}
+	ep := (*m)[p.Endpoint()]
+	if ep == nil {
+		return
+	}
+	if d, ok := latency(p); ok {
+		ep.Probe(d)
+	}
+}
