@@ -2,6 +2,10 @@ package spannerme
 
 import (
 	"errors"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -169,4 +173,66 @@ func TestTierSettingsValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The file's nested list in endpoints gives a group tiers (slowStart its ramp); a flat
+// list means what it means upstream; errors name the field.
+func TestTiersInConfigFile(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		yaml    string
+		tiers   map[string]TierSettings
+		errPath string
+	}{
+		{"flat", "default: g\nmultiEndpoints:\n  g:\n    endpoints: [a:1, b:1]\n", nil, ""},
+		{"nested", "default: g\nmultiEndpoints:\n  g:\n    endpoints: [[a:1, b:1], c:1]\n    slowStart: 20s\n",
+			map[string]TierSettings{"g": {Tiers: [][]string{{"a:1", "b:1"}, {"c:1"}}, SlowStart: 20 * time.Second}}, ""},
+		{"empty tier", "default: g\nmultiEndpoints:\n  g:\n    endpoints: [[a:1], []]\n", nil, "multiEndpoints.g.endpoints[1]"},
+		{"duplicate across tiers", "default: g\nmultiEndpoints:\n  g:\n    endpoints: [[a:1, b:1], a:1]\n", nil, "multiEndpoints.g.endpoints[2]"},
+		{"slowStart without tiers", "default: g\nmultiEndpoints:\n  g:\n    endpoints: [a:1]\n    slowStart: 1s\n", nil, "multiEndpoints.g.slowStart"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc, err := ParseConfig([]byte(tc.yaml))
+			if tc.errPath != "" {
+				var fe *ConfigFileError
+				if !errors.As(err, &fe) || fe.Field != tc.errPath {
+					t.Fatalf("got %v, want an error at %s", err, tc.errPath)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fc.Settings.Tiers; !reflect.DeepEqual(got, tc.tiers) {
+				t.Fatalf("Settings.Tiers = %v, want %v", got, tc.tiers)
+			}
+			if got, want := fc.Options.MultiEndpoints["g"].Endpoints, slices.Concat(tc.tiers["g"].Tiers...); tc.tiers != nil && !slices.Equal(got, want) {
+				t.Fatalf("Endpoints = %v, want the tiers flattened %v", got, want)
+			}
+		})
+	}
+}
+
+// A watched file gives a group tiers and takes them away again, live.
+func TestTiersLiveReload(t *testing.T) {
+	f := newWatchFixture(t, filepath.Join(t.TempDir(), "spannerme.yaml"))
+	one, two, three := f.eps[0].Addr(), f.eps[1].Addr(), f.eps[2].Addr()
+	tiered := fmt.Sprintf("default: g\nmultiEndpoints:\n  g:\n    endpoints: [[%s, %s], %s]\n", one, two, three)
+	writeByRename(t, f.path, tiered)
+	f.waitApplied(t, tiered)
+	me := f.gme.snap.Load().groups["g"]
+	if m := f.gme.tiers.pickers.Load(); m == nil || (*m)[me] == nil {
+		t.Fatalf("after the tiered file, group g has no picker")
+	}
+	eventually(t, 20*time.Second, "both members of the top tier available", func() bool {
+		v := me.Tier()
+		return v != nil && v.Index == 0 && len(v.Members) == 2
+	})
+	flat := watchConfigYAML("", one, two, three)
+	writeByRename(t, f.path, flat)
+	f.waitApplied(t, flat)
+	if m := f.gme.tiers.pickers.Load(); m == nil || (*m)[me] != nil {
+		t.Fatalf("after the flat file, group g still spreads its calls")
+	}
+	f.servedBy(t, "one")
 }

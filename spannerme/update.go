@@ -346,7 +346,7 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 // also replaces the directed read policies (Settings.DirectedReads) with f's, from the next
 // call on. Errors as for UpdateMultiEndpoints (f is valid: a dial error, or ErrClosed).
 func (gme *GCPMultiEndpoint) updateFromFile(f *parsedFile) (stale []string, err error) {
-	return gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false, durationsAsWritten)
+	return gme.updateParsed(f.cfg, f.endpointOpts, f.directed, f.tiers, false, durationsAsWritten)
 }
 
 // updateWithSettings parses meOpts, the endpoint options eo and the directed read policies
@@ -368,7 +368,7 @@ func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpoint
 	if err != nil {
 		return nil, err
 	}
-	return gme.updateParsed(cfg, opts, directed, keepDirected, keepUnsetDurations)
+	return gme.updateParsed(cfg, opts, directed, nil, keepDirected, keepUnsetDurations)
 }
 
 // updateParsed applies the validated cfg (which it modifies) with the endpoint options opts
@@ -376,20 +376,24 @@ func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpoint
 // meaning what rule says; on error nothing changes.
 // It returns, sorted, the configured endpoints whose pool was dialed with options other than
 // opts', Name aside.
-func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, keepDirected bool, rule durationRule) (stale []string, err error) {
+// Unless keepDirected, the tiers (Settings.Tiers, validated) are replaced by tiers too: a
+// file states them in full.
+func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, tiers map[string]tierConfig,
+	keepDirected bool, rule durationRule) (stale []string, err error) {
 	if gme.zero() {
 		return nil, ErrClosed
 	}
 	cfg.collapseTo(gme.pl.emulator)
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
-	old, oldDirected := gme.endpointOpts, gme.directed
+	old, oldDirected, oldTiers := gme.endpointOpts, gme.directed, gme.tiers.settings
 	gme.endpointOpts = opts
 	if !keepDirected {
 		gme.directed = directed
+		gme.tiers.settings = tiers
 	}
 	if err := gme.apply(cfg, rule); err != nil {
-		gme.endpointOpts, gme.directed = old, oldDirected
+		gme.endpointOpts, gme.directed, gme.tiers.settings = old, oldDirected, oldTiers
 		return nil, err
 	}
 	for e, dialed := range gme.dialedOpts {
