@@ -1,6 +1,7 @@
 package spannerme
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/grpc/codes"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
 // tieredClient returns a Spanner client over a group "default" of three frontends in two
@@ -235,4 +239,66 @@ func TestTiersLiveReload(t *testing.T) {
 		t.Fatalf("after the flat file, group g still spreads its calls")
 	}
 	f.servedBy(t, "one")
+}
+
+// Issue 28, done when (4): a switch back to the top tier [A] from [B] with a 20s slow start.
+// On the fake clock, the share of A's picks over four 5s windows rises monotonically and is
+// at most 40% in the first (the ramp from 10%: Envoy's slow start, linear); after the window
+// A has every pick.
+func TestTiersSlowStartAfterSwitchBack(t *testing.T) {
+	const slowStart, sd = 20 * time.Second, time.Second
+	a, b := startEndpoint(t, "A"), startEndpoint(t, "B")
+	clk := clock.NewFake(time.Time{})
+	s := fastSettings(nil)
+	s.Tiers = map[string]TierSettings{"g": {Tiers: [][]string{{a.Addr()}, {b.Addr()}}, SlowStart: slowStart}}
+	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g": group(0, sd, a.Addr(), b.Addr()),
+	}), s, plumbing{clock: clk})
+	me := gme.snap.Load().groups["g"]
+	eventually(t, 10*time.Second, "A current", func() bool { return me.Current() == a.Addr() })
+
+	a.Down()
+	eventually(t, 10*time.Second, "B current", func() bool { return me.Current() == b.Addr() })
+	if err := a.Up(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "A available again", func() bool {
+		return groupOf(gme, "g").PendingSwitch == a.Addr()
+	})
+	clk.Advance(sd)
+	eventually(t, 10*time.Second, "the switch back to A", func() bool {
+		v := me.Tier()
+		return me.Current() == a.Addr() && v != nil && v.Previous != nil
+	})
+
+	const picks = 2000
+	var shares []float64
+	for range 5 {
+		onA := 0
+		for range picks {
+			p, _, err := gme.pick(context.Background(), health.Reads, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Endpoint() == a.Addr() {
+				onA++
+			}
+			p.Release()
+			clk.Advance(5 * time.Second / picks)
+		}
+		shares = append(shares, float64(onA)/picks)
+	}
+	t.Logf("slow start figures (20s, fake clock, %d picks per 5s window): A's share %.1f%%, %.1f%%, %.1f%%, %.1f%%, then %.1f%%",
+		picks, 100*shares[0], 100*shares[1], 100*shares[2], 100*shares[3], 100*shares[4])
+	if shares[0] > 0.40 {
+		t.Errorf("A has %.1f%% of the picks in the first 5s of its slow start, want at most 40%%", 100*shares[0])
+	}
+	for i := 1; i < 4; i++ {
+		if shares[i] <= shares[i-1] {
+			t.Errorf("A's share over the 5s windows %v does not rise monotonically", shares[:4])
+		}
+	}
+	if shares[4] != 1 {
+		t.Errorf("after the slow start A has %.1f%% of the picks, want all", 100*shares[4])
+	}
 }
