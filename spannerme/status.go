@@ -88,6 +88,9 @@ type GroupStatus struct {
 	// DirectedReads is the group's directed read policy in force (Settings.DirectedReads);
 	// nil when it has none (its requests are sent unchanged), and after Close.
 	DirectedReads *DirectedReadsStatus `json:"directedReads,omitempty"`
+	// Tiers is the group's tiers and how its members share the calls (Settings.Tiers); nil
+	// for a group without tiers.
+	Tiers *TiersStatus `json:"tiers,omitempty"`
 }
 
 // groupStatusJSON is GroupStatus with its durations as strings.
@@ -264,7 +267,11 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		st.At, st.Started = gme.obs.now(), gme.obs.started
 	}
 	for _, me := range groups {
-		g := groupStatusOf(me.Status())
+		mst := me.Status()
+		g := groupStatusOf(mst)
+		if !st.Closed {
+			g.Tiers = gme.tiers.status(mst)
+		}
 		for i := range g.Endpoints {
 			g.Endpoints[i].Name = names[g.Endpoints[i].Endpoint]
 		}

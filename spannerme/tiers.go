@@ -1,8 +1,10 @@
 package spannerme
 
 import (
+	"encoding/json"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/spread"
+	"github.com/spannerme/spanner-multiendpoint/internal/textform"
 )
 
 // TierSettings partitions one group's endpoints into tiers of equal priority (docs/tiers.md):
@@ -120,6 +123,9 @@ type tiering struct {
 	// group to its spread.Endpoint. Both are replaced, never mutated.
 	pickers   atomic.Pointer[map[*multiendpoint.MultiEndpoint]*groupPicker]
 	endpoints atomic.Pointer[map[string]*spread.Endpoint]
+
+	shareMu sync.Mutex   // guards shares; taken by Status only
+	shares  *shareSample // the calls started at the previous sample, for TiersStatus
 }
 
 type groupPicker struct {
@@ -255,4 +261,156 @@ func (t *tiering) probe(p *pool.Pool, latency func(*pool.Pool) (time.Duration, b
 	if d, ok := latency(p); ok {
 		ep.Probe(d)
 	}
+}
+
+// TiersStatus is a group's tiers in a GroupStatus: its tiers, the current tier, a slow start
+// ramp after a switch back, and how its members share the calls.
+type TiersStatus struct {
+	// Tiers lists the group's endpoints by tier, the top tier first.
+	Tiers [][]string `json:"tiers"`
+	// CurrentTier is the index of the tier of the group's current endpoint (0: the top tier).
+	CurrentTier int `json:"currentTier"`
+	// SlowStartFrom is the tier switched away from while a switch back ramps up
+	// (TierSettings.SlowStart), SlowStartSince when the switch happened; -1 and zero when no
+	// ramp lasts.
+	SlowStartFrom  int       `json:"slowStartFrom"`
+	SlowStartSince time.Time `json:"slowStartSince,omitzero"`
+	// Members lists every endpoint of the group, in priority order, with its figures.
+	Members []TierMemberStatus `json:"members"`
+	// ShareWindow is the interval the members' Share is measured over: since the previous
+	// sample of the calls started, taken at most once a second across Status calls (zero at
+	// the first Status: no share yet). In JSON, a Go duration string.
+	ShareWindow time.Duration `json:"-"`
+}
+
+type tiersStatusAlias TiersStatus
+
+type tiersStatusJSON struct {
+	tiersStatusAlias
+	ShareWindow string `json:"shareWindow"`
+}
+
+// MarshalJSON writes ShareWindow as a Go duration string ("10s").
+func (s TiersStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(tiersStatusJSON{tiersStatusAlias(s), s.ShareWindow.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *TiersStatus) UnmarshalJSON(b []byte) error {
+	var j tiersStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = TiersStatus(j.tiersStatusAlias)
+	var err error
+	s.ShareWindow, err = textform.ParseDuration(j.ShareWindow)
+	return err
+}
+
+// TierMemberStatus is one endpoint of a group with tiers.
+type TierMemberStatus struct {
+	Endpoint string `json:"endpoint"`
+	// Tier is the endpoint's tier, 0 the top tier.
+	Tier int `json:"tier"`
+	// Latency is the endpoint's latency score (the moving average that spreading compares,
+	// fed by answered calls and latency probes); zero when not measured yet. In JSON, a Go
+	// duration string ("" when zero).
+	Latency time.Duration `json:"-"`
+	// InFlight is the endpoint's calls in flight now, from every group that lists it.
+	InFlight int64 `json:"inFlight"`
+	// Share is the endpoint's part, in [0, 1], of the calls started on the endpoints of its
+	// tier during ShareWindow (every group that lists them); zero without a window.
+	Share float64 `json:"share"`
+}
+
+type tierMemberAlias TierMemberStatus
+
+type tierMemberJSON struct {
+	tierMemberAlias
+	Latency string `json:"latency,omitempty"`
+}
+
+// MarshalJSON writes Latency as a Go duration string, omitted when zero.
+func (m TierMemberStatus) MarshalJSON() ([]byte, error) {
+	j := tierMemberJSON{tierMemberAlias: tierMemberAlias(m)}
+	if m.Latency != 0 {
+		j.Latency = m.Latency.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (m *TierMemberStatus) UnmarshalJSON(b []byte) error {
+	var j tierMemberJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*m = TierMemberStatus(j.tierMemberAlias)
+	var err error
+	m.Latency, err = textform.ParseDuration(j.Latency)
+	return err
+}
+
+// shareSample is the calls each endpoint had started at a moment, for Share.
+type shareSample struct {
+	at      time.Time
+	started map[string]uint64
+}
+
+// status returns the TiersStatus of a group with tiers (st.Tiers not nil), else nil.
+func (t *tiering) status(st multiendpoint.Status) *TiersStatus {
+	if st.Tiers == nil || t.reg == nil {
+		return nil
+	}
+	ts := &TiersStatus{Tiers: st.Tiers, CurrentTier: st.CurrentTier, SlowStartFrom: -1}
+	if !st.SlowStartSince.IsZero() {
+		ts.SlowStartFrom, ts.SlowStartSince = st.SlowStartFrom, st.SlowStartSince
+	}
+	now := t.clk.Now()
+	prev := t.sampleShares(now)
+	if prev != nil {
+		ts.ShareWindow = now.Sub(prev.at)
+	}
+	eps := t.endpoints.Load()
+	for i, tier := range st.Tiers {
+		var total uint64
+		delta := make([]uint64, len(tier))
+		for j, e := range tier {
+			m := TierMemberStatus{Endpoint: e, Tier: i}
+			if eps != nil && (*eps)[e] != nil {
+				s := (*eps)[e].Stats()
+				m.Latency, m.InFlight = s.Latency, s.InFlight
+				if prev != nil {
+					delta[j] = s.Started - prev.started[e]
+					total += delta[j]
+				}
+			}
+			ts.Members = append(ts.Members, m)
+		}
+		if total > 0 {
+			for j := range tier {
+				ts.Members[len(ts.Members)-len(tier)+j].Share = float64(delta[j]) / float64(total)
+			}
+		}
+	}
+	return ts
+}
+
+// sampleShares returns the sample that shares are measured from, and takes a new one when
+// it is a second old or more.
+func (t *tiering) sampleShares(now time.Time) *shareSample {
+	t.shareMu.Lock()
+	defer t.shareMu.Unlock()
+	prev := t.shares
+	if prev != nil && now.Sub(prev.at) < time.Second {
+		return prev
+	}
+	next := &shareSample{at: now, started: map[string]uint64{}}
+	if eps := t.endpoints.Load(); eps != nil {
+		for e, ep := range *eps {
+			next.started[e] = ep.Stats().Started
+		}
+	}
+	t.shares = next
+	return prev
 }

@@ -2,6 +2,7 @@ package spannerme
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -46,8 +47,22 @@ func TestTiersSlowerMemberLosesItsShare(t *testing.T) {
 	a1.SetLatency(30 * time.Millisecond)
 	time.Sleep(2 * time.Second) // the time the issue gives the spreading to react
 	onB := queries(bb)
+	gme.Status() // the first sample of the shares
 	on1, on2 := share(a1, a2, 3*time.Second)
+	ts := groupOf(gme, "default").Tiers
 	l.end()
+	if ts == nil || len(ts.Members) != 3 || ts.CurrentTier != 0 || ts.SlowStartFrom != -1 || ts.ShareWindow < 3*time.Second {
+		t.Fatalf("Status of the tiered group: %+v", ts)
+	}
+	if m1, m2, mb := ts.Members[0], ts.Members[1], ts.Members[2]; m1.Endpoint != a1.Addr() || m1.Tier != 0 || mb.Tier != 1 ||
+		m1.Share >= m2.Share || m1.Share+m2.Share < 0.999 || m1.Latency <= m2.Latency || mb.Share != 0 {
+		t.Fatalf("Status members %+v, want A1 slower than A2 with a smaller share, B no share", ts.Members)
+	}
+	js, err := json.Marshal(ts)
+	var back TiersStatus
+	if err != nil || json.Unmarshal(js, &back) != nil || !reflect.DeepEqual(back, *ts) {
+		t.Fatalf("TiersStatus JSON round trip (%v): %s -> %+v, want %+v", err, js, back, *ts)
+	}
 	if got := queries(bb); got != onB || got != 0 {
 		t.Fatalf("the lower tier B received %d queries (%d before the window), want 0\n%s", got, onB, tl)
 	}
