@@ -486,6 +486,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	}
 	v.degraded = gme.brown.DegradedSet()
 	v.verdicts = gme.verdicts.All()
+	v.scores = gme.tiers.scores()
 	return v, true
 }
 

@@ -413,8 +413,10 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 		o.ObserveInt64(m.verdict, 1)
 		o.ObserveInt64(m.active, 1)
 		o.ObserveInt64(m.waiting, 1)
+		o.ObserveInt64(m.tier, 1)
+		o.ObserveFloat64(m.latencyScore, 1)
 		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.tier, m.latencyScore)
 	if err != nil {
 		t.Fatal(err)
 	}

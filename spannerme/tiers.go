@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
@@ -413,4 +416,36 @@ func (t *tiering) sampleShares(now time.Time) *shareSample {
 	}
 	t.shares = next
 	return prev
+}
+
+// scores returns the latency score of each endpoint of a group with tiers that has one, for
+// the metrics; nil without tiers.
+func (t *tiering) scores() map[string]time.Duration {
+	eps := t.endpoints.Load()
+	if eps == nil || len(*eps) == 0 {
+		return nil
+	}
+	out := make(map[string]time.Duration, len(*eps))
+	for e, ep := range *eps {
+		if l := ep.Stats().Latency; l > 0 {
+			out[e] = l
+		}
+	}
+	return out
+}
+
+// observeTiers observes the tier metrics: each endpoint's tier in each group with tiers, and
+// the latency scores.
+func (m *metrics) observeTiers(o metric.Observer, v metricsView) {
+	for _, st := range v.groups {
+		for i, tier := range st.Tiers {
+			for _, e := range tier {
+				o.ObserveInt64(m.tier, int64(i), metric.WithAttributes(append([]attribute.KeyValue{
+					attribute.String(AttrMultiEndpoint, st.Name)}, endpointAttrs(e, v.names[e])...)...))
+			}
+		}
+	}
+	for e, l := range v.scores {
+		o.ObserveFloat64(m.latencyScore, l.Seconds(), metric.WithAttributes(endpointAttrs(e, v.names[e])...))
+	}
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
@@ -20,11 +23,14 @@ import (
 
 // tieredClient returns a Spanner client over a group "default" of three frontends in two
 // tiers, [A1 A2] over [B], with RecoveryTimeout rt and SwitchingDelay 1s.
-func tieredClient(t *testing.T, rt time.Duration, tl *eventLog) (*frontendBackend, *GCPMultiEndpoint, func(workers int, deadline time.Duration) *load) {
+func tieredClient(t *testing.T, rt time.Duration, tl *eventLog, mp ...metric.MeterProvider) (*frontendBackend, *GCPMultiEndpoint, func(workers int, deadline time.Duration) *load) {
 	t.Helper()
 	b := startFrontendBackend(t, 3)
 	a1, a2, bb := b.fes[0], b.fes[1], b.fes[2]
 	s := tl.settings(fastSettings(nil))
+	if len(mp) > 0 {
+		s.MeterProvider = mp[0]
+	}
 	s.Tiers = map[string]TierSettings{"default": {Tiers: [][]string{{a1.Addr(), a2.Addr()}, {bb.Addr()}}}}
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(rt, time.Second, a1.Addr(), a2.Addr(), bb.Addr()),
@@ -37,7 +43,8 @@ func tieredClient(t *testing.T, rt time.Duration, tl *eventLog) (*frontendBacken
 // after the change on, and B, the lower tier, gets none.
 func TestTiersSlowerMemberLosesItsShare(t *testing.T) {
 	tl := newEventLog()
-	b, gme, start := tieredClient(t, time.Second, tl)
+	reader, mp := newMetricReader()
+	b, gme, start := tieredClient(t, time.Second, tl, mp)
 	a1, a2, bb := b.fes[0], b.fes[1], b.fes[2]
 	l := start(8, 5*time.Second)
 	defer l.end()
@@ -57,6 +64,23 @@ func TestTiersSlowerMemberLosesItsShare(t *testing.T) {
 	if m1, m2, mb := ts.Members[0], ts.Members[1], ts.Members[2]; m1.Endpoint != a1.Addr() || m1.Tier != 0 || mb.Tier != 1 ||
 		m1.Share >= m2.Share || m1.Share+m2.Share < 0.999 || m1.Latency <= m2.Latency || mb.Share != 0 {
 		t.Fatalf("Status members %+v, want A1 slower than A2 with a smaller share, B no share", ts.Members)
+	}
+	rm := collect(t, reader)
+	for i, want := range []int64{0, 0, 1} {
+		e := ts.Members[i].Endpoint
+		if got, ok := valueWhere(rm, metricTier, attribute.String(AttrMultiEndpoint, "default"), attribute.String(AttrEndpoint, e)); !ok || got != want {
+			t.Errorf("%s %s = %d (%v), want %d", metricTier, e, got, ok, want)
+		}
+	}
+	scores := map[string]float64{}
+	if m, ok := find(rm, metricLatencyScore); ok {
+		for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
+			v, _ := dp.Attributes.Value(AttrEndpoint)
+			scores[v.AsString()] = dp.Value
+		}
+	}
+	if scores[a1.Addr()] <= scores[a2.Addr()] || scores[a2.Addr()] <= 0 {
+		t.Errorf("%s: %v, want A1's above A2's, both measured", metricLatencyScore, scores)
 	}
 	js, err := json.Marshal(ts)
 	var back TiersStatus
