@@ -2,6 +2,8 @@ package spannerme
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"sync"
@@ -127,6 +129,8 @@ type tiering struct {
 	pickers   atomic.Pointer[map[*multiendpoint.MultiEndpoint]*groupPicker]
 	endpoints atomic.Pointer[map[string]*spread.Endpoint]
 
+	logged map[string]string // each tiered group's tiers as last logged; under updateMu
+
 	shareMu sync.Mutex   // guards shares; taken by Status only
 	shares  *shareSample // the calls started at the previous sample, for TiersStatus
 }
@@ -148,10 +152,30 @@ func (t *tiering) init(settings map[string]tierConfig, clk clock.Clock) {
 // update publishes the pickers of the tiered groups of cfg (groups by name), keeping a kept
 // group's Picker when its slow start is unchanged, and forgets the endpoints no tiered group
 // lists. Called by apply under updateMu, after the groups are reconfigured.
-func (t *tiering) update(cfg *config, groups map[string]*multiendpoint.MultiEndpoint) {
+// Each group whose tiers change (given, changed, or taken away) is logged at Info.
+func (t *tiering) update(cfg *config, groups map[string]*multiendpoint.MultiEndpoint, log *slog.Logger) {
 	if t.reg == nil {
 		return
 	}
+	logged := make(map[string]string)
+	for _, g := range cfg.groups {
+		if g.tiers == nil {
+			if was, ok := t.logged[g.name]; ok {
+				log.Info("spannerme: MultiEndpoint no longer has tiers: a strict priority list", "multiendpoint", g.name, "was", was)
+			}
+			continue
+		}
+		desc := fmt.Sprint(g.tiers)
+		if g.slowStart > 0 {
+			desc += " slowStart " + g.slowStart.String()
+		}
+		logged[g.name] = desc
+		if t.logged[g.name] != desc {
+			log.Info("spannerme: MultiEndpoint spreads its calls over tiers of equal priority", "multiendpoint", g.name,
+				"tiers", fmt.Sprint(g.tiers), "slowStart", g.slowStart)
+		}
+	}
+	t.logged = logged
 	old := t.pickers.Load()
 	pickers := make(map[*multiendpoint.MultiEndpoint]*groupPicker)
 	keep := make(map[string]bool)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -288,11 +289,16 @@ func TestTiersSlowStartAfterSwitchBack(t *testing.T) {
 	const slowStart, sd = 20 * time.Second, time.Second
 	a, b := startEndpoint(t, "A"), startEndpoint(t, "B")
 	clk := clock.NewFake(time.Time{})
-	s := fastSettings(nil)
+	buf := &syncBuffer{}
+	s := fastSettings(buf)
 	s.Tiers = map[string]TierSettings{"g": {Tiers: [][]string{{a.Addr()}, {b.Addr()}}, SlowStart: slowStart}}
 	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
 		"g": group(0, sd, a.Addr(), b.Addr()),
 	}), s, plumbing{clock: clk})
+	if want := fmt.Sprintf(`msg="spannerme: MultiEndpoint spreads its calls over tiers of equal priority" multiendpoint=g tiers="[[%s] [%s]]" slowStart=20s`,
+		a.Addr(), b.Addr()); !strings.Contains(buf.String(), want) {
+		t.Errorf("log lacks %s:\n%s", want, buf.String())
+	}
 	me := gme.snap.Load().groups["g"]
 	eventually(t, 10*time.Second, "A current", func() bool { return me.Current() == a.Addr() })
 

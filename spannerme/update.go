@@ -223,7 +223,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			}
 		}
 	}
-	gme.tiers.update(cfg, groups)
+	gme.tiers.update(cfg, groups, gme.log)
 	// 4. Publish the final snapshot: only configured endpoints.
 	pools := make(map[string]*pool.Pool, len(want))
 	for e := range want {
