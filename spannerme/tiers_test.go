@@ -347,3 +347,27 @@ func TestTiersSlowStartAfterSwitchBack(t *testing.T) {
 		t.Errorf("after the slow start A has %.1f%% of the picks, want all", 100*shares[4])
 	}
 }
+
+// UpdateMultiEndpoints keeps Settings.Tiers: an update that lists a tiered group's endpoints
+// in another order, or others, is refused naming the group, and nothing changes; one that
+// keeps them (new durations) is applied and the group keeps its tiers.
+func TestTiersUpdateMultiEndpoints(t *testing.T) {
+	a, b, c := startServer(t, "a"), startServer(t, "b"), startServer(t, "c")
+	s := fastSettings(nil)
+	s.Tiers = map[string]TierSettings{"g": {Tiers: [][]string{{a, b}, {c}}}}
+	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, a, b, c)}), s)
+	err := gme.UpdateMultiEndpoints(options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, b, a, c)}))
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Group != "g" || ce.Endpoint != b {
+		t.Fatalf("reordered tiered group: %v, want a *ConfigError naming group g and endpoint %s", err, b)
+	}
+	if g := groupOf(gme, "g"); g.Tiers == nil || g.Endpoints[0].Endpoint != a {
+		t.Fatalf("after the refused update: %+v", g)
+	}
+	if err := gme.UpdateMultiEndpoints(options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(time.Second, 0, a, b, c)})); err != nil {
+		t.Fatal(err)
+	}
+	if g := groupOf(gme, "g"); g.Tiers == nil || len(g.Tiers.Tiers) != 2 || g.RecoveryTimeout != time.Second {
+		t.Fatalf("after the update of durations: %+v", g)
+	}
+}
