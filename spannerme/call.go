@@ -56,7 +56,9 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
+	tc := gme.tiers.begin(me, p)
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
+	tc.done(err)
 	if err == nil {
 		gme.roTxns.NoteBegin(method, args, reply)
 	}
@@ -169,7 +171,11 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		case !named && class == health.Sessions:
 			me = s.sessionGroup()
 		}
-		if p := s.pools[me.Current()]; p != nil && p.Acquire() {
+		addr := me.Current()
+		if v := me.Tier(); v != nil { // a group with tiers spreads its calls (tiers.go)
+			addr = gme.tiers.pick(me, v)
+		}
+		if p := s.pools[addr]; p != nil && p.Acquire() {
 			return p, me, nil
 		}
 	}
@@ -297,7 +303,8 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		cs, err = gme.newHedgedStream(ctx, hg, p, me, desc, method, id, opts)
 	} else {
 		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class})
+		tc := gme.tiers.begin(me, p)
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first()})
 	}
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)

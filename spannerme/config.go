@@ -54,6 +54,9 @@ type groupConfig struct {
 	endpoints       []string // normalized, by priority
 	recoveryTimeout time.Duration
 	switchingDelay  time.Duration
+	// tiers and slowStart: the group's Settings.Tiers (assignTiers); nil: no tiers.
+	tiers     [][]string
+	slowStart time.Duration
 }
 
 // config is a validated GCPMultiEndpointOptions. It shares no memory with the caller's.

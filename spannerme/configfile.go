@@ -207,6 +207,7 @@ type parsedFile struct {
 	endpointOpts endpointOptions
 	directed     directedReads
 	hedging      hedgeSettings
+	tiers        map[string]tierConfig // the groups with a nested list of endpoints
 }
 
 // fileDecoder reads a configuration file's node tree (configfile.Decoder) into the options
@@ -287,6 +288,13 @@ func (d *fileDecoder) groups(n *configfile.Node, path string) error {
 func (d *fileDecoder) group(name string, n *configfile.Node, path string) error {
 	g := &multiendpoint.MultiEndpointOptions{}
 	d.options.MultiEndpoints[name] = g
+	var tiers TierSettings // slowStart, and the tiers groupEndpoints stores
+	defer func() {
+		if t, ok := d.settings.Tiers[name]; ok {
+			t.SlowStart = tiers.SlowStart
+			d.settings.Tiers[name] = t
+		}
+	}()
 	err := d.Mapping(n, path, configfile.Fields{
 		"endpoints": func(n *configfile.Node, p string) error {
 			n = configfile.Resolve(n)
@@ -296,22 +304,11 @@ func (d *fileDecoder) group(name string, n *configfile.Node, path string) error 
 			if len(n.Content) > maxGroupEndpoints {
 				return d.ErrAt(n, p, "%d endpoints: a group has at most %d", len(n.Content), maxGroupEndpoints)
 			}
-			for i, e := range n.Content {
-				ep := fmt.Sprintf("%s[%d]", p, i)
-				s, err := d.Str(e, ep)
-				if err != nil {
-					return err
-				}
-				if d.endpoints == nil {
-					d.endpoints = map[string]bool{}
-				}
-				if d.endpoints[s] = true; len(d.endpoints) > maxEndpoints {
-					return d.ErrAt(configfile.Resolve(e), ep, "more than %d distinct endpoints in all groups together", maxEndpoints)
-				}
-				d.SetNode(ep, configfile.Resolve(e))
-				g.Endpoints = append(g.Endpoints, s)
-			}
-			return nil
+			return d.groupEndpoints(name, g, n, p)
+		},
+		"slowStart": func(n *configfile.Node, p string) (err error) {
+			tiers.SlowStart, err = d.Duration(n, p, "")
+			return err
 		},
 		"recoveryTimeout": func(n *configfile.Node, p string) (err error) {
 			g.RecoveryTimeout, err = d.Duration(n, p, "")
@@ -327,7 +324,68 @@ func (d *fileDecoder) group(name string, n *configfile.Node, path string) error 
 	if err == nil && d.Node(configfile.Join(path, "endpoints")) == nil {
 		return d.ErrAt(configfile.Resolve(n), configfile.Join(path, "endpoints"), "required field missing")
 	}
+	if _, tiered := d.settings.Tiers[name]; err == nil && !tiered && d.Node(configfile.Join(path, "slowStart")) != nil {
+		return d.ErrAt(d.Node(configfile.Join(path, "slowStart")), configfile.Join(path, "slowStart"),
+			"slowStart applies to a group with tiers (a nested list in endpoints)")
+	}
 	return err
+}
+
+// groupEndpoints reads a group's endpoints: a list whose items are endpoints, or lists of
+// endpoints (tiers of equal priority, TierSettings). With a nested list the group has tiers,
+// an endpoint alone being a tier of its own; g.Endpoints is the list flattened (the order of
+// tiers and members), so a flat list means exactly what it means upstream. An endpoint's
+// path in errors is its position in the flattened list: endpoints[k].
+func (d *fileDecoder) groupEndpoints(name string, g *multiendpoint.MultiEndpointOptions, n *configfile.Node, p string) error {
+	var tiers [][]string
+	nested := false
+	add := func(e *configfile.Node) error {
+		ep := fmt.Sprintf("%s[%d]", p, len(g.Endpoints))
+		s, err := d.Str(e, ep)
+		if err != nil {
+			return err
+		}
+		if d.endpoints == nil {
+			d.endpoints = map[string]bool{}
+		}
+		if d.endpoints[s] = true; len(d.endpoints) > maxEndpoints {
+			return d.ErrAt(configfile.Resolve(e), ep, "more than %d distinct endpoints in all groups together", maxEndpoints)
+		}
+		if len(g.Endpoints) >= maxGroupEndpoints {
+			return d.ErrAt(configfile.Resolve(e), ep, "more than %d endpoints: a group has at most %d", maxGroupEndpoints, maxGroupEndpoints)
+		}
+		d.SetNode(ep, configfile.Resolve(e))
+		g.Endpoints = append(g.Endpoints, s)
+		return nil
+	}
+	for i, e := range n.Content {
+		if r := configfile.Resolve(e); r.Kind == yaml.SequenceNode {
+			nested = true
+			if len(r.Content) == 0 {
+				return d.ErrAt(r, fmt.Sprintf("%s[%d]", p, i), "empty tier")
+			}
+			var tier []string
+			for _, m := range r.Content {
+				if err := add(m); err != nil {
+					return err
+				}
+				tier = append(tier, g.Endpoints[len(g.Endpoints)-1])
+			}
+			tiers = append(tiers, tier)
+			continue
+		}
+		if err := add(e); err != nil {
+			return err
+		}
+		tiers = append(tiers, []string{g.Endpoints[len(g.Endpoints)-1]})
+	}
+	if nested {
+		if d.settings.Tiers == nil {
+			d.settings.Tiers = map[string]TierSettings{}
+		}
+		d.settings.Tiers[name] = TierSettings{Tiers: tiers}
+	}
+	return nil
 }
 
 // directedReads reads a group's directedReads into Settings.DirectedReads (directedreads.go):
@@ -558,6 +616,9 @@ func (d *fileDecoder) validate() (*parsedFile, error) {
 	}
 	if err == nil {
 		f.hedging, err = parseHedging(d.settings.Hedging)
+	}
+	if err == nil {
+		f.tiers, err = parseTiers(d.settings.Tiers)
 	}
 	if err == nil {
 		return &f, nil

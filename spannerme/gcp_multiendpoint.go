@@ -67,6 +67,7 @@ type GCPMultiEndpoint struct {
 	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
 	// sent elsewhere, and the retries the budget kept (Status.Retries).
 	steered, refused, skipped atomic.Int64
+	tiers                     tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -319,6 +320,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 
 		lazyStreams: lazyStreams,
 	}
+	gme.tiers.init(s.tiers, pl.clock)
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
 	gme.setHedging(s.hedging)
@@ -498,6 +500,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	v.degraded = gme.brown.DegradedSet()
 	v.verdicts = gme.verdicts.All()
 	v.hedges = gme.hedgingCounts()
+	v.scores = gme.tiers.scores()
 	return v, true
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -83,6 +84,9 @@ const (
 	metricWaitingCalls   = "spannerme.client.waiting_calls"
 	metricHedges         = "spannerme.multiendpoint.hedges"
 	instrumentObsCounter = "Int64ObservableCounter"
+	metricTier           = "spannerme.endpoint.tier"
+	metricLatencyScore   = "spannerme.endpoint.latency_score"
+	instrumentFloatGauge = "Float64ObservableGauge"
 	instrumentGauge      = "Int64ObservableGauge"
 	instrumentCounter    = "Int64Counter"
 	instrumentHistogram  = "Float64Histogram"
@@ -118,6 +122,10 @@ var metricDocs = []metricDoc{
 		"calls waiting for their endpoint's pool to finish connecting (or for their group to switch)"},
 	{metricHedges, instrumentObsCounter, "{hedge}", []string{AttrMultiEndpoint, AttrHedgeOutcome},
 		"hedged streaming reads of groups that hedge, by outcome: sent, won (the caller read the hedge), lost (cancelled: the first stream answered first), refused (by the budget)"},
+	{metricTier, instrumentGauge, "{tier}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
+		"the tier of each endpoint of each group with tiers (0: the top tier); absent for groups without tiers"},
+	{metricLatencyScore, instrumentFloatGauge, "s", []string{AttrEndpoint, AttrEndpointName},
+		"the latency score that spreads a tier's calls (a moving average of answered calls and latency probes), for each endpoint of a group with tiers that has one"},
 }
 
 // durationBuckets are the call duration histogram's bucket bounds, in seconds: those the
@@ -133,6 +141,8 @@ type metrics struct {
 	state, current, degraded, verdict    metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
 	hedges                               metric.Int64ObservableCounter
+	tier                                 metric.Int64ObservableGauge
+	latencyScore                         metric.Float64ObservableGauge
 
 	mu  sync.Mutex // guards reg
 	reg metric.Registration
@@ -170,11 +180,13 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 		switches: counter(metricSwitches), ejections: counter(metricEjections),
 		cooldowns: counter(metricCooldowns), reroutes: counter(metricReroutes),
 		state: gauge(metricEndpointState), current: gauge(metricCurrent), degraded: gauge(metricDegraded),
-		verdict: gauge(metricVerdict),
-		active:  upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
+		verdict: gauge(metricVerdict), tier: gauge(metricTier),
+		active: upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
 	}
 	u, d := doc(metricHedges)
 	m.hedges, _ = meter.Int64ObservableCounter(metricHedges, u, d)
+	u, d = doc(metricLatencyScore)
+	m.latencyScore, _ = meter.Float64ObservableGauge(metricLatencyScore, u, d)
 	u, d = doc(metricDuration)
 	m.duration, _ = meter.Float64Histogram(metricDuration, u, d, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	fillNoop(m)
@@ -194,7 +206,10 @@ func fillNoop(m *metrics) {
 	if m.duration == nil {
 		m.duration = noop.Float64Histogram{}
 	}
-	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current, &m.degraded, &m.verdict} {
+	if m.latencyScore == nil {
+		m.latencyScore = noop.Float64ObservableGauge{}
+	}
+	for _, g := range []*metric.Int64ObservableGauge{&m.state, &m.current, &m.degraded, &m.verdict, &m.tier} {
 		if *g == nil {
 			*g = noop.Int64ObservableGauge{}
 		}
@@ -219,6 +234,8 @@ type metricsView struct {
 	degraded map[string]map[string]bool
 	// verdicts holds, per group, each endpoint's last verdict.
 	verdicts map[string]map[string]verdict.Reason
+	// scores holds the latency score of each endpoint of a group with tiers that has one.
+	scores map[string]time.Duration
 }
 
 // observe registers the callback of the observable instruments, which reads view at each
@@ -264,8 +281,9 @@ func (m *metrics) observe(mp metric.MeterProvider, view func() (metricsView, boo
 					attribute.String(AttrMultiEndpoint, g), attribute.String(AttrHedgeOutcome, c.outcome)))
 			}
 		}
+		m.observeTiers(o, v)
 		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges, m.tier, m.latencyScore)
 	if err != nil {
 		return // the provider reports it; the synchronous instruments still work
 	}

@@ -108,7 +108,15 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 
 // Latency receives a latency sample of the pool (or the loss of its samples): the
 // brownout rule is evaluated for every group that lists the endpoint.
-func (e *poolEvents) Latency(p *pool.Pool) { e.gme.sampleBrownouts(p) }
+// A tiered group's endpoint also takes it as a latency sample (tiers.go).
+func (e *poolEvents) Latency(p *pool.Pool) {
+	e.gme.sampleBrownouts(p)
+	latency := e.gme.pl.latency
+	if latency == nil {
+		latency = (*pool.Pool).Latency
+	}
+	e.gme.tiers.probe(p, latency)
+}
 
 func (e *poolEvents) CallEnd(ctx context.Context, group string, start time.Time, err error) {
 	l := e.label.Load()

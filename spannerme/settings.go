@@ -123,6 +123,14 @@ type Settings struct {
 	// a local TLS-terminating proxy. NewGCPMultiEndpoint* (gRPC dial options only) do not
 	// read it.
 	SendCredentialsInPlaintext bool
+	// Tiers partitions groups' endpoints into tiers of equal priority, by group name
+	// (TierSettings; docs/tiers.md): the tier is the unit of failover, and calls are spread
+	// over a tier's available members by latency. A group without an entry, and every group
+	// when Tiers is nil, is a strict priority list as without tiers, at no cost. Entries of
+	// groups not configured (yet) are allowed; they apply once such a group exists. Ignored
+	// with the emulator (SPANNER_EMULATOR_HOST). A bad entry, or a configured group whose
+	// endpoints are not its tiers flattened, is a *ConfigError naming the group and endpoint.
+	Tiers map[string]TierSettings
 }
 
 // validate returns a *ConfigError naming the first invalid field.
@@ -166,6 +174,7 @@ type parsedSettings struct {
 	endpointOpts endpointOptions
 	directed     directedReads
 	hedging      hedgeSettings
+	tiers        map[string]tierConfig
 }
 
 // parse validates s and returns it with its defaults. Errors: a *ConfigError naming the
@@ -186,5 +195,9 @@ func (s Settings) parse() (parsedSettings, error) {
 	if err != nil {
 		return parsedSettings{}, err
 	}
-	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo, directed: dr, hedging: h}, nil
+	tiers, err := parseTiers(s.Tiers)
+	if err != nil {
+		return parsedSettings{}, err
+	}
+	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo, directed: dr, hedging: h, tiers: tiers}, nil
 }

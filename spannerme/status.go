@@ -95,6 +95,9 @@ type GroupStatus struct {
 	// Hedging is the group's hedging in force (Settings.Hedging) and its counts; nil when
 	// the group does not hedge.
 	Hedging *HedgingStatus `json:"hedging,omitempty"`
+	// Tiers is the group's tiers and how its members share the calls (Settings.Tiers); nil
+	// for a group without tiers.
+	Tiers *TiersStatus `json:"tiers,omitempty"`
 }
 
 // groupStatusJSON is GroupStatus with its durations as strings.
@@ -276,7 +279,11 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		st.At, st.Started = gme.obs.now(), gme.obs.started
 	}
 	for _, me := range groups {
-		g := groupStatusOf(me.Status())
+		mst := me.Status()
+		g := groupStatusOf(mst)
+		if !st.Closed {
+			g.Tiers = gme.tiers.status(mst)
+		}
 		for i := range g.Endpoints {
 			g.Endpoints[i].Name = names[g.Endpoints[i].Endpoint]
 		}

@@ -109,6 +109,9 @@ func durationsFor(g groupConfig, me *multiendpoint.MultiEndpoint, rule durationR
 // gme.updateMu must be held; gme.mu is taken only to read and write the maps, never across a
 // dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
 func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
+	if err := assignTiers(cfg, gme.tiers.settings, gme.pl.emulator != ""); err != nil {
+		return err
+	}
 	gme.mu.Lock()
 	if gme.closed || gme.zero() {
 		gme.mu.Unlock()
@@ -166,8 +169,12 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		if oldGroups[g.name] != nil {
 			continue
 		}
+		eps := g.endpoints
+		if g.tiers != nil {
+			eps = nil // the tiers list them
+		}
 		me, err := multiendpoint.New(multiendpoint.Options{
-			Name: g.name, Endpoints: g.endpoints, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
+			Name: g.name, Endpoints: eps, Tiers: g.tiers, SlowStart: g.slowStart, RecoveryTimeout: g.recoveryTimeout, SwitchingDelay: g.switchingDelay,
 			InitialState: initial, OnSwitch: gme.onSwitch, Clock: gme.pl.clock,
 			SwitchingJitter: gme.settings.SwitchingJitter,
 			// With RecoveryTimeout 0, a first connection attempt gets as long as gRPC gives it.
@@ -212,9 +219,14 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			// Validated by parseConfig; it fails only after the group's Close, which only
 			// Close and this function call, under updateMu.
 			rt, sd := durationsFor(g, me, rule)
-			_ = me.Reconfigure(g.endpoints, rt, sd)
+			if g.tiers != nil {
+				_ = me.ReconfigureTiers(g.tiers, rt, sd)
+			} else {
+				_ = me.Reconfigure(g.endpoints, rt, sd)
+			}
 		}
 	}
+	gme.tiers.update(cfg, groups, gme.log)
 	// 4. Publish the final snapshot: only configured endpoints.
 	pools := make(map[string]*pool.Pool, len(want))
 	for e := range want {
@@ -326,7 +338,7 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 // also replaces the directed read policies (Settings.DirectedReads) with f's, from the next
 // call on. Errors as for UpdateMultiEndpoints (f is valid: a dial error, or ErrClosed).
 func (gme *GCPMultiEndpoint) updateFromFile(f *parsedFile) (stale []string, err error) {
-	stale, err = gme.updateParsed(f.cfg, f.endpointOpts, f.directed, false, durationsAsWritten)
+	stale, err = gme.updateParsed(f.cfg, f.endpointOpts, f.directed, f.tiers, false, durationsAsWritten)
 	if err == nil {
 		gme.setHedging(f.hedging)
 	}
@@ -352,7 +364,7 @@ func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpoint
 	if err != nil {
 		return nil, err
 	}
-	return gme.updateParsed(cfg, opts, directed, keepDirected, keepUnsetDurations)
+	return gme.updateParsed(cfg, opts, directed, nil, keepDirected, keepUnsetDurations)
 }
 
 // updateParsed applies the validated cfg (which it modifies) with the endpoint options opts
@@ -360,20 +372,24 @@ func (gme *GCPMultiEndpoint) updateWithSettings(meOpts *grpcgcp.GCPMultiEndpoint
 // meaning what rule says; on error nothing changes.
 // It returns, sorted, the configured endpoints whose pool was dialed with options other than
 // opts', Name aside.
-func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, keepDirected bool, rule durationRule) (stale []string, err error) {
+// Unless keepDirected, the tiers (Settings.Tiers, validated) are replaced by tiers too: a
+// file states them in full.
+func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, directed directedReads, tiers map[string]tierConfig,
+	keepDirected bool, rule durationRule) (stale []string, err error) {
 	if gme.zero() {
 		return nil, ErrClosed
 	}
 	cfg.collapseTo(gme.pl.emulator)
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
-	old, oldDirected := gme.endpointOpts, gme.directed
+	old, oldDirected, oldTiers := gme.endpointOpts, gme.directed, gme.tiers.settings
 	gme.endpointOpts = opts
 	if !keepDirected {
 		gme.directed = directed
+		gme.tiers.settings = tiers
 	}
 	if err := gme.apply(cfg, rule); err != nil {
-		gme.endpointOpts, gme.directed = old, oldDirected
+		gme.endpointOpts, gme.directed, gme.tiers.settings = old, oldDirected, oldTiers
 		return nil, err
 	}
 	for e, dialed := range gme.dialedOpts {

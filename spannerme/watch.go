@@ -105,8 +105,9 @@ func (s *fileSnapshot) same(o *fileSnapshot) bool {
 //
 // Each reload applies the groups, endpoints, durations and Default as UpdateMultiEndpoints
 // does, with the file's EndpointOptions for pools it dials, and replaces the directed read
-// policies and the hedging (Settings.DirectedReads, Settings.Hedging) with the file's, for
-// the calls that start after it. The
+// policies, the hedging and the tiers (Settings.DirectedReads, Settings.Hedging,
+// Settings.Tiers: the groups whose endpoints are a nested list) with the file's, for the
+// calls that start after it. The
 // file states the whole configuration, so a reload sets every group's RecoveryTimeout and
 // SwitchingDelay as the file writes them, a duration absent meaning zero (its default), where
 // UpdateMultiEndpoints keeps a kept group's value for a zero; values set by SetGroupTimeouts

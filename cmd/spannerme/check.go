@@ -72,7 +72,26 @@ type endpointResult struct {
 
 type groupEndpoint struct {
 	Priority int `json:"priority"`
+	// Tier is the endpoint's tier in a group with tiers (a nested list in the file's
+	// endpoints), 0 the top tier; absent for a group without tiers.
+	Tier *int `json:"tier,omitempty"`
 	endpointResult
+}
+
+// tiersOf returns the tier of each endpoint of group name, by its position in the group's
+// Endpoints (the tiers flattened); nil for a group without tiers.
+func tiersOf(fc *spannerme.FileConfig, name string) []int {
+	ts, ok := fc.Settings.Tiers[name]
+	if !ok {
+		return nil
+	}
+	var out []int
+	for i, tier := range ts.Tiers {
+		for range tier {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 type groupResult struct {
@@ -178,9 +197,14 @@ func check(ctx context.Context, c *common, fc *spannerme.FileConfig) *report {
 	})
 	for _, name := range names {
 		g := groupResult{Name: name, Default: name == fc.Options.Default}
+		tiers := tiersOf(fc, name)
 		for i, e := range fc.Options.MultiEndpoints[name].Endpoints {
 			r := results[e]
-			g.Endpoints = append(g.Endpoints, groupEndpoint{Priority: i, endpointResult: *r})
+			ge := groupEndpoint{Priority: i, endpointResult: *r}
+			if i < len(tiers) {
+				ge.Tier = &tiers[i]
+			}
+			g.Endpoints = append(g.Endpoints, ge)
 			if r.OK {
 				g.Working++
 				if g.First == "" {
@@ -433,7 +457,11 @@ func printTable(w io.Writer, rep *report) {
 	fmt.Fprintln(tw, "GROUP\t#\tENDPOINT\tRESOLVE\tTCP\tTLS\tGRPC\tSPANNER\tDATABASE\tRESULT")
 	for _, g := range rep.Groups {
 		for _, e := range g.Endpoints {
-			cells := []string{printable(g.Name), fmt.Sprint(e.Priority), printable(labeled(e.Endpoint, e.Name))}
+			priority := fmt.Sprint(e.Priority)
+			if e.Tier != nil {
+				priority = fmt.Sprintf("%d (tier %d)", e.Priority, *e.Tier)
+			}
+			cells := []string{printable(g.Name), priority, printable(labeled(e.Endpoint, e.Name))}
 			for _, s := range e.Steps {
 				cells = append(cells, cell(s))
 			}

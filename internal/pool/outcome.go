@@ -43,6 +43,8 @@ const (
 	streamAnswered
 	// streamReported: the stream's outcome was recorded.
 	streamReported
+	// streamFirst: CallInfo.First was told.
+	streamFirst
 )
 
 // mark sets bit once; later calls only read.

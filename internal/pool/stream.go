@@ -31,6 +31,17 @@ type CallInfo struct {
 	Start time.Time
 	// Class is the call's class for health from call outcomes (Observe).
 	Class health.Class
+	// First, if not nil, is told once when the stream's first response message arrives
+	// (FirstResponse(nil)) or, when it ends before any, with its end (nil or io.EOF for a
+	// stream that ended well, else the error): the latency of a spread call (tiers). Nil
+	// costs nothing.
+	First FirstResponder
+}
+
+// FirstResponder receives the first response of a stream (CallInfo.First). It is called
+// once per stream, on the goroutine of RecvMsg, SendMsg or the context's end; it must not block.
+type FirstResponder interface {
+	FirstResponse(err error)
 }
 
 // NewStream starts a streaming call on the pool, which the caller has acquired (Acquire):
@@ -179,6 +190,7 @@ func (s *Stream) end(err error) {
 		if errors.Is(err, io.EOF) {
 			err = nil
 		}
+		s.first(err)
 		if !s.call.Start.IsZero() {
 			s.pool.obs.CallEnd(s.ctx, s.call.Group, s.call.Start, err)
 		}
@@ -186,6 +198,14 @@ func (s *Stream) end(err error) {
 			s.pool.callEnded(s.pool, s.call, s.method, err)
 		}
 		s.pool.Release()
+	}
+}
+
+// first tells call.First, once, of the first response (err nil) or of the stream's end
+// without one.
+func (s *Stream) first(err error) {
+	if s.call.First != nil && s.health.Or(streamFirst)&streamFirst == 0 {
+		s.call.First.FirstResponse(err)
 	}
 }
 
@@ -199,6 +219,7 @@ func (s *Stream) RecvMsg(m any) error {
 		s.ended(err)
 		s.finish(err)
 	} else {
+		s.first(nil)
 		s.mark(streamAnswered)
 		if s.gotReport.Load() { // gRPC ended the stream while this message was returned
 			s.watchAfterReport(nil, false)

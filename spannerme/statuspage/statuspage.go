@@ -174,6 +174,7 @@ type groupView struct {
 	Endpoints   []endpointView
 	Pending     string // "switching to X in 1.2s", or ""
 	Timeline    timeline
+	TierState   string // "current tier 0", with a slow start ramp; "" without tiers
 }
 
 type endpointView struct {
@@ -184,6 +185,7 @@ type endpointView struct {
 	Reason       string // why it is not Available, or ""
 	Latency      string // the brownout rule's latency of the endpoint in this group, "-" when unknown or off
 	Degraded     bool   // degraded by brownout detection in this group
+	Tier         string // "tier 0 · 48% · 12ms in flight 3", the spreading of a group with tiers; ""
 }
 
 type poolView struct {
@@ -273,9 +275,13 @@ func newPageView(st spannerme.Status) pageView {
 		if g.PendingSwitch != "" {
 			gv.Pending = fmt.Sprintf("switching to %s in %s", labelOf(names, g.PendingSwitch), g.PendingSwitchAt.Sub(st.At).Round(time.Millisecond))
 		}
-		for _, e := range g.Endpoints {
+		gv.TierState = tierState(st.At, g.Tiers)
+		for i, e := range g.Endpoints {
 			p := pools[e.Endpoint]
 			ev := endpointView{EndpointStatus: e, Current: e.Endpoint == g.Current, For: ago(st.At, e.Since), Connectivity: p.Connectivity}
+			if g.Tiers != nil && i < len(g.Tiers.Members) {
+				ev.Tier = tierMemberText(g.Tiers.Members[i], g.Tiers.ShareWindow)
+			}
 			ev.Reason = endpointReason(st, e, p)
 			ev.Latency = "-"
 			if b := e.Brownout; b != nil {
@@ -456,4 +462,30 @@ func newTimeline(st spannerme.Status, g spannerme.GroupStatus) timeline {
 			Title: fmt.Sprintf("%s at %s: %s → %s", ev.Reason, ev.At.Format("15:04:05.000"), labelOf(names, ev.From), labelOf(names, ev.To))})
 	}
 	return t
+}
+
+// tierState writes a group's tier state for people: "current tier 0", and the slow start
+// ramp after a switch back; "" for a group without tiers.
+func tierState(now time.Time, ts *spannerme.TiersStatus) string {
+	if ts == nil {
+		return ""
+	}
+	s := fmt.Sprintf("%d tiers · current tier %d", len(ts.Tiers), ts.CurrentTier)
+	if ts.SlowStartFrom >= 0 {
+		s += fmt.Sprintf(" · slow start from tier %d since %s", ts.SlowStartFrom, ago(now, ts.SlowStartSince))
+	}
+	return s
+}
+
+// tierMemberText writes a member's spreading figures: its tier, its share of its tier's
+// calls over window (when there is one), its latency score and its calls in flight.
+func tierMemberText(m spannerme.TierMemberStatus, window time.Duration) string {
+	s := fmt.Sprintf("tier %d", m.Tier)
+	if window > 0 {
+		s += fmt.Sprintf(" · %.0f%% of calls", 100*m.Share)
+	}
+	if m.Latency > 0 {
+		s += " · score " + latencyText(m.Latency)
+	}
+	return s + fmt.Sprintf(" · %d in flight", m.InFlight)
 }

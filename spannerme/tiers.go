@@ -1,0 +1,475 @@
+package spannerme
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spread"
+	"github.com/spannerme/spanner-multiendpoint/internal/textform"
+)
+
+// TierSettings partitions one group's endpoints into tiers of equal priority (docs/tiers.md):
+// the tier is the unit of failover, and a tier's calls are spread over its available members
+// by their observed latency (power of two choices over latency × calls in flight, every member
+// keeping a minimum share of 5 %).
+type TierSettings struct {
+	// Tiers lists the group's endpoints by tier, the top tier first. Flattened in order, it
+	// must be exactly the group's Endpoints list (after normalization: "https://h" is
+	// "h:443"), so that the flat list keeps the order of tiers and members: a group whose
+	// endpoints differ from it (at creation or at UpdateMultiEndpoints) is a *ConfigError
+	// naming the group and the first endpoint that differs, and nothing changes. At least
+	// one tier, no empty tier, no endpoint twice. A tier of one endpoint behaves exactly as
+	// that endpoint does without tiers.
+	Tiers [][]string
+	// SlowStart is how long a member that joins or rejoins its tier, and a tier the group
+	// switches back to, takes to ramp its share of the calls up to its full share (Envoy's
+	// slow start, linear, from 10 %). Zero means no slow start; negative is a *ConfigError.
+	SlowStart time.Duration
+}
+
+// tierConfig is a validated TierSettings.
+type tierConfig struct {
+	tiers     [][]string // normalized
+	slowStart time.Duration
+}
+
+// parseTiers validates Settings.Tiers. Entries of groups not configured are allowed (they
+// apply once such a group exists). Errors are *ConfigError naming the group (and the endpoint).
+func parseTiers(in map[string]TierSettings) (map[string]tierConfig, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(in))
+	for name := range in {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make(map[string]tierConfig, len(in))
+	for _, name := range names {
+		ts := in[name]
+		if name == "" {
+			return nil, configErr(name, "", -1, "Settings.Tiers: empty MultiEndpoint name")
+		}
+		if ts.SlowStart < 0 {
+			return nil, configErr(name, "", -1, "Settings.Tiers: negative SlowStart %v", ts.SlowStart)
+		}
+		tc := tierConfig{slowStart: ts.SlowStart}
+		i := 0
+		for _, tier := range ts.Tiers {
+			var norm []string
+			for _, e := range tier {
+				n, problem := normalizeEndpoint(e)
+				if problem != "" {
+					return nil, configErr(name, e, i, "Settings.Tiers: %s", problem)
+				}
+				norm = append(norm, n)
+				i++
+			}
+			tc.tiers = append(tc.tiers, norm)
+		}
+		if err := multiendpoint.ValidateTiers(name, tc.tiers); err != nil {
+			return nil, fromStateMachine(err)
+		}
+		out[name] = tc
+	}
+	return out, nil
+}
+
+// assignTiers gives each group of cfg its tiers from settings, checking that the group's
+// endpoints are its tiers flattened. With the emulator (every group collapsed to one
+// address) no group has tiers.
+func assignTiers(cfg *config, settings map[string]tierConfig, emulator bool) error {
+	if emulator {
+		return nil
+	}
+	for i := range cfg.groups {
+		g := &cfg.groups[i]
+		tc, ok := settings[g.name]
+		if !ok {
+			continue
+		}
+		flat := slices.Concat(tc.tiers...)
+		for j := range max(len(flat), len(g.endpoints)) {
+			switch {
+			case j >= len(g.endpoints):
+				return configErr(g.name, flat[j], j, "Settings.Tiers lists an endpoint the group does not (its endpoints must be its tiers flattened, in order)")
+			case j >= len(flat):
+				return configErr(g.name, g.endpoints[j], j, "the group lists an endpoint its Settings.Tiers does not (its endpoints must be its tiers flattened, in order)")
+			case flat[j] != g.endpoints[j]:
+				return configErr(g.name, g.endpoints[j], j, "the group lists %q here and its Settings.Tiers %q (its endpoints must be its tiers flattened, in order)", g.endpoints[j], flat[j])
+			}
+		}
+		g.tiers, g.slowStart = tc.tiers, tc.slowStart
+	}
+	return nil
+}
+
+// tiering is a GCPMultiEndpoint's spreading state: one spread.Registry (an endpoint's calls
+// in flight and latency are the endpoint's, whatever group sends them), one spread.Picker per
+// tiered group. The call path reads it with atomic loads; apply writes it under updateMu.
+type tiering struct {
+	settings map[string]tierConfig // Settings.Tiers, validated; set at creation
+	reg      *spread.Registry
+	clk      clock.Clock
+	// pickers maps each tiered group to its Picker; endpoints each endpoint of a tiered
+	// group to its spread.Endpoint. Both are replaced, never mutated.
+	pickers   atomic.Pointer[map[*multiendpoint.MultiEndpoint]*groupPicker]
+	endpoints atomic.Pointer[map[string]*spread.Endpoint]
+
+	logged map[string]string // each tiered group's tiers as last logged; under updateMu
+
+	shareMu sync.Mutex   // guards shares; taken by Status only
+	shares  *shareSample // the calls started at the previous sample, for TiersStatus
+}
+
+type groupPicker struct {
+	picker    *spread.Picker
+	slowStart time.Duration
+}
+
+// init prepares t for apply; clk is the GCPMultiEndpoint's clock (nil: real).
+func (t *tiering) init(settings map[string]tierConfig, clk clock.Clock) {
+	if clk == nil {
+		clk = clock.Real
+	}
+	t.settings, t.clk = settings, clk
+	t.reg = spread.NewRegistry(spread.EndpointOptions{Clock: clk})
+}
+
+// update publishes the pickers of the tiered groups of cfg (groups by name), keeping a kept
+// group's Picker when its slow start is unchanged, and forgets the endpoints no tiered group
+// lists. Called by apply under updateMu, after the groups are reconfigured.
+// Each group whose tiers change (given, changed, or taken away) is logged at Info.
+func (t *tiering) update(cfg *config, groups map[string]*multiendpoint.MultiEndpoint, log *slog.Logger) {
+	if t.reg == nil {
+		return
+	}
+	logged := make(map[string]string)
+	for _, g := range cfg.groups {
+		if g.tiers == nil {
+			if was, ok := t.logged[g.name]; ok {
+				log.Info("spannerme: MultiEndpoint no longer has tiers: a strict priority list", "multiendpoint", g.name, "was", was)
+			}
+			continue
+		}
+		desc := fmt.Sprint(g.tiers)
+		if g.slowStart > 0 {
+			desc += " slowStart " + g.slowStart.String()
+		}
+		logged[g.name] = desc
+		if t.logged[g.name] != desc {
+			log.Info("spannerme: MultiEndpoint spreads its calls over tiers of equal priority", "multiendpoint", g.name,
+				"tiers", fmt.Sprint(g.tiers), "slowStart", g.slowStart)
+		}
+	}
+	t.logged = logged
+	old := t.pickers.Load()
+	pickers := make(map[*multiendpoint.MultiEndpoint]*groupPicker)
+	keep := make(map[string]bool)
+	eps := make(map[string]*spread.Endpoint)
+	for _, g := range cfg.groups {
+		if g.tiers == nil {
+			continue
+		}
+		me := groups[g.name]
+		for _, e := range g.endpoints {
+			keep[e] = true
+			eps[e] = t.reg.Endpoint(e)
+		}
+		if old != nil {
+			if gp := (*old)[me]; gp != nil && gp.slowStart == g.slowStart {
+				pickers[me] = gp
+				continue
+			}
+		}
+		// The options are valid: Resolve is set and SlowStart was checked by parseTiers.
+		p, err := spread.New(spread.Options{SlowStart: g.slowStart, Clock: t.clk, Resolve: t.reg.Endpoint})
+		if err != nil {
+			continue // unreachable; the group then picks its current endpoint
+		}
+		pickers[me] = &groupPicker{picker: p, slowStart: g.slowStart}
+	}
+	t.reg.Retain(keep)
+	t.pickers.Store(&pickers)
+	t.endpoints.Store(&eps)
+}
+
+// pick returns the endpoint of one call of the tiered group me, whose tier view is v: its
+// Picker's choice, or the group's current endpoint before its Picker is published. No lock,
+// no allocation.
+func (t *tiering) pick(me *multiendpoint.MultiEndpoint, v *multiendpoint.Tier) string {
+	if m := t.pickers.Load(); m != nil {
+		if gp := (*m)[me]; gp != nil {
+			return gp.picker.Pick(v).Name()
+		}
+	}
+	return me.Current()
+}
+
+// tierCall is one call counted on a spread.Endpoint: begin counts it in flight, done folds
+// its latency in. The zero value (a group without tiers) does nothing.
+type tierCall struct {
+	ep    *spread.Endpoint
+	clk   clock.Clock
+	start time.Time
+}
+
+// begin counts a call that the group me sends to p's endpoint, when me has tiers.
+func (t *tiering) begin(me *multiendpoint.MultiEndpoint, p *pool.Pool) tierCall {
+	if me.Tier() == nil {
+		return tierCall{}
+	}
+	m := t.endpoints.Load()
+	if m == nil {
+		return tierCall{}
+	}
+	ep := (*m)[p.Endpoint()]
+	if ep == nil {
+		return tierCall{}
+	}
+	ep.Begin()
+	return tierCall{ep: ep, clk: t.clk, start: t.clk.Now()}
+}
+
+// done ends the call: err is its outcome. Only a failure of the path to the endpoint
+// (health.Classify's Failure or Timeout: UNAVAILABLE, a transport reset, a deadline with no
+// response) counts as failed; an answer with an application error (NOT_FOUND, ABORTED...) is
+// an answer.
+func (c tierCall) done(err error) {
+	if c.ep == nil {
+		return
+	}
+	failed := false
+	if err != nil {
+		o := health.Classify(err, false, false)
+		failed = o == health.Failure || o == health.Timeout
+	}
+	c.ep.Done(c.clk.Now().Sub(c.start), failed)
+}
+
+// FirstResponse ends a tiered stream's call at its first response (pool.FirstResponder).
+func (c *tierCall) FirstResponse(err error) { c.done(err) }
+
+// first returns the pool.FirstResponder of a stream counted by c: nil for a group without
+// tiers (no allocation), else a copy of c on the heap.
+func (c tierCall) first() pool.FirstResponder {
+	if c.ep == nil {
+		return nil
+	}
+	h := new(tierCall) // not &c: c itself would move to the heap on every call
+	*h = c
+	return h
+}
+
+// probe feeds p's latency probe median to its spread.Endpoint, when a tiered group lists
+// it (pool latency probes run with brownout detection on: HealthSettings.Brownout).
+func (t *tiering) probe(p *pool.Pool, latency func(*pool.Pool) (time.Duration, bool)) {
+	m := t.endpoints.Load()
+	if m == nil {
+		return
+	}
+	ep := (*m)[p.Endpoint()]
+	if ep == nil {
+		return
+	}
+	if d, ok := latency(p); ok {
+		ep.Probe(d)
+	}
+}
+
+// TiersStatus is a group's tiers in a GroupStatus: its tiers, the current tier, a slow start
+// ramp after a switch back, and how its members share the calls.
+type TiersStatus struct {
+	// Tiers lists the group's endpoints by tier, the top tier first.
+	Tiers [][]string `json:"tiers"`
+	// CurrentTier is the index of the tier of the group's current endpoint (0: the top tier).
+	CurrentTier int `json:"currentTier"`
+	// SlowStartFrom is the tier switched away from while a switch back ramps up
+	// (TierSettings.SlowStart), SlowStartSince when the switch happened; -1 and zero when no
+	// ramp lasts.
+	SlowStartFrom  int       `json:"slowStartFrom"`
+	SlowStartSince time.Time `json:"slowStartSince,omitzero"`
+	// Members lists every endpoint of the group, in priority order, with its figures.
+	Members []TierMemberStatus `json:"members"`
+	// ShareWindow is the interval the members' Share is measured over: since the previous
+	// sample of the calls started, taken at most once a second across Status calls (zero at
+	// the first Status: no share yet). In JSON, a Go duration string.
+	ShareWindow time.Duration `json:"-"`
+}
+
+type tiersStatusAlias TiersStatus
+
+type tiersStatusJSON struct {
+	tiersStatusAlias
+	ShareWindow string `json:"shareWindow"`
+}
+
+// MarshalJSON writes ShareWindow as a Go duration string ("10s").
+func (s TiersStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(tiersStatusJSON{tiersStatusAlias(s), s.ShareWindow.String()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *TiersStatus) UnmarshalJSON(b []byte) error {
+	var j tiersStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = TiersStatus(j.tiersStatusAlias)
+	var err error
+	s.ShareWindow, err = textform.ParseDuration(j.ShareWindow)
+	return err
+}
+
+// TierMemberStatus is one endpoint of a group with tiers.
+type TierMemberStatus struct {
+	Endpoint string `json:"endpoint"`
+	// Tier is the endpoint's tier, 0 the top tier.
+	Tier int `json:"tier"`
+	// Latency is the endpoint's latency score (the moving average that spreading compares,
+	// fed by answered calls and latency probes); zero when not measured yet. In JSON, a Go
+	// duration string ("" when zero).
+	Latency time.Duration `json:"-"`
+	// InFlight is the endpoint's calls in flight now, from every group that lists it.
+	InFlight int64 `json:"inFlight"`
+	// Share is the endpoint's part, in [0, 1], of the calls started on the endpoints of its
+	// tier during ShareWindow (every group that lists them); zero without a window.
+	Share float64 `json:"share"`
+}
+
+type tierMemberAlias TierMemberStatus
+
+type tierMemberJSON struct {
+	tierMemberAlias
+	Latency string `json:"latency,omitempty"`
+}
+
+// MarshalJSON writes Latency as a Go duration string, omitted when zero.
+func (m TierMemberStatus) MarshalJSON() ([]byte, error) {
+	j := tierMemberJSON{tierMemberAlias: tierMemberAlias(m)}
+	if m.Latency != 0 {
+		j.Latency = m.Latency.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (m *TierMemberStatus) UnmarshalJSON(b []byte) error {
+	var j tierMemberJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*m = TierMemberStatus(j.tierMemberAlias)
+	var err error
+	m.Latency, err = textform.ParseDuration(j.Latency)
+	return err
+}
+
+// shareSample is the calls each endpoint had started at a moment, for Share.
+type shareSample struct {
+	at      time.Time
+	started map[string]uint64
+}
+
+// status returns the TiersStatus of a group with tiers (st.Tiers not nil), else nil.
+func (t *tiering) status(st multiendpoint.Status) *TiersStatus {
+	if st.Tiers == nil || t.reg == nil {
+		return nil
+	}
+	ts := &TiersStatus{Tiers: st.Tiers, CurrentTier: st.CurrentTier, SlowStartFrom: -1}
+	if !st.SlowStartSince.IsZero() {
+		ts.SlowStartFrom, ts.SlowStartSince = st.SlowStartFrom, st.SlowStartSince
+	}
+	now := t.clk.Now()
+	prev := t.sampleShares(now)
+	if prev != nil {
+		ts.ShareWindow = now.Sub(prev.at)
+	}
+	eps := t.endpoints.Load()
+	for i, tier := range st.Tiers {
+		var total uint64
+		delta := make([]uint64, len(tier))
+		for j, e := range tier {
+			m := TierMemberStatus{Endpoint: e, Tier: i}
+			if eps != nil && (*eps)[e] != nil {
+				s := (*eps)[e].Stats()
+				m.Latency, m.InFlight = s.Latency, s.InFlight
+				if prev != nil {
+					delta[j] = s.Started - prev.started[e]
+					total += delta[j]
+				}
+			}
+			ts.Members = append(ts.Members, m)
+		}
+		if total > 0 {
+			for j := range tier {
+				ts.Members[len(ts.Members)-len(tier)+j].Share = float64(delta[j]) / float64(total)
+			}
+		}
+	}
+	return ts
+}
+
+// sampleShares returns the sample that shares are measured from, and takes a new one when
+// it is a second old or more.
+func (t *tiering) sampleShares(now time.Time) *shareSample {
+	t.shareMu.Lock()
+	defer t.shareMu.Unlock()
+	prev := t.shares
+	if prev != nil && now.Sub(prev.at) < time.Second {
+		return prev
+	}
+	next := &shareSample{at: now, started: map[string]uint64{}}
+	if eps := t.endpoints.Load(); eps != nil {
+		for e, ep := range *eps {
+			next.started[e] = ep.Stats().Started
+		}
+	}
+	t.shares = next
+	return prev
+}
+
+// scores returns the latency score of each endpoint of a group with tiers that has one, for
+// the metrics; nil without tiers.
+func (t *tiering) scores() map[string]time.Duration {
+	eps := t.endpoints.Load()
+	if eps == nil || len(*eps) == 0 {
+		return nil
+	}
+	out := make(map[string]time.Duration, len(*eps))
+	for e, ep := range *eps {
+		if l := ep.Stats().Latency; l > 0 {
+			out[e] = l
+		}
+	}
+	return out
+}
+
+// observeTiers observes the tier metrics: each endpoint's tier in each group with tiers, and
+// the latency scores.
+func (m *metrics) observeTiers(o metric.Observer, v metricsView) {
+	for _, st := range v.groups {
+		for i, tier := range st.Tiers {
+			for _, e := range tier {
+				o.ObserveInt64(m.tier, int64(i), metric.WithAttributes(append([]attribute.KeyValue{
+					attribute.String(AttrMultiEndpoint, st.Name)}, endpointAttrs(e, v.names[e])...)...))
+			}
+		}
+	}
+	for e, l := range v.scores {
+		o.ObserveFloat64(m.latencyScore, l.Seconds(), metric.WithAttributes(endpointAttrs(e, v.names[e])...))
+	}
+}
