@@ -169,6 +169,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // a person looking at the page, every 200ms
 		if shown, err = chromedp.Run(browser, chromedp.Text(current)); err != nil {
+			// A read that meets the page's own refresh finds its document gone: read again.
+			if refreshing(err) {
+				continue
+			}
 			t.Fatalf("reading the page: %v", err)
 		}
 	}
@@ -272,3 +276,11 @@ func TestStatusPageScreenshotShowsSummary(t *testing.T) {
 
 // pngDecode decodes a screenshot.
 func pngDecode(b []byte) (image.Image, error) { return png.Decode(bytes.NewReader(b)) }
+
+// refreshing reports whether err is Chromium's answer to a read that raced the page's
+// reload: the document it was evaluated in is gone ("Cannot find context with specified id",
+// "Execution context was destroyed").
+func refreshing(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot find context with specified id") || strings.Contains(msg, "Execution context was destroyed")
+}
