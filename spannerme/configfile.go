@@ -58,19 +58,18 @@ type ConfigFileError struct {
 }
 
 func (e *ConfigFileError) Error() string {
+	if e.File == "" { // placed by line and column alone, as the decoder words it
+		return "spannerme configuration: " + (&configfile.Error{Line: e.Line, Column: e.Column, Field: e.Field, Problem: e.Problem}).Error()
+	}
 	var b strings.Builder
 	b.WriteString("spannerme configuration: ")
 	switch {
-	case e.File != "" && e.Line > 0 && e.Column > 0:
-		fmt.Fprintf(&b, "%s:%d:%d: ", e.File, e.Line, e.Column)
-	case e.File != "" && e.Line > 0:
-		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
-	case e.File != "":
-		b.WriteString(e.File + ": ")
 	case e.Line > 0 && e.Column > 0:
-		fmt.Fprintf(&b, "line %d column %d: ", e.Line, e.Column)
+		fmt.Fprintf(&b, "%s:%d:%d: ", e.File, e.Line, e.Column)
 	case e.Line > 0:
-		fmt.Fprintf(&b, "line %d: ", e.Line)
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	default:
+		b.WriteString(e.File + ": ")
 	}
 	if e.Field != "" {
 		b.WriteString(e.Field + ": ")
