@@ -68,10 +68,19 @@ func main() {
 	text := read(spannerme.NewMEContext(ctx, "west"), client)
 	fmt.Println("west group:   ", text, "- served by west:", west.Stats().BytesFromBackend > before)
 
-	// East goes down: after RecoveryTimeout the default group fails over to its fallback, and
-	// the Spanner client's retries carry the read there.
+	// East goes down: the Spanner client's retry of the refused read goes to the fallback at
+	// once (retry elsewhere), and after RecoveryTimeout the default group fails over to it.
 	east.Down()
-	fmt.Println("east down:    ", read(ctx, client), "- current endpoint is the fallback:", current(gme, "default") == eastFallback.Addr())
+	before = eastFallback.Stats().BytesFromBackend
+	text = read(ctx, client)
+	fmt.Println("east down:    ", text, "- served by the fallback:", eastFallback.Stats().BytesFromBackend > before)
+	for deadline := time.Now().Add(10 * time.Second); current(gme, "default") != eastFallback.Addr(); {
+		if time.Now().After(deadline) {
+			log.Fatal("the default group did not fail over within 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Println("failed over:   current endpoint is the fallback:", current(gme, "default") == eastFallback.Addr())
 
 	for _, g := range gme.Status().Groups {
 		fmt.Printf("group %-7s current %s\n", g.Name, name(g.Current, east, eastFallback, west))

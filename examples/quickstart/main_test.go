@@ -54,7 +54,8 @@ func TestQuickstartRuns(t *testing.T) {
 	for _, want := range []string{
 		"default group: hello from spannerme - current endpoint is east: true",
 		"west group:    hello from spannerme - served by west: true",
-		"east down:     hello from spannerme - current endpoint is the fallback: true",
+		"east down:     hello from spannerme - served by the fallback: true",
+		"failed over:   current endpoint is the fallback: true",
 		"group default current east-fallback",
 		"0 east          Unavailable",
 	} {
