@@ -284,6 +284,11 @@ const (
 	// up for as long again, in turn: a cycle of 1-3s.
 	flapMin, flapMax         = 6 * time.Second, 30 * time.Second
 	flapHalfMin, flapHalfMax = 500 * time.Millisecond, 1500 * time.Millisecond
+	// flapQuiet is how long a member flap's peer must have taken no step before the flap,
+	// and the lookback in which the flap's invariant holds a fault against it: a pool
+	// reconnects within a second of a heal (ReconnectMaxDelay 250ms, MinConnectTimeout 1s);
+	// an ejection that outlasts it is seen in the health events.
+	flapQuiet = 2 * time.Second
 )
 
 // weights are the relative odds of each kind at each pick of a phase in which every group
@@ -308,7 +313,7 @@ var weights = map[Kind]int{
 	// Drawn only where the phase leaves it commitLongMin (see eligible).
 	KindFrontendCommitFailLong: 3,
 	// A member flap; drawn only where the phase leaves it flapMin (see eligible).
-	KindFlapDown: 8,
+	KindFlapDown: 12,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -351,6 +356,9 @@ type planner struct {
 		e, peer int
 		until   time.Duration
 	}
+	// touched is, per endpoint, when a step last acted on it (a fault, a heal, an instant
+	// step); see flapPeers.
+	touched [NumEndpoints]time.Duration
 }
 
 // shielded reports whether endpoint e takes no step at t: it is the endpoint of the brownout
@@ -381,15 +389,16 @@ func (g *planner) worst(t time.Duration) State {
 // flapPeers returns the peers that can stay fault-free through a member flap of e: the other
 // members of e's tier in a tiered group's top tier, fault-free, not the GOAWAY storm's (its
 // connections end every second: the tier would be left without a member whenever both ended
-// at once).
-func (g *planner) flapPeers(e int) []int {
+// at once), and no step on it for flapQuiet before t (a fault healed just before may still
+// count against it in the client's health).
+func (g *planner) flapPeers(e int, t time.Duration) []int {
 	var out []int
 	for gr := range numGroups {
 		if groupTiers[gr] == nil || !slices.Contains(groupTiers[gr][0], e) {
 			continue
 		}
 		for _, p := range groupTiers[gr][0] {
-			if p != e && p != g.plan.Storm.Endpoint && g.state.faultFree(p) && !slices.Contains(out, p) {
+			if p != e && p != g.plan.Storm.Endpoint && g.state.faultFree(p) && !slices.Contains(out, p) && t-g.touched[p] >= flapQuiet {
 				out = append(out, p)
 			}
 		}
@@ -491,6 +500,9 @@ func (g *planner) emit(s Step) int {
 	}
 	s.After = g.state
 	g.plan.Steps = append(g.plan.Steps, s)
+	if s.Endpoint >= 0 {
+		g.touched[s.Endpoint] = s.At
+	}
 	return idx
 }
 
@@ -570,7 +582,7 @@ func (g *planner) pick(t time.Duration) {
 		s.For = g.between(commitLongMin, min(commitLongMax, g.phaseEnd-t))
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
 	case o.kind == KindFlapDown:
-		peers := slices.DeleteFunc(g.flapPeers(e), func(p int) bool { return g.shielded(p, t) })
+		peers := slices.DeleteFunc(g.flapPeers(e, t), func(p int) bool { return g.shielded(p, t) })
 		s.For = g.memberFlap(t, e, g.between(flapMin, min(flapMax, g.phaseEnd-t)))
 		g.flap.e, g.flap.peer, g.flap.until = e, peers[g.rng.IntN(len(peers))], t+s.For
 	case kinds[o.kind].heal != 0:
@@ -631,7 +643,7 @@ func (g *planner) eligible(k Kind, t time.Duration) []int {
 		}
 		// A member flap hits a fault-free member of a tiered group's top tier that has a
 		// fault-free peer, neither of them shielded.
-		if k == KindFlapDown && (!g.state.faultFree(e) || !slices.ContainsFunc(g.flapPeers(e), func(p int) bool { return !g.shielded(p, t) })) {
+		if k == KindFlapDown && (!g.state.faultFree(e) || !slices.ContainsFunc(g.flapPeers(e, t), func(p int) bool { return !g.shielded(p, t) })) {
 			continue
 		}
 		switch kinds[k].layer {

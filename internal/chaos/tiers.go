@@ -102,28 +102,30 @@ func memberFlaps(tl *faultTimeline) []flapRun {
 }
 
 // peerHealthy reports whether endpoint peer had no fault in force on either layer from
-// justifyLookback before from to to, and no ejection (of any class) in force at any time from
+// flapQuiet before from to to, and no ejection (of any class) in force at any time from
 // from to to: then, for the client as for the plan, it could carry its tier's calls.
-func peerHealthy(peer int, from, to time.Time, tl *faultTimeline, evs []healthEvent) bool {
-	if tl.faultOn(endpointName(peer), from.Add(-justifyLookback), to, Fault.active) {
-		return false
+// When it does not, why says why.
+func peerHealthy(peer int, from, to time.Time, tl *faultTimeline, evs []healthEvent) (ok bool, why string) {
+	name := endpointName(peer)
+	if tl.faultOn(name, from.Add(-flapQuiet), to, Fault.active) {
+		return false, fmt.Sprintf("%s had a fault from %v before", name, flapQuiet)
 	}
 	ejected := map[string]bool{} // class -> ejected
 	for _, ev := range evs {
-		if ev.endpoint != endpointName(peer) || ev.at.After(to) {
+		if ev.endpoint != name || ev.at.After(to) {
 			continue
 		}
 		ejected[ev.class] = ev.ejected
 		if ev.ejected && !ev.at.Before(from) {
-			return false
+			return false, fmt.Sprintf("%s ejected (%s) during the flap", name, ev.class)
 		}
 	}
-	for _, e := range ejected {
+	for class, e := range ejected {
 		if e {
-			return false
+			return false, fmt.Sprintf("%s ejected (%s) when it began", name, class)
 		}
 	}
-	return true
+	return true, ""
 }
 
 // flapVerdict is the judgement of one member flap.
@@ -153,14 +155,19 @@ func judgeMemberFlaps(flaps []flapRun, switches []spannerme.SwitchEvent, evs []h
 			continue
 		}
 		fmt.Fprintf(&b, " for %v", f.end.Sub(f.start).Round(100*time.Millisecond))
-		var peers []string
+		var peers, whys []string
 		for _, p := range top {
-			if p != f.member && peerHealthy(p, f.start, f.end, tl, evs) {
+			if p == f.member {
+				continue
+			}
+			if ok, why := peerHealthy(p, f.start, f.end, tl, evs); ok {
 				peers = append(peers, endpointName(p))
+			} else {
+				whys = append(whys, why)
 			}
 		}
 		if len(peers) == 0 {
-			b.WriteString(": no peer healthy throughout (a fault or an ejection on it): not judged")
+			fmt.Fprintf(&b, ": no peer healthy throughout (%s): not judged", strings.Join(whys, "; "))
 			out = append(out, flapVerdict{line: b.String()})
 			continue
 		}
