@@ -118,10 +118,10 @@
 //     state it ran through, and no silent fault was on their endpoints (the silent row's);
 //     the row counts them per group (tierFailures);
 //   - every member flap whose peer stayed healthy (no fault on it from flapQuiet, 2s, before the
-//     flap to its end, and not ejected meanwhile): no switch of the tiered group away from
-//     its top tier from the flap's start to RecoveryTimeout after its end: a member going down
-//     while its peer is available moves its calls to the peer, with no switch
-//     (judgeMemberFlaps);
+//     flap to its end, and not ejected meanwhile): no switch of the tiered group from an
+//     endpoint of its top tier (away from it, or to the peer) from the flap's start to
+//     RecoveryTimeout after its end: a member going down while its peer is available moves
+//     its calls to the peer, with no switch (judgeMemberFlaps);
 //   - failed calls under silent faults: counted while the client has no outcome-based
 //     health; with it (HealthDetection), per worker and fault at most the call in flight
 //     when the fault began and the calls started before the group failed over, each held

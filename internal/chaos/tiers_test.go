@@ -155,6 +155,8 @@ func TestJudgeMemberFlaps(t *testing.T) {
 		{"a switch landing RecoveryTimeout after the end", flap, []spannerme.SwitchEvent{sw(GroupTiered, "e1", "e3", 14.4)}, nil, true, true},
 		{"a switch after that", flap, []spannerme.SwitchEvent{sw(GroupTiered, "e1", "e3", 15)}, nil, true, false},
 		{"a switch back to the top tier", flap, []spannerme.SwitchEvent{sw(GroupTiered, "e3", "e2", 10.5)}, nil, true, false},
+		// Without tiers, the member going down switches the group to its peer.
+		{"a switch from the member to its peer", flap, []spannerme.SwitchEvent{sw(GroupTiered, "e1", "e2", 10.6)}, nil, true, true},
 		{"another group's switch", flap, []spannerme.SwitchEvent{sw(GroupDefault, "e1", "e3", 11)}, nil, true, false},
 		{"peer ejected before and not readmitted", flap, []spannerme.SwitchEvent{sw(GroupTiered, "e2", "e3", 12.5)},
 			[]healthEvent{ev("e2", true, 8)}, false, false},
