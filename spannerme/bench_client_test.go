@@ -16,7 +16,8 @@ package spannerme
 //     carry calls (this package's latency connection, latencyConns, carries none);
 //     allocs/query (all of the process's allocations, servers included); cpu-ns/query, the
 //     process's CPU time (user and system, getrusage) per query, servers included. One op is
-//     a wave of C queries.
+//     a wave of C queries. client=spannerme-tiers: a group whose tier has two members, two
+//     such frontends (see BenchmarkClient_Frontend).
 //
 //   - BenchmarkClient_GOAWAYStorm: 4 workers of 30 ms queries through a frontend that ends
 //     each connection after 50 ms (GOAWAY, then 20 ms for the calls in flight: a maximum
@@ -288,6 +289,12 @@ const frontendStreams = spannermetest.GoogleFrontendMaxConcurrentStreams
 // 50 ms per call; see the file comment for its metrics. It runs with 1 s per call too: on a
 // small machine the CPU caps 50 ms calls well below the frontend's limit, and 1 s calls show
 // the limit itself.
+//
+// client=spannerme-tiers (benchFrontendTiers) is this package's client with one group whose
+// tier has two members: two frontends, each with the same limit (100 streams per connection)
+// and latency as the other rows' one frontend. Every other row has one endpoint, this one
+// two: its x-limit counts the channels of both frontends, and its x-plain compares it with
+// the plain client on one frontend.
 func BenchmarkClient_Frontend(b *testing.B) {
 	backend := startFakeSpanner(b)
 	fixture.DisableGCEDetection()
@@ -398,6 +405,7 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			}
 		})
 	}
+	benchFrontendTiers(b, backend, latency, c, query, plainQPS)
 }
 
 // runConcurrently calls f n times from c goroutines and returns the first error.

@@ -13,20 +13,25 @@
 //
 // so that each endpoint has both fault layers: the network path to the PSC address, and the
 // service behind the frontend whose connections stay READY while it fails. With NoFrontends
-// the TCP fakes forward straight to the backend. Two groups: default = [e1 e2 e3] and
-// west = [e3 e1] at first (reconfigurations change both); RecoveryTimeout 500ms,
+// the TCP fakes forward straight to the backend. Three groups: default = [e1 e2 e3] and
+// west = [e3 e1] at first (reconfigurations change both), and tiered = [[e1 e2] e3]
+// (Settings.Tiers: a top tier of two members over e3, SlowStart 2s), whose calls are spread
+// over its top tier's members and which keeps its tiers for the whole run
+// (UpdateMultiEndpoints keeps Settings.Tiers, so a reconfiguration gives it [e1 e2 e3]);
+// RecoveryTimeout 500ms,
 // SwitchingDelay 1s; health from call outcomes on, with ejection times and intervals
 // compressed like the schedule (healthSettings); brownout detection on with its defaults
 // (Ratio 4, Margin 200ms, Window 10s, latency probes every 2s).
 //
 // # Load
 //
-// Nine workers (see workers), each with its own deadline per call (3s to 20s): read-write
+// Twelve workers (see workers), each with its own deadline per call (3s to 20s): read-write
 // transfers between accounts (fixture.TransferInTx; each transfer worker owns its accounts,
 // because spannertest does not isolate concurrent read-write transactions), inserts with a
 // unique RequestId into Inserts (a RowId per transaction attempt, so a double commit
 // shows), strong point reads, SUM/COUNT queries, and streaming queries of 400 Events rows
-// checked row by row; the workers on "west" route their calls with spannerme.NewMEContext.
+// checked row by row; the workers on "west" and "tiered" (point reads, inserts, streaming
+// queries) route their calls with spannerme.NewMEContext.
 // On the emulator, read-write transactions run one at a time (it fails concurrent ones).
 //
 // # Schedule
@@ -65,8 +70,15 @@
 //	                   group: hard for the plan (every group keeps another healthy endpoint
 //	                   while it holds), so the client must eject it for its writes once and
 //	                   keep every commit away until the fault ends
-//	reconfigure        UpdateMultiEndpoints: each group 1-3 endpoints in a random order
-//	                   (one draw in four restores the first configuration)
+//	member-flap        a member of tiered's top tier goes down (listener closed, flap-down)
+//	                   and comes back (flap-up) in turn, each for 0.5-1.5s (a cycle of 1-3s),
+//	                   for 6-30s (flapMin to flapMax; only where the phase leaves it 6s); the
+//	                   other member, its peer, is fault-free (no step on it for 2s before),
+//	                   not the GOAWAY storm's, and,
+//	                   like the flapping member, takes no other step meanwhile; hard while
+//	                   down; every group keeps a healthy endpoint with the member down
+//	reconfigure        UpdateMultiEndpoints: each group without tiers 1-3 endpoints in a
+//	                   random order (one draw in four restores the first configuration)
 //
 // With frontends, one all-down phase in eight (dbOdds), where the run leaves it room, is a
 // database-wide failure instead: every fault is healed, 24s pass without one (dbLeadIn: the
@@ -99,6 +111,17 @@
 //     commit's mutations one by one);
 //   - failed calls while every group had a healthy endpoint and no silent fault was in
 //     force on its endpoints: 0, each listed with its code and the faults in force;
+//   - failed calls while a member of the group's current tier was fault-free: 0. A group's
+//     current tier is its first tier with a healthy endpoint (a group without tiers: its first
+//     healthy endpoint alone); a failed call is judged when its group and the default group
+//     each kept a fault-free member (no fault on either layer) in their current tier at every
+//     state it ran through, and no silent fault was on their endpoints (the silent row's);
+//     the row counts them per group (tierFailures);
+//   - every member flap whose peer stayed healthy (no fault on it from flapQuiet, 2s, before the
+//     flap to its end, and not ejected meanwhile): no switch of the tiered group from an
+//     endpoint of its top tier (away from it, or to the peer) from the flap's start to
+//     RecoveryTimeout after its end: a member going down while its peer is available moves
+//     its calls to the peer, with no switch (judgeMemberFlaps);
 //   - failed calls under silent faults: counted while the client has no outcome-based
 //     health; with it (HealthDetection), per worker and fault at most the call in flight
 //     when the fault began and the calls started before the group failed over, each held

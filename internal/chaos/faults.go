@@ -46,6 +46,14 @@ const (
 	// (commitLongMin to commitLongMax), many ejection times: the client must eject the
 	// endpoint for its writes once and readmit it only when its commit path answers.
 	KindFrontendCommitFailLong
+	// KindFlapDown: a member flap (issue 28): one member of a tiered group's top tier goes down
+	// (the TCP fake's listener closed, as KindDown) and comes back (KindFlapUp) every 1-3s for
+	// flapMin to flapMax while its peer stays fault-free; the last KindFlapUp is a KindUp, the
+	// heal. The flap is in force on the member's TCP layer from its first KindFlapDown to that
+	// heal, so the member is never fault-free meanwhile.
+	KindFlapDown
+	// KindFlapUp: the flapping member listens again, the flap goes on (see KindFlapDown).
+	KindFlapUp
 	// Configuration.
 	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
 	numKinds
@@ -105,7 +113,11 @@ var kinds = [numKinds]kindInfo{
 	// while it holds (without one, every connected endpoint of a group could be ejected, and
 	// rule 4 of internal/verdict would send writes back to it).
 	KindFrontendCommitFailLong: {name: "fe-commit-fail-long", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
-	KindReconfigure:            {name: "reconfigure", layer: layerConfig},
+	// A member flap: hard while the member is down, a fault (not hard) while it is up between
+	// two downs; healed by KindUp after its last down.
+	KindFlapDown:    {name: "flap-down", layer: layerTCP, hard: true, heal: KindUp},
+	KindFlapUp:      {name: "flap-up", layer: layerTCP, heal: KindUp},
+	KindReconfigure: {name: "reconfigure", layer: layerConfig},
 }
 
 func (k Kind) String() string {

@@ -13,23 +13,61 @@ import (
 // NumEndpoints is the number of fake PSC endpoints, e1..e3, all in front of ONE backend.
 const NumEndpoints = 3
 
-// The two groups (MultiEndpoints). Session RPCs of the Spanner client use the default group.
+// The three groups (MultiEndpoints). Session RPCs of the Spanner client use the default group.
 const (
 	GroupDefault = "default"
 	GroupWest    = "west"
+	// GroupTiered has tiers (groupTiers): its top tier has two members.
+	GroupTiered = "tiered"
 )
 
 // groupNames lists the groups in a fixed order; Groups is indexed the same way.
-var groupNames = [...]string{GroupDefault, GroupWest}
+var groupNames = [...]string{GroupDefault, GroupWest, GroupTiered}
 
 const numGroups = len(groupNames)
 
+// tieredGroup is GroupTiered's index in groupNames.
+const tieredGroup = 2
+
+// groupTiers are the tiers of the groups that have them (Settings.Tiers), by index in
+// groupNames; nil for a group without tiers (each endpoint its own tier). A tiered group keeps
+// its tiers for the whole run: UpdateMultiEndpoints keeps Settings.Tiers and refuses another
+// list for such a group (docs/tiers.md), so a reconfiguration gives it its tiers flattened.
+var groupTiers = [numGroups][][]int{tieredGroup: {{0, 1}, {2}}}
+
+// tierSlowStart is the tiered group's TierSettings.SlowStart: compressed like the schedule
+// (a member flap's member is down and up every 1-3s), so that a run sees ramps end.
+const tierSlowStart = 2 * time.Second
+
 // Groups is a configuration: for each group (in groupNames order) its endpoints' indexes in
-// priority order. Slices are never modified once in a Groups.
+// priority order (a tiered group: its tiers flattened). Slices are never modified once in a
+// Groups.
 type Groups [numGroups][]int
 
 // initialGroups is the configuration the client starts with and the plan may restore.
-var initialGroups = Groups{{0, 1, 2}, {2, 0}}
+var initialGroups = Groups{{0, 1, 2}, {2, 0}, flatten(groupTiers[tieredGroup])}
+
+// flatten returns the endpoints of tiers in order.
+func flatten(tiers [][]int) []int {
+	var out []int
+	for _, t := range tiers {
+		out = append(out, t...)
+	}
+	return out
+}
+
+// tiersOf returns group g's tiers under the configuration eps (its list in Groups): its
+// groupTiers, or each endpoint a tier of its own.
+func tiersOf(g int, eps []int) [][]int {
+	if groupTiers[g] != nil {
+		return groupTiers[g]
+	}
+	out := make([][]int, len(eps))
+	for i, e := range eps {
+		out[i] = []int{e}
+	}
+	return out
+}
 
 func (g Groups) String() string {
 	var b strings.Builder
@@ -37,7 +75,19 @@ func (g Groups) String() string {
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		fmt.Fprintf(&b, "%s=[%s]", name, endpointList(g[i]))
+		if groupTiers[i] == nil {
+			fmt.Fprintf(&b, "%s=[%s]", name, endpointList(g[i]))
+			continue
+		}
+		var parts []string
+		for _, t := range groupTiers[i] {
+			if len(t) == 1 {
+				parts = append(parts, endpointName(t[0]))
+			} else {
+				parts = append(parts, "["+endpointList(t)+"]")
+			}
+		}
+		fmt.Fprintf(&b, "%s=[%s]", name, strings.Join(parts, " "))
 	}
 	return b.String()
 }
@@ -64,16 +114,31 @@ type State struct {
 // healthy reports whether calls through endpoint e can succeed: no hard fault on either layer.
 func (s *State) healthy(e int) bool { return !s.TCP[e].hard() && !s.Frontend[e].hard() }
 
-// serves reports whether endpoint e is the first healthy endpoint of a group: the one whose
-// calls the group's traffic belongs on.
+// serves reports whether endpoint e is a healthy member of a group's current tier (its first
+// healthy endpoint, for a group without tiers): where the group's traffic belongs.
 func (s *State) serves(e int) bool {
-	for _, eps := range s.Groups {
-		if i := slices.IndexFunc(eps, s.healthy); i >= 0 && eps[i] == e {
+	for g := range numGroups {
+		if slices.Contains(s.currentTier(g), e) && s.healthy(e) {
 			return true
 		}
 	}
 	return false
 }
+
+// currentTier returns group g's current tier as the plan sees it: its first tier with a
+// healthy member (for a group without tiers, the first healthy endpoint alone); nil when no
+// endpoint of g is healthy.
+func (s *State) currentTier(g int) []int {
+	for _, t := range tiersOf(g, s.Groups[g]) {
+		if slices.ContainsFunc(t, s.healthy) {
+			return t
+		}
+	}
+	return nil
+}
+
+// faultFree reports whether endpoint e has no fault in force on either layer.
+func (s *State) faultFree(e int) bool { return !s.TCP[e].active() && !s.Frontend[e].active() }
 
 // groupHealthy reports whether group g lists at least one healthy endpoint.
 func (s *State) groupHealthy(g int) bool {
@@ -214,6 +279,16 @@ const (
 	dbMin, dbMax  = 8 * time.Second, 12 * time.Second
 	dbAfter       = 5 * time.Second
 	phaseDatabase = "db-unavailable"
+	// A member flap holds flapMin to flapMax (at most to the phase's end: it is drawn only
+	// where the phase leaves it flapMin), its member down for flapHalfMin to flapHalfMax and
+	// up for as long again, in turn: a cycle of 1-3s.
+	flapMin, flapMax         = 6 * time.Second, 30 * time.Second
+	flapHalfMin, flapHalfMax = 500 * time.Millisecond, 1500 * time.Millisecond
+	// flapQuiet is how long a member flap's peer must have taken no step before the flap,
+	// and the lookback in which the flap's invariant holds a fault against it: a pool
+	// reconnects within a second of a heal (ReconnectMaxDelay 250ms, MinConnectTimeout 1s);
+	// an ejection that outlasts it is seen in the health events.
+	flapQuiet = 2 * time.Second
 )
 
 // weights are the relative odds of each kind at each pick of a phase in which every group
@@ -237,6 +312,8 @@ var weights = map[Kind]int{
 	KindFrontendBrownout:     6,
 	// Drawn only where the phase leaves it commitLongMin (see eligible).
 	KindFrontendCommitFailLong: 3,
+	// A member flap; drawn only where the phase leaves it flapMin (see eligible).
+	KindFlapDown: 12,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -273,6 +350,15 @@ type planner struct {
 		e, fallback int
 		until       time.Duration
 	}
+	// flap is the member flap in force until flap.until (zero: none): its member e and the
+	// peer that stays fault-free meanwhile; see shielded.
+	flap struct {
+		e, peer int
+		until   time.Duration
+	}
+	// touched is, per endpoint, when a step last acted on it (a fault, a heal, an instant
+	// step); see flapPeers.
+	touched [NumEndpoints]time.Duration
 }
 
 // shielded reports whether endpoint e takes no step at t: it is the endpoint of the brownout
@@ -280,8 +366,44 @@ type planner struct {
 // available endpoint of its group was measured at every latency probe for the whole Window
 // and its own latency was known throughout (a pool that loses its connection forgets its
 // latency); with a fault drawn every second on any endpoint, that would almost never hold.
+//
+// The member and the peer of a member flap in force take no other step either: the member only
+// goes down and up, and the peer stays fault-free so that the flap's invariant (no switch of
+// the tiered group while the peer is healthy) judges the tier, not a second fault.
 func (g *planner) shielded(e int, t time.Duration) bool {
-	return t < g.brown.until && (e == g.brown.e || e == g.brown.fallback)
+	return t < g.brown.until && (e == g.brown.e || e == g.brown.fallback) ||
+		t < g.flap.until && (e == g.flap.e || e == g.flap.peer)
+}
+
+// worst returns the state in force with the member of a member flap in force at t down: the
+// flap takes it down again within flapHalfMax whatever its state now, so a hard fault or a
+// reconfiguration must leave every group a healthy endpoint even then.
+func (g *planner) worst(t time.Duration) State {
+	s := g.state
+	if t < g.flap.until {
+		s.TCP[g.flap.e] = Fault{Kind: KindFlapDown}
+	}
+	return s
+}
+
+// flapPeers returns the peers that can stay fault-free through a member flap of e: the other
+// members of e's tier in a tiered group's top tier, fault-free, not the GOAWAY storm's (its
+// connections end every second: the tier would be left without a member whenever both ended
+// at once), and no step on it for flapQuiet before t (a fault healed just before may still
+// count against it in the client's health).
+func (g *planner) flapPeers(e int, t time.Duration) []int {
+	var out []int
+	for gr := range numGroups {
+		if groupTiers[gr] == nil || !slices.Contains(groupTiers[gr][0], e) {
+			continue
+		}
+		for _, p := range groupTiers[gr][0] {
+			if p != e && p != g.plan.Storm.Endpoint && g.state.faultFree(p) && !slices.Contains(out, p) && t-g.touched[p] >= flapQuiet {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // fallbacks returns the endpoints that can be the fallback of a brownout on e: free of
@@ -378,6 +500,9 @@ func (g *planner) emit(s Step) int {
 	}
 	s.After = g.state
 	g.plan.Steps = append(g.plan.Steps, s)
+	if s.Endpoint >= 0 {
+		g.touched[s.Endpoint] = s.At
+	}
 	return idx
 }
 
@@ -456,6 +581,10 @@ func (g *planner) pick(t time.Duration) {
 	case o.kind == KindFrontendCommitFailLong:
 		s.For = g.between(commitLongMin, min(commitLongMax, g.phaseEnd-t))
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case o.kind == KindFlapDown:
+		peers := slices.DeleteFunc(g.flapPeers(e, t), func(p int) bool { return g.shielded(p, t) })
+		s.For = g.memberFlap(t, e, g.between(flapMin, min(flapMax, g.phaseEnd-t)))
+		g.flap.e, g.flap.peer, g.flap.until = e, peers[g.rng.IntN(len(peers))], t+s.For
 	case kinds[o.kind].heal != 0:
 		s.For = g.between(faultMin, faultMax)
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
@@ -463,6 +592,24 @@ func (g *planner) pick(t time.Duration) {
 		s.Fault = Fault{}
 	}
 	g.emit(s)
+}
+
+// memberFlap plans the rest of a member flap of e that goes down at t and lasts at most d:
+// down and up in turn, each for flapHalfMin to flapHalfMax, every later step a pending heal,
+// the last one the KindUp that heals it. It returns how long the flap holds.
+func (g *planner) memberFlap(t time.Duration, e int, d time.Duration) time.Duration {
+	at := t + g.between(flapHalfMin, flapHalfMax) // down until at
+	for {
+		up, down := g.between(flapHalfMin, flapHalfMax), g.between(flapHalfMin, flapHalfMax)
+		if at+up+down > t+d { // no room for another up and down: the flap ends
+			g.heals = append(g.heals, Step{At: at, Kind: KindUp, Endpoint: e})
+			return at - t
+		}
+		g.heals = append(g.heals, Step{At: at, Kind: KindFlapUp, Endpoint: e, Fault: Fault{Kind: KindFlapUp}})
+		at += up
+		g.heals = append(g.heals, Step{At: at, Kind: KindFlapDown, Endpoint: e, Fault: Fault{Kind: KindFlapDown}})
+		at += down
+	}
 }
 
 // eligible returns the endpoints that kind k can hit at t: not shielded by a brownout, the
@@ -477,6 +624,9 @@ func (g *planner) eligible(k Kind, t time.Duration) []int {
 	if k == KindFrontendCommitFailLong && g.phaseEnd-t < commitLongMin {
 		return nil
 	}
+	if k == KindFlapDown && (g.phaseEnd-t < flapMin || t < g.flap.until) {
+		return nil
+	}
 	// A long commit failure hits an endpoint that serves a group (its writes with it), with
 	// no fault on its TCP layer: the client must see its commits fail and eject it for them.
 	longCommitOn := func(e int) bool { return !g.state.TCP[e].active() && g.state.serves(e) }
@@ -489,6 +639,11 @@ func (g *planner) eligible(k Kind, t time.Duration) []int {
 			continue
 		}
 		if k == KindFrontendCommitFailLong && !longCommitOn(e) {
+			continue
+		}
+		// A member flap hits a fault-free member of a tiered group's top tier that has a
+		// fault-free peer, neither of them shielded.
+		if k == KindFlapDown && (!g.state.faultFree(e) || !slices.ContainsFunc(g.flapPeers(e, t), func(p int) bool { return !g.shielded(p, t) })) {
 			continue
 		}
 		switch kinds[k].layer {
@@ -507,7 +662,7 @@ func (g *planner) eligible(k Kind, t time.Duration) []int {
 			}
 		}
 		if kinds[k].hard || k == KindFrontendPartial { // partial may draw a hard fraction
-			next := g.state
+			next := g.worst(t)
 			f := Fault{Kind: k, Fraction: 1}
 			if kinds[k].layer == layerTCP {
 				next.TCP[e] = f
@@ -542,8 +697,9 @@ func (g *planner) params(k Kind) Fault {
 	return f
 }
 
-// reconfiguration draws a configuration in which every group lists 1 to 3 endpoints in a
-// random order, including a healthy one, and, while a brownout holds at t, a group lists its
+// reconfiguration draws a configuration in which every group without tiers lists 1 to 3
+// endpoints in a random order, every tiered group its tiers, each group a healthy endpoint
+// (the member of a member flap in force counted down), and, while a brownout holds at t, a group lists its
 // endpoint and its fallback; one draw in four restores the initial one. It reports false when
 // 20 draws found none.
 func (g *planner) reconfiguration(t time.Duration) (Groups, bool) {
@@ -553,10 +709,14 @@ func (g *planner) reconfiguration(t time.Duration) (Groups, bool) {
 			next = initialGroups
 		} else {
 			for i := range numGroups {
+				if groupTiers[i] != nil { // a tiered group keeps its tiers (see groupTiers)
+					next[i] = initialGroups[i]
+					continue
+				}
 				next[i] = g.rng.Perm(NumEndpoints)[:1+g.rng.IntN(NumEndpoints)]
 			}
 		}
-		s := g.state
+		s := g.worst(t)
 		s.Groups = next
 		if t < g.brown.until && !slices.ContainsFunc(next[:], func(eps []int) bool {
 			return slices.Contains(eps, g.brown.e) && slices.Contains(eps, g.brown.fallback)

@@ -64,6 +64,7 @@ func checkPlan(t *testing.T, p *Plan) {
 	var allDownSince time.Duration = -1
 	prev := time.Duration(0)
 	for i, s := range p.Steps {
+		before := state
 		if s.At < prev || s.At < warmup || s.At > p.Duration-cooldown {
 			t.Fatalf("%s: step %d (%v) at %v: out of order or outside [%v, %v]", where, i, s, s.At, warmup, p.Duration-cooldown)
 		}
@@ -80,6 +81,9 @@ func checkPlan(t *testing.T, p *Plan) {
 				if n := len(s.Groups[g]); n == 0 || n > NumEndpoints {
 					t.Fatalf("%s: step %d (%v): group %s has %d endpoints", where, i, s, groupNames[g], n)
 				}
+				if groupTiers[g] != nil && !slices.Equal(s.Groups[g], flatten(groupTiers[g])) {
+					t.Fatalf("%s: step %d (%v): tiered group %s is not its tiers flattened", where, i, s, groupNames[g])
+				}
 			}
 		case s.Kind == KindReset:
 			if f := state.TCP[s.Endpoint].Kind; f != KindNone && f != KindSlow {
@@ -91,8 +95,13 @@ func checkPlan(t *testing.T, p *Plan) {
 			if info.layer == layerFrontend {
 				cur = state.Frontend[s.Endpoint]
 			}
-			if cur.active() {
+			// A member flap's member goes down and up in turn: each step on top of the other.
+			flapTurn := s.Kind == KindFlapUp && cur.Kind == KindFlapDown || s.Kind == KindFlapDown && cur.Kind == KindFlapUp
+			if cur.active() && !flapTurn {
 				t.Fatalf("%s: step %d (%v) on top of %v", where, i, s, cur)
+			}
+			if s.Kind == KindFlapUp && !flapTurn {
+				t.Fatalf("%s: step %d (%v) with no member flap in force", where, i, s)
 			}
 			f := s.Fault
 			f.Step = i
@@ -139,6 +148,8 @@ func checkPlan(t *testing.T, p *Plan) {
 			checkDatabaseFault(t, where, p, i)
 		case s.Kind == KindFrontendCommitFailLong:
 			checkCommitFailLong(t, where, p, i)
+		case s.Kind == KindFlapDown && !before.TCP[s.Endpoint].active():
+			checkMemberFlap(t, where, p, i)
 		}
 		if s.Phase == "all-down" && s.Kind == KindDown && i+1 < len(p.Steps) && p.Steps[i+1].Kind == KindUp {
 			for e := range NumEndpoints {
@@ -240,4 +251,60 @@ func TestSoloWindows(t *testing.T) {
 	if got != want {
 		t.Errorf("soloWindows = %v, want %v", got, want)
 	}
+}
+
+// checkMemberFlap checks the member flap that step i begins: on a member of a tiered group's
+// top tier, down and up in turn for flapHalfMin to flapHalfMax each, ended by a KindUp within
+// flapMax and before the phase ends (Phase ""), the member taking no other step; a peer of its
+// tier fault-free and taking no step throughout; and every group keeping a healthy endpoint
+// at every step even with the member down (it goes down again within flapHalfMax).
+func checkMemberFlap(t *testing.T, where string, p *Plan, i int) {
+	t.Helper()
+	s := p.Steps[i]
+	top := groupTiers[tieredGroup][0]
+	if !slices.Contains(top, s.Endpoint) {
+		t.Fatalf("%s: step %d (%v) on an endpoint outside the top tier %v", where, i, s, top)
+	}
+	if s.For > flapMax || s.For < flapMin-2*flapHalfMax {
+		t.Fatalf("%s: step %d (%v): a member flap of %v, want %v-%v", where, i, s, s.For, flapMin-2*flapHalfMax, flapMax)
+	}
+	var peers []int // fault-free members of its tier that take no step during the flap
+	for _, m := range top {
+		if m != s.Endpoint && s.After.faultFree(m) && m != p.Storm.Endpoint {
+			peers = append(peers, m)
+		}
+	}
+	last, down := s.At, true
+	for j := i + 1; j < len(p.Steps); j++ {
+		h := p.Steps[j]
+		worst := h.After
+		worst.TCP[s.Endpoint] = Fault{Kind: KindFlapDown}
+		if !worst.allGroupsHealthy() {
+			t.Fatalf("%s: step %d (%v) during the member flap of step %d: a group has no healthy endpoint with %s down: %s, %v",
+				where, j, h, i, endpointName(s.Endpoint), h.After.faults(), h.After.Groups)
+		}
+		peers = slices.DeleteFunc(peers, func(m int) bool { return h.Endpoint == m || !h.After.faultFree(m) })
+		if h.Endpoint != s.Endpoint || h.Kind == KindReconfigure {
+			continue
+		}
+		if half := h.At - last; half < flapHalfMin || half > flapHalfMax {
+			t.Fatalf("%s: step %d (%v) %v after the flap's previous step, want %v-%v", where, j, h, half, flapHalfMin, flapHalfMax)
+		}
+		last = h.At
+		switch {
+		case down && h.Kind == KindUp:
+			if h.At != s.At+s.For || h.Phase != "" {
+				t.Fatalf("%s: member flap of step %d (%v) ended at %v [%s], want %v", where, i, s, h.At, h.Phase, s.At+s.For)
+			}
+			if len(peers) == 0 {
+				t.Fatalf("%s: member flap of step %d (%v) had no peer left fault-free throughout", where, i, s)
+			}
+			return
+		case down && h.Kind == KindFlapUp, !down && h.Kind == KindFlapDown:
+			down = !down
+		default:
+			t.Fatalf("%s: step %d (%v) during the member flap of step %d (down %v)", where, j, h, i, down)
+		}
+	}
+	t.Fatalf("%s: member flap of step %d (%v) never ended", where, i, s)
 }

@@ -66,8 +66,11 @@ const (
 
 // clientSettings are the client's settings during a run: quick reconnects and connection
 // attempts, and compressed health settings, so that recoveries follow the schedule closely.
-func clientSettings(logger *slog.Logger, switches *rig.SwitchLog, health *healthLog) spannerme.Settings {
+//
+// The tiered groups get their tiers (topology.tiers).
+func clientSettings(logger *slog.Logger, switches *rig.SwitchLog, health *healthLog, topo *topology) spannerme.Settings {
 	return spannerme.Settings{
+		Tiers:             topo.tiers(),
 		ReconnectMaxDelay: 250 * time.Millisecond,
 		MinConnectTimeout: time.Second,
 		DrainTimeout:      30 * time.Second,
@@ -237,7 +240,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	switches := &rig.SwitchLog{}
 	health := &healthLog{out: out, start: time.Now(), name: topo.name}
 	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(),
-		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches, health), spannermetest.ClientOptions()...)
+		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches, health, topo), spannermetest.ClientOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: client: %w", err)
 	}
@@ -323,6 +326,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	health.mu.Unlock()
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
 	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, &x.timeline, plan.Frontends))
+	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
 	return r, nil // the deferred closes run before Run's leak check
 }
 
@@ -459,10 +463,11 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	if plan.Frontends {
 		p("  GOAWAY storm for the whole run: %v", plan.Storm)
 	}
-	p("  groups: %v; RecoveryTimeout %v, SwitchingDelay %v; session RPCs use the default group", initialGroups, RecoveryTimeout, SwitchingDelay)
+	p("  groups: %v; RecoveryTimeout %v, SwitchingDelay %v; session RPCs use the default group; tiered keeps its tiers (slow start %v), the others are reconfigured",
+		initialGroups, RecoveryTimeout, SwitchingDelay, tierSlowStart)
 	p("  health from call outcomes: ejection %v × its count up to %v, interval %v, standby probes every %v, probe timeout %v (compressed like the schedule; other fields default)",
 		healthSettings.BaseEjectionTime, healthSettings.MaxEjectionTime, healthSettings.Interval, healthSettings.ProbeInterval, healthProbeTimeout)
-	p("  load (each worker's calls have its own deadline; west calls are routed with spannerme.NewMEContext):")
+	p("  load (each worker's calls have its own deadline; west and tiered calls are routed with spannerme.NewMEContext):")
 	for _, w := range workers {
 		p("    %-17s %-13s through %-8s deadline %v", w.name, w.kind, w.group, w.deadline)
 	}
@@ -576,6 +581,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 		inv.Status = Fail
 	}
 	r.Invariants = append(r.Invariants, inv)
+	r.Invariants = append(r.Invariants, tierInvariant(byClass[classUnexplained], tl, list))
 
 	silent := byClass[classSilent]
 	inv = Invariant{Name: "failed calls under silent faults (READY but failing/hung)", Details: list(silent, 30)}

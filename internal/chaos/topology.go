@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/rig"
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -102,6 +103,27 @@ func (t *topology) options(groups Groups, rt, sd time.Duration) *grpcgcp.GCPMult
 	return o
 }
 
+// tiers returns the client's Settings.Tiers: each group of groupTiers with its tiers'
+// addresses and tierSlowStart.
+func (t *topology) tiers() map[string]spannerme.TierSettings {
+	out := map[string]spannerme.TierSettings{}
+	for g, tiers := range groupTiers {
+		if tiers == nil {
+			continue
+		}
+		ts := spannerme.TierSettings{SlowStart: tierSlowStart}
+		for _, tier := range tiers {
+			var addrs []string
+			for _, e := range tier {
+				addrs = append(addrs, t.addr(e))
+			}
+			ts.Tiers = append(ts.Tiers, addrs)
+		}
+		out[groupNames[g]] = ts
+	}
+	return out
+}
+
 // errNoFrontend is returned for a frontend step on a topology without frontends.
 var errNoFrontend = errors.New("chaos: frontend fault without frontends")
 
@@ -112,9 +134,9 @@ func (t *topology) apply(s Step) error {
 		return errNoFrontend
 	}
 	switch s.Kind {
-	case KindDown:
+	case KindDown, KindFlapDown:
 		e.tcp.Down()
-	case KindUp:
+	case KindUp, KindFlapUp:
 		return e.tcp.Up()
 	case KindReset:
 		e.tcp.Drop()

@@ -67,6 +67,10 @@ var workers = []workerSpec{
 	{"sum/default", opSum, GroupDefault, 5 * time.Second, 10 * time.Millisecond, nil},
 	{"stream/default", opStream, GroupDefault, 20 * time.Second, 20 * time.Millisecond, nil},
 	{"stream/west", opStream, GroupWest, 8 * time.Second, 20 * time.Millisecond, nil},
+	// The tiered group (groupTiers): its calls are spread over its top tier's members.
+	{"read/tiered", opPointRead, GroupTiered, 3 * time.Second, 2 * time.Millisecond, nil},
+	{"insert/tiered", opInsert, GroupTiered, 6 * time.Second, 5 * time.Millisecond, nil},
+	{"stream/tiered", opStream, GroupTiered, 8 * time.Second, 20 * time.Millisecond, nil},
 }
 
 // The Events rows the stream queries read: eventRows rows of eventPayload bytes each.
