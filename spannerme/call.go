@@ -304,7 +304,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	} else {
 		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 		tc := gme.tiers.begin(me, p)
-		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first()})
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first(), Resend: gme.resendHook})
 	}
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)

@@ -44,6 +44,9 @@ func recordingBackend(t *testing.T, n int) (*frontendBackend, []*spannermetest.F
 	return b, b.fes
 }
 
+// methodRead is the Spanner client's streaming read, with which ReadRow reads.
+const methodRead = "/google.spanner.v1.Spanner/StreamingRead"
+
 // pointReads reads one row by key on workers goroutines until ctx ends, and returns each
 // read's latency and the errors (at most 5 kept) with their count.
 type pointReads struct {
@@ -111,10 +114,13 @@ func attemptNumber(id string) (string, int) {
 }
 
 // E1 fails 5 % of calls with UNAVAILABLE (below the ejection thresholds), E2 is healthy, 8
-// workers of point reads: no read fails, and every retried attempt (attempt number > 1) is
-// served by E2, its previous attempt having failed on E1. A plain Spanner client reads at
-// the same time through its own frontend with the same fault: the p99 of both is logged
-// (a figure, not an assertion: the machine is shared).
+// workers of point reads: no read fails; every streaming read that failed on E1 was sent
+// again at once to E2 (resend.go), as the same attempt (the same request ID, attempt number
+// included), and answered there; every attempt the Spanner client itself retried (attempt
+// number > 1: a unary call, or a resend the budget refused) is served by E2, its previous
+// attempt having failed on E1. A plain Spanner client reads at the same time through its
+// own frontend with the same fault: the p50 and p99 of both are logged (a figure, not an
+// assertion: the machine is shared).
 func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 	b, fes := recordingBackend(t, 3)
 	e1, e2, plainFE := fes[0], fes[1], fes[2]
@@ -150,39 +156,55 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 	if n := ours.failed.Load(); n != 0 {
 		t.Fatalf("%d of %d reads failed: %v", n, ours.count(), ours.errs)
 	}
-	// Every attempt after the first of a request is on E2; its previous attempt failed on E1.
 	type attempt struct {
-		fe   string
-		code codes.Code
+		fe     string
+		method string
+		code   codes.Code
 	}
-	byID := map[string]attempt{}
+	byID := map[string][]attempt{}
 	for _, fe := range []*spannermetest.Frontend{e1, e2} {
 		for _, a := range fe.Attempts() {
-			byID[a.RequestID] = attempt{a.Frontend, a.Code}
+			byID[a.RequestID] = append(byID[a.RequestID], attempt{a.Frontend, a.Method, a.Code})
 		}
 	}
-	retried, failedOnE1 := 0, 0
-	for id, a := range byID {
+	// A streaming read that failed on E1 was answered by E2 under the same request ID.
+	resent, retried := 0, 0
+	for id, as := range byID {
+		failedOnE1, okOnE2 := false, false
+		for _, a := range as {
+			failedOnE1 = failedOnE1 || (a.fe == e1.Addr() && a.code == codes.Unavailable)
+			okOnE2 = okOnE2 || (a.fe == e2.Addr() && a.code == codes.OK)
+		}
+		if failedOnE1 && as[0].method == methodRead {
+			resent++
+			if !okOnE2 || len(as) != 2 {
+				t.Errorf("read %s: attempts %+v; want its failure on E1 resent once to E2 and answered there", id, as)
+			}
+		}
+	}
+	// Every attempt after the first of a request is on E2; its previous attempt failed on E1.
+	for id, as := range byID {
 		key, n := attemptNumber(id)
 		if n <= 1 {
-			if a.fe == e1.Addr() && a.code == codes.Unavailable {
-				failedOnE1++
-			}
 			continue
 		}
 		retried++
 		prev, ok := byID[fmt.Sprintf("%s.%d", key, n-1)]
-		if a.fe != e2.Addr() || !ok || prev.fe != e1.Addr() || prev.code != codes.Unavailable {
-			t.Errorf("attempt %s served by %s (previous attempt: %+v, found %v); want E2 after a failure on E1", id, a.fe, prev, ok)
+		if as[0].fe != e2.Addr() || !ok || prev[0].fe != e1.Addr() || prev[0].code != codes.Unavailable {
+			t.Errorf("attempt %s served by %+v (previous attempt: %+v, found %v); want E2 after a failure on E1", id, as, prev, ok)
 		}
 	}
-	if retried == 0 || failedOnE1 == 0 {
-		t.Fatalf("no attempt was retried (%d first attempts failed on E1): the test exercised nothing", failedOnE1)
+	if resent == 0 {
+		t.Fatal("no read failed on E1: the test exercised nothing")
 	}
 	after := gme.Status().Retries
-	t.Logf("retry elsewhere, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d attempts retried, all on E2 (steered %d, refused %d, tokens %.1f); "+
+	if got := after.Resent - before.Resent; got != int64(resent) {
+		t.Errorf("Status.Retries.Resent grew by %d, want the %d reads that failed on E1", got, resent)
+	}
+	t.Logf("resend at once, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d reads failed on E1 and were resent to E2 (resent %d, refused %d), %d attempts retried by the client (steered %d, refused %d), tokens %.1f; "+
 		"p50/p99 spannerme %v/%v, plain client (same fault, same run) %v/%v over %d reads (%d failed)",
-		*retryLoadDuration, ours.count(), retried, after.Steered-before.Steered, after.Refused-before.Refused, after.Tokens,
+		*retryLoadDuration, ours.count(), resent, after.Resent-before.Resent, after.ResendRefused-before.ResendRefused,
+		retried, after.Steered-before.Steered, after.Refused-before.Refused, after.Tokens,
 		ours.percentile(0.5).Round(time.Microsecond), ours.percentile(0.99).Round(time.Microsecond),
 		theirs.percentile(0.5).Round(time.Microsecond), theirs.percentile(0.99).Round(time.Microsecond), theirs.count(), theirs.failed.Load())
 }

@@ -67,6 +67,10 @@ type GCPMultiEndpoint struct {
 	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
 	// sent elsewhere, and the retries the budget kept (Status.Retries).
 	steered, refused, skipped atomic.Int64
+	// resendHook is resendStream, made once (nil turns resending off, in tests); resent and
+	// resendRefused count the streams sent again at once and those the budget kept (resend.go).
+	resendHook            pool.Resender
+	resent, resendRefused atomic.Int64
 	tiers                     tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
@@ -324,6 +328,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
 	gme.setHedging(s.hedging)
+	gme.resendHook = gme.resendStream
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
