@@ -71,7 +71,7 @@ type GCPMultiEndpoint struct {
 	// resendRefused count the streams sent again at once and those the budget kept (resend.go).
 	resendHook            pool.Resender
 	resent, resendRefused atomic.Int64
-	tiers                     tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
+	tiers                 tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
