@@ -67,11 +67,7 @@ type GCPMultiEndpoint struct {
 	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
 	// sent elsewhere, and the retries the budget kept (Status.Retries).
 	steered, refused, skipped atomic.Int64
-	// resendHook is resendStream, made once (nil turns resending off, in tests); resent and
-	// resendRefused count the streams sent again at once and those the budget kept (resend.go).
-	resendHook            pool.Resender
-	resent, resendRefused atomic.Int64
-	tiers                 tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
+	tiers                     tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -102,6 +98,11 @@ type GCPMultiEndpoint struct {
 	// on the first SendMsg, so a stream abandoned before that is never reported ended by
 	// gRPC; set at construction.
 	lazyStreams bool
+
+	// resendHook is resendStream, made once (nil turns resending off, in tests); resent and
+	// resendRefused count the streams sent again at once and those the budget kept (resend.go).
+	resendHook            pool.Resender
+	resent, resendRefused atomic.Int64
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
