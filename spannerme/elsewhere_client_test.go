@@ -209,9 +209,10 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 		theirs.percentile(0.5).Round(time.Microsecond), theirs.percentile(0.99).Round(time.Microsecond), theirs.count(), theirs.failed.Load())
 }
 
-// Every endpoint fails every call with UNAVAILABLE: the attempts retry elsewhere sends to
-// the other endpoint stay within the budget: at most retry.MaxTokens/2 failures empty it to
-// the threshold, plus the attempts of the 8 workers in flight at that moment.
+// Every endpoint fails every call with UNAVAILABLE: the extra attempts retry elsewhere sends
+// (retries steered to the other endpoint, and streams resent at once there) stay within the
+// budget: at most retry.MaxTokens/2 failures empty it to the threshold, plus the attempts of
+// the 8 workers in flight at that moment; after that the budget refuses them.
 func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 	b, fes := recordingBackend(t, 2)
 	e1, e2 := fes[0], fes[1]
@@ -234,16 +235,17 @@ func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 		fe.Pass()
 	}
 	after := gme.Status().Retries
-	steered := after.Steered - before.Steered
+	steered, resent := after.Steered-before.Steered, after.Resent-before.Resent
 	attempts := e1.Stats().Received + e2.Stats().Received
-	if bound := int64(retry.MaxTokens/2 + workers); steered > bound {
-		t.Fatalf("%d attempts steered elsewhere during the fault everywhere, want at most %d (budget)", steered, bound)
+	if bound := int64(retry.MaxTokens/2 + workers); steered+resent > bound {
+		t.Fatalf("%d attempts steered and %d resent elsewhere during the fault everywhere, want at most %d together (budget)", steered, resent, bound)
 	}
-	if steered == 0 {
-		t.Fatal("no attempt was steered: the test exercised nothing")
+	if resent == 0 || after.ResendRefused == before.ResendRefused {
+		t.Fatalf("resent %d, refused %d: the test exercised nothing", resent, after.ResendRefused-before.ResendRefused)
 	}
-	t.Logf("fault everywhere for %v, %d workers: %d calls reached the frontends, %d steered elsewhere (bound %d), %d refused by the budget, tokens %.1f",
-		*retryOutage, workers, attempts, steered, retry.MaxTokens/2+workers, after.Refused-before.Refused, after.Tokens)
+	t.Logf("fault everywhere for %v, %d workers: %d calls reached the frontends; extra attempts of retry elsewhere: %d steered + %d resent = %d (bound %d), %d steers and %d resends refused by the budget, tokens %.1f",
+		*retryOutage, workers, attempts, steered, resent, steered+resent, retry.MaxTokens/2+workers,
+		after.Refused-before.Refused, after.ResendRefused-before.ResendRefused, after.Tokens)
 }
 
 // E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo, through the Spanner client: the query
