@@ -18,6 +18,7 @@ import (
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
@@ -124,9 +125,12 @@ func attemptNumber(id string) (string, int) {
 func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 	b, fes := recordingBackend(t, 3)
 	e1, e2, plainFE := fes[0], fes[1], fes[2]
+	reader, mp := newMetricReader()
+	s := fastSettings(nil)
+	s.MeterProvider = mp
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
-	}), fastSettings(nil))
+	}), s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	plain, err := fixture.NewClient(ctx, plainFE.Addr(), b.database)
@@ -200,6 +204,11 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 	after := gme.Status().Retries
 	if got := after.Resent - before.Resent; got != int64(resent) {
 		t.Errorf("Status.Retries.Resent grew by %d, want the %d reads that failed on E1", got, resent)
+	}
+	// The resends metric: every resend, from E1 to E2.
+	if v, _ := valueWhere(collect(t, reader), metricResends, attribute.String(AttrMultiEndpoint, "default"),
+		attribute.String(AttrResendFrom, e1.Addr()), attribute.String(AttrEndpoint, e2.Addr())); v != after.Resent {
+		t.Errorf("%s{from E1, to E2} = %d, want Status.Retries.Resent %d", metricResends, v, after.Resent)
 	}
 	t.Logf("resend at once, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d reads failed on E1 and were resent to E2 (resent %d, refused %d), %d attempts retried by the client (steered %d, refused %d), tokens %.1f; "+
 		"p50/p99 spannerme %v/%v, plain client (same fault, same run) %v/%v over %d reads (%d failed)",

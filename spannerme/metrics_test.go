@@ -123,7 +123,7 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 
 	rm := collect(t, reader)
 	for _, d := range metricDocs {
-		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges || d.Name == metricCooldowns || d.Name == metricReroutes {
+		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges || d.Name == metricCooldowns || d.Name == metricReroutes || d.Name == metricResends {
 			continue // nothing ejected, overloaded or retried; maybe no call failed; no group hedges
 		}
 		if d.Name == metricTier || d.Name == metricLatencyScore {

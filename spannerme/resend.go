@@ -88,8 +88,9 @@ func (gme *GCPMultiEndpoint) resendStream(r pool.ResendRequest) (*pool.Pool, poo
 //     delivered no message, so the client never learnt a transaction from it; the resend
 //     begins one, whose ID the client learns from the resend's first message, as from its
 //     own retry. A transaction the failed attempt may have begun in the database is a
-//     read-only one, which takes no locks (Spanner docs, "Read-only transactions": they "do
-//     not take locks"), and is never used.
+//     read-only one, which takes no locks (Spanner docs, Transactions overview,
+//     https://cloud.google.com/spanner/docs/transactions: read-only transactions "do not
+//     take locks"), and is never used.
 //
 // Everything else is not: a read-write transaction's reads take locks, DML and batch DML
 // write (their seqno makes a replay within the transaction idempotent, but only the client
