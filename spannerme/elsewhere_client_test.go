@@ -98,6 +98,15 @@ func (r *pointReads) percentile(q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
+// percentiles returns the p50, p95, p99 and p99.9 of the reads' latencies, "a/b/c/d".
+func (r *pointReads) percentiles() string {
+	var out []string
+	for _, q := range []float64{0.5, 0.95, 0.99, 0.999} {
+		out = append(out, r.percentile(q).Round(100*time.Microsecond).String())
+	}
+	return strings.Join(out, "/")
+}
+
 func (r *pointReads) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -211,11 +220,10 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 		t.Errorf("%s{from E1, to E2} = %d, want Status.Retries.Resent %d", metricResends, v, after.Resent)
 	}
 	t.Logf("resend at once, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d reads failed on E1 and were resent to E2 (resent %d, refused %d), %d attempts retried by the client (steered %d, refused %d), tokens %.1f; "+
-		"p50/p99 spannerme %v/%v, plain client (same fault, same run) %v/%v over %d reads (%d failed)",
+		"p50/p95/p99/p99.9 spannerme %s, plain client (same fault, same run) %s over %d reads (%d failed)",
 		*retryLoadDuration, ours.count(), resent, after.Resent-before.Resent, after.ResendRefused-before.ResendRefused,
 		retried, after.Steered-before.Steered, after.Refused-before.Refused, after.Tokens,
-		ours.percentile(0.5).Round(time.Microsecond), ours.percentile(0.99).Round(time.Microsecond),
-		theirs.percentile(0.5).Round(time.Microsecond), theirs.percentile(0.99).Round(time.Microsecond), theirs.count(), theirs.failed.Load())
+		ours.percentiles(), theirs.percentiles(), theirs.count(), theirs.failed.Load())
 }
 
 // Every endpoint fails every call with UNAVAILABLE: the extra attempts retry elsewhere sends
