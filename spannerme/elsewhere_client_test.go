@@ -266,8 +266,8 @@ func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 }
 
 // E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo, through the Spanner client: the query
-// that meets it starts E1's cooldown, and the client's retry of it (after the server's 3 s)
-// goes to E2; meanwhile every new query goes to E2 (E1 healed at once: only the cooldown
+// that meets it starts E1's cooldown, and is resent at once to E2 (resend.go: the delay is
+// E1's); meanwhile every new query goes to E2 (E1 healed at once: only the cooldown
 // keeps it out); E1 gets queries again when its cooldown ends, never before.
 func TestOverloadCooldown_Client(t *testing.T) {
 	b, fes := recordingBackend(t, 2)
@@ -310,14 +310,22 @@ func TestOverloadCooldown_Client(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("the query that met RESOURCE_EXHAUSTED: %v", err)
 	}
-	var retriedOn string
-	for _, a := range append(e1.Attempts(), e2.Attempts()...) {
-		if _, n := attemptNumber(a.RequestID); a.Method == methodQuery && n == 2 {
-			retriedOn = a.Frontend
+	// The query that met RESOURCE_EXHAUSTED (with a RetryInfo, which the client retries) was
+	// resent at once to E2 as the same attempt (resend.go), not retried after 3 s.
+	var exhaustedID string
+	for _, a := range e1.Attempts() {
+		if a.Method == methodQuery && a.Code == codes.ResourceExhausted {
+			exhaustedID = a.RequestID
 		}
 	}
-	if retriedOn != e2.Addr() {
-		t.Fatalf("the client's retry of that query went to %q, want E2", retriedOn)
+	var resentOn []string
+	for _, a := range e2.Attempts() {
+		if a.RequestID == exhaustedID {
+			resentOn = append(resentOn, a.Frontend+" "+a.Code.String())
+		}
+	}
+	if exhaustedID == "" || len(resentOn) != 1 || resentOn[0] != e2.Addr()+" OK" {
+		t.Fatalf("the query that met RESOURCE_EXHAUSTED (%q): on E2 %v, want resent once to E2 and answered", exhaustedID, resentOn)
 	}
 	// E1 gets queries again once its cooldown is over, and not before.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

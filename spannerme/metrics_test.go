@@ -410,6 +410,7 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 	m.ejections.Add(ctx, 1)
 	m.cooldowns.Add(ctx, 1)
 	m.reroutes.Add(ctx, 1)
+	m.resends.Add(ctx, 1)
 	m.duration.Record(ctx, 1)
 	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.state, 1)

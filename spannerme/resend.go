@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
@@ -19,9 +20,9 @@ import (
 // hedge is instead sent again at once, from inside this layer, to another available endpoint
 // of the group, when:
 //
-//   - its stream ended with a code the Spanner client retries (spannerreq.RetryableByClient:
-//     UNAVAILABLE, RESOURCE_EXHAUSTED, the INTERNAL of a reset stream) before any response
-//     message arrived (internal/pool, resend.go: never after a message; a header alone is
+//   - its stream ended with an error the Spanner client retries (resendOnError: UNAVAILABLE
+//     other than a lost connection, RESOURCE_EXHAUSTED with a RetryInfo delay, the INTERNAL
+//     of a reset stream) before any response message arrived (internal/pool, resend.go: never after a message; a header alone is
 //     no answer), and its context is not done;
 //   - its request is one that only reads (resendable): what hedging may send twice
 //     (spannerreq.ReadOnlyTxns.Hedgeable), plus a query or read that begins a read-only
@@ -46,7 +47,7 @@ import (
 // of r's group and the replacement's CallInfo, counted in Status.Retries.Resent and the
 // resends metric, or false (counted in Status.Retries.ResendRefused when the budget refused).
 func (gme *GCPMultiEndpoint) resendStream(r pool.ResendRequest) (*pool.Pool, pool.CallInfo, bool) {
-	if !spannerreq.RetryableByClient(r.Err) || !gme.resendable(r.Ctx, r.Req) {
+	if !resendOnError(r.Err) || !gme.resendable(r.Ctx, r.Req) {
 		return nil, pool.CallInfo{}, false
 	}
 	s := gme.snap.Load()
@@ -73,6 +74,29 @@ func (gme *GCPMultiEndpoint) resendStream(r pool.ResendRequest) (*pool.Pool, poo
 	start := gme.obs.callBegin(r.Ctx, q.Endpoint(), poolName(q), me.Name())
 	tc := gme.tiers.begin(me, q)
 	return q, pool.CallInfo{Group: me.Name(), Tag: r.Call.Tag, Start: start, Class: r.Call.Class, First: tc.first()}, true
+}
+
+// resendOnError reports whether a stream that ended with err before any response message
+// is resent: err is one the Spanner client retries (spannerreq.RetryableByClient), except
+//
+//   - RESOURCE_EXHAUSTED without a RetryInfo delay, which the client does not retry
+//     (cloud.google.com/go/spanner v1.96.1, retry.go: "Retry ResourceExhausted error only if
+//     there's a server delay in the trailer"): its caller sees it, as before. With a delay
+//     the resend does not wait for it: the delay is the failed endpoint's, which its
+//     overload cooldown keeps out of the group's choice meanwhile, and the resend goes
+//     elsewhere;
+//   - a connection lost under the stream (health.ConnectionLost: a reset, GOAWAY, the
+//     transport closing), which says nothing of the endpoint: the client's retry goes where
+//     the group sends it, as the pool reconnects, as retry elsewhere does (callEnded).
+func resendOnError(err error) bool {
+	if !spannerreq.RetryableByClient(err) {
+		return false
+	}
+	if spannerreq.Overloaded(err) {
+		_, ok := spannerreq.RetryDelay(err)
+		return ok
+	}
+	return health.Classify(err, false, false) != health.ConnectionLost
 }
 
 // resendable reports whether req, the request of a streaming query or read sent with ctx,
