@@ -284,7 +284,9 @@ func (gme *GCPMultiEndpoint) cannotConnect(me *multiendpoint.MultiEndpoint, p *p
 // pool is closed (Settings.DrainTimeout after the endpoint is removed). The request of a
 // read-only streaming query or read routed through a group with a policy
 // (Settings.DirectedReads) is sent with the group's DirectedReadOptions when it has none of
-// its own, as for Invoke.
+// its own, as for Invoke. A streaming read that fails with a code the Spanner client retries
+// before any response message is sent again at once to another available endpoint of its
+// group (docs/health.md, "Retry elsewhere"; resend.go).
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return gme.newStream(ctx, desc, method, "", opts)
 }
@@ -304,7 +306,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	} else {
 		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 		tc := gme.tiers.begin(me, p)
-		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first()})
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first(), Resend: gme.resendHook})
 	}
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)

@@ -22,7 +22,8 @@ import (
 // next one goes to another available endpoint of the group than E, as the client's own
 // location-aware routing does (location_aware_client.go, rerouteErrorMarker), within a
 // retry budget. The client still does the retrying and the backoff; this layer only steers
-// where the retry goes, and never sends anything the client did not send.
+// where the retry goes. The one request this layer sends itself is the resend at once of a
+// streaming read that failed before any response message (resend.go).
 //
 // Why it is safe, per method: a session and a transaction live in the database, not in the
 // frontend that carried the call (Spanner's API reference: a session is a "database

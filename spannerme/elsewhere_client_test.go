@@ -18,6 +18,7 @@ import (
 
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
@@ -43,6 +44,9 @@ func recordingBackend(t *testing.T, n int) (*frontendBackend, []*spannermetest.F
 	}
 	return b, b.fes
 }
+
+// methodRead is the Spanner client's streaming read, with which ReadRow reads.
+const methodRead = "/google.spanner.v1.Spanner/StreamingRead"
 
 // pointReads reads one row by key on workers goroutines until ctx ends, and returns each
 // read's latency and the errors (at most 5 kept) with their count.
@@ -94,6 +98,15 @@ func (r *pointReads) percentile(q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
+// percentiles returns the p50, p95, p99 and p99.9 of the reads' latencies, "a/b/c/d".
+func (r *pointReads) percentiles() string {
+	var out []string
+	for _, q := range []float64{0.5, 0.95, 0.99, 0.999} {
+		out = append(out, r.percentile(q).Round(100*time.Microsecond).String())
+	}
+	return strings.Join(out, "/")
+}
+
 func (r *pointReads) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -111,16 +124,22 @@ func attemptNumber(id string) (string, int) {
 }
 
 // E1 fails 5 % of calls with UNAVAILABLE (below the ejection thresholds), E2 is healthy, 8
-// workers of point reads: no read fails, and every retried attempt (attempt number > 1) is
-// served by E2, its previous attempt having failed on E1. A plain Spanner client reads at
-// the same time through its own frontend with the same fault: the p99 of both is logged
-// (a figure, not an assertion: the machine is shared).
+// workers of point reads: no read fails; every streaming read that failed on E1 was sent
+// again at once to E2 (resend.go), as the same attempt (the same request ID, attempt number
+// included), and answered there; every attempt the Spanner client itself retried (attempt
+// number > 1: a unary call, or a resend the budget refused) is served by E2, its previous
+// attempt having failed on E1. A plain Spanner client reads at the same time through its
+// own frontend with the same fault: the p50 and p99 of both are logged (a figure, not an
+// assertion: the machine is shared).
 func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 	b, fes := recordingBackend(t, 3)
 	e1, e2, plainFE := fes[0], fes[1], fes[2]
+	reader, mp := newMetricReader()
+	s := fastSettings(nil)
+	s.MeterProvider = mp
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(10*time.Second, time.Second, e1.Addr(), e2.Addr()),
-	}), fastSettings(nil))
+	}), s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	plain, err := fixture.NewClient(ctx, plainFE.Addr(), b.database)
@@ -150,46 +169,67 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 	if n := ours.failed.Load(); n != 0 {
 		t.Fatalf("%d of %d reads failed: %v", n, ours.count(), ours.errs)
 	}
-	// Every attempt after the first of a request is on E2; its previous attempt failed on E1.
 	type attempt struct {
-		fe   string
-		code codes.Code
+		fe     string
+		method string
+		code   codes.Code
 	}
-	byID := map[string]attempt{}
+	byID := map[string][]attempt{}
 	for _, fe := range []*spannermetest.Frontend{e1, e2} {
 		for _, a := range fe.Attempts() {
-			byID[a.RequestID] = attempt{a.Frontend, a.Code}
+			byID[a.RequestID] = append(byID[a.RequestID], attempt{a.Frontend, a.Method, a.Code})
 		}
 	}
-	retried, failedOnE1 := 0, 0
-	for id, a := range byID {
+	// A streaming read that failed on E1 was answered by E2 under the same request ID.
+	resent, retried := 0, 0
+	for id, as := range byID {
+		failedOnE1, okOnE2 := false, false
+		for _, a := range as {
+			failedOnE1 = failedOnE1 || (a.fe == e1.Addr() && a.code == codes.Unavailable)
+			okOnE2 = okOnE2 || (a.fe == e2.Addr() && a.code == codes.OK)
+		}
+		if failedOnE1 && as[0].method == methodRead {
+			resent++
+			if !okOnE2 || len(as) != 2 {
+				t.Errorf("read %s: attempts %+v; want its failure on E1 resent once to E2 and answered there", id, as)
+			}
+		}
+	}
+	// Every attempt after the first of a request is on E2; its previous attempt failed on E1.
+	for id, as := range byID {
 		key, n := attemptNumber(id)
 		if n <= 1 {
-			if a.fe == e1.Addr() && a.code == codes.Unavailable {
-				failedOnE1++
-			}
 			continue
 		}
 		retried++
 		prev, ok := byID[fmt.Sprintf("%s.%d", key, n-1)]
-		if a.fe != e2.Addr() || !ok || prev.fe != e1.Addr() || prev.code != codes.Unavailable {
-			t.Errorf("attempt %s served by %s (previous attempt: %+v, found %v); want E2 after a failure on E1", id, a.fe, prev, ok)
+		if as[0].fe != e2.Addr() || !ok || prev[0].fe != e1.Addr() || prev[0].code != codes.Unavailable {
+			t.Errorf("attempt %s served by %+v (previous attempt: %+v, found %v); want E2 after a failure on E1", id, as, prev, ok)
 		}
 	}
-	if retried == 0 || failedOnE1 == 0 {
-		t.Fatalf("no attempt was retried (%d first attempts failed on E1): the test exercised nothing", failedOnE1)
+	if resent == 0 {
+		t.Fatal("no read failed on E1: the test exercised nothing")
 	}
 	after := gme.Status().Retries
-	t.Logf("retry elsewhere, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d attempts retried, all on E2 (steered %d, refused %d, tokens %.1f); "+
-		"p50/p99 spannerme %v/%v, plain client (same fault, same run) %v/%v over %d reads (%d failed)",
-		*retryLoadDuration, ours.count(), retried, after.Steered-before.Steered, after.Refused-before.Refused, after.Tokens,
-		ours.percentile(0.5).Round(time.Microsecond), ours.percentile(0.99).Round(time.Microsecond),
-		theirs.percentile(0.5).Round(time.Microsecond), theirs.percentile(0.99).Round(time.Microsecond), theirs.count(), theirs.failed.Load())
+	if got := after.Resent - before.Resent; got != int64(resent) {
+		t.Errorf("Status.Retries.Resent grew by %d, want the %d reads that failed on E1", got, resent)
+	}
+	// The resends metric: every resend, from E1 to E2.
+	if v, _ := valueWhere(collect(t, reader), metricResends, attribute.String(AttrMultiEndpoint, "default"),
+		attribute.String(AttrResendFrom, e1.Addr()), attribute.String(AttrEndpoint, e2.Addr())); v != after.Resent {
+		t.Errorf("%s{from E1, to E2} = %d, want Status.Retries.Resent %d", metricResends, v, after.Resent)
+	}
+	t.Logf("resend at once, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d reads failed on E1 and were resent to E2 (resent %d, refused %d), %d attempts retried by the client (steered %d, refused %d), tokens %.1f; "+
+		"p50/p95/p99/p99.9 spannerme %s, plain client (same fault, same run) %s over %d reads (%d failed)",
+		*retryLoadDuration, ours.count(), resent, after.Resent-before.Resent, after.ResendRefused-before.ResendRefused,
+		retried, after.Steered-before.Steered, after.Refused-before.Refused, after.Tokens,
+		ours.percentiles(), theirs.percentiles(), theirs.count(), theirs.failed.Load())
 }
 
-// Every endpoint fails every call with UNAVAILABLE: the attempts retry elsewhere sends to
-// the other endpoint stay within the budget: at most retry.MaxTokens/2 failures empty it to
-// the threshold, plus the attempts of the 8 workers in flight at that moment.
+// Every endpoint fails every call with UNAVAILABLE: the extra attempts retry elsewhere sends
+// (retries steered to the other endpoint, and streams resent at once there) stay within the
+// budget: at most retry.MaxTokens/2 failures empty it to the threshold, plus the attempts of
+// the 8 workers in flight at that moment; after that the budget refuses them.
 func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 	b, fes := recordingBackend(t, 2)
 	e1, e2 := fes[0], fes[1]
@@ -212,21 +252,22 @@ func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 		fe.Pass()
 	}
 	after := gme.Status().Retries
-	steered := after.Steered - before.Steered
+	steered, resent := after.Steered-before.Steered, after.Resent-before.Resent
 	attempts := e1.Stats().Received + e2.Stats().Received
-	if bound := int64(retry.MaxTokens/2 + workers); steered > bound {
-		t.Fatalf("%d attempts steered elsewhere during the fault everywhere, want at most %d (budget)", steered, bound)
+	if bound := int64(retry.MaxTokens/2 + workers); steered+resent > bound {
+		t.Fatalf("%d attempts steered and %d resent elsewhere during the fault everywhere, want at most %d together (budget)", steered, resent, bound)
 	}
-	if steered == 0 {
-		t.Fatal("no attempt was steered: the test exercised nothing")
+	if resent == 0 || after.ResendRefused == before.ResendRefused {
+		t.Fatalf("resent %d, refused %d: the test exercised nothing", resent, after.ResendRefused-before.ResendRefused)
 	}
-	t.Logf("fault everywhere for %v, %d workers: %d calls reached the frontends, %d steered elsewhere (bound %d), %d refused by the budget, tokens %.1f",
-		*retryOutage, workers, attempts, steered, retry.MaxTokens/2+workers, after.Refused-before.Refused, after.Tokens)
+	t.Logf("fault everywhere for %v, %d workers: %d calls reached the frontends; extra attempts of retry elsewhere: %d steered + %d resent = %d (bound %d), %d steers and %d resends refused by the budget, tokens %.1f",
+		*retryOutage, workers, attempts, steered, resent, steered+resent, retry.MaxTokens/2+workers,
+		after.Refused-before.Refused, after.ResendRefused-before.ResendRefused, after.Tokens)
 }
 
 // E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo, through the Spanner client: the query
-// that meets it starts E1's cooldown, and the client's retry of it (after the server's 3 s)
-// goes to E2; meanwhile every new query goes to E2 (E1 healed at once: only the cooldown
+// that meets it starts E1's cooldown, and is resent at once to E2 (resend.go: the delay is
+// E1's); meanwhile every new query goes to E2 (E1 healed at once: only the cooldown
 // keeps it out); E1 gets queries again when its cooldown ends, never before.
 func TestOverloadCooldown_Client(t *testing.T) {
 	b, fes := recordingBackend(t, 2)
@@ -269,14 +310,22 @@ func TestOverloadCooldown_Client(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatalf("the query that met RESOURCE_EXHAUSTED: %v", err)
 	}
-	var retriedOn string
-	for _, a := range append(e1.Attempts(), e2.Attempts()...) {
-		if _, n := attemptNumber(a.RequestID); a.Method == methodQuery && n == 2 {
-			retriedOn = a.Frontend
+	// The query that met RESOURCE_EXHAUSTED (with a RetryInfo, which the client retries) was
+	// resent at once to E2 as the same attempt (resend.go), not retried after 3 s.
+	var exhaustedID string
+	for _, a := range e1.Attempts() {
+		if a.Method == methodQuery && a.Code == codes.ResourceExhausted {
+			exhaustedID = a.RequestID
 		}
 	}
-	if retriedOn != e2.Addr() {
-		t.Fatalf("the client's retry of that query went to %q, want E2", retriedOn)
+	var resentOn []string
+	for _, a := range e2.Attempts() {
+		if a.RequestID == exhaustedID {
+			resentOn = append(resentOn, a.Frontend+" "+a.Code.String())
+		}
+	}
+	if exhaustedID == "" || len(resentOn) != 1 || resentOn[0] != e2.Addr()+" OK" {
+		t.Fatalf("the query that met RESOURCE_EXHAUSTED (%q): on E2 %v, want resent once to E2 and answered", exhaustedID, resentOn)
 	}
 	// E1 gets queries again once its cooldown is over, and not before.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -99,6 +99,11 @@ type GCPMultiEndpoint struct {
 	// gRPC; set at construction.
 	lazyStreams bool
 
+	// resendHook is resendStream, made once (nil turns resending off, in tests); resent and
+	// resendRefused count the streams sent again at once and those the budget kept (resend.go).
+	resendHook            pool.Resender
+	resent, resendRefused atomic.Int64
+
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
 	// the snapshot, Status and the pool goroutines take only mu.
@@ -324,6 +329,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
 	gme.setHedging(s.hedging)
+	gme.resendHook = gme.resendStream
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {

@@ -535,6 +535,13 @@ type RetryStatus struct {
 	// OverloadSkipped counts the calls sent to another endpoint than their group's current
 	// one because it was cooling down after RESOURCE_EXHAUSTED.
 	OverloadSkipped int64 `json:"overloadSkipped"`
+	// Resent counts the streaming reads sent again at once to another endpoint of their
+	// group after they failed there, with a code the Spanner client retries, before any
+	// response message.
+	Resent int64 `json:"resent"`
+	// ResendRefused counts the streams that would have been sent again at once but that the
+	// retry budget refused (their failure went to the Spanner client, which retries it).
+	ResendRefused int64 `json:"resendRefused"`
 	// Tokens is the retry budget's token count now (gRFC A6: 0 to 100; retries are steered
 	// while it is above 50).
 	Tokens float64 `json:"tokens"`

@@ -51,6 +51,9 @@ const (
 	// endpoint is cooling down after RESOURCE_EXHAUSTED), or refused_by_budget (a retry the
 	// retry budget kept where the group sends it).
 	AttrRerouteReason = "spannerme.reroute.reason"
+	// AttrResendFrom is the endpoint a stream failed on before it was sent again at once to
+	// another endpoint (AttrEndpoint) of its group (docs/health.md, "Retry elsewhere").
+	AttrResendFrom = "spannerme.resend.from"
 	// AttrGRPCStatusCode is the call's gRPC status code as an integer (0 is OK), as in the
 	// OpenTelemetry semantic conventions for gRPC.
 	AttrGRPCStatusCode = "rpc.grpc.status_code"
@@ -77,6 +80,7 @@ const (
 	metricVerdict        = "spannerme.endpoint.verdict"
 	metricCooldowns      = "spannerme.endpoint.cooldowns"
 	metricReroutes       = "spannerme.client.reroutes"
+	metricResends        = "spannerme.client.resends"
 	metricCalls          = "spannerme.client.calls"
 	metricFailures       = "spannerme.client.call.failures"
 	metricDuration       = "spannerme.client.call.duration"
@@ -110,6 +114,8 @@ var metricDocs = []metricDoc{
 		"overload cooldowns started: the endpoint answered RESOURCE_EXHAUSTED and is skipped for new calls while another endpoint of the group is available"},
 	{metricReroutes, instrumentCounter, "{call}", []string{AttrRerouteReason},
 		"calls sent to another endpoint than their group's pick: a retry whose previous attempt failed there, or a call avoiding an endpoint that cools down; refused_by_budget counts the retries the retry budget did not move"},
+	{metricResends, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrResendFrom, AttrEndpoint},
+		"streaming reads that failed with a code the Spanner client retries before any response message and were sent again at once, from " + AttrResendFrom + " to " + AttrEndpoint + "; a resend the retry budget refused counts in " + metricReroutes + " as refused_by_budget"},
 	{metricCalls, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
 		"calls (unary calls and streams) sent to an endpoint, counted when they end"},
 	{metricFailures, instrumentCounter, "{call}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName, AttrGRPCStatusCode},
@@ -136,7 +142,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 // one before an SDK is installed) the call path records nothing and allocates nothing.
 type metrics struct {
 	calls, failures, switches, ejections metric.Int64Counter
-	cooldowns, reroutes                  metric.Int64Counter
+	cooldowns, reroutes, resends         metric.Int64Counter
 	duration                             metric.Float64Histogram
 	state, current, degraded, verdict    metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
@@ -178,7 +184,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 	m := &metrics{
 		calls: counter(metricCalls), failures: counter(metricFailures),
 		switches: counter(metricSwitches), ejections: counter(metricEjections),
-		cooldowns: counter(metricCooldowns), reroutes: counter(metricReroutes),
+		cooldowns: counter(metricCooldowns), reroutes: counter(metricReroutes), resends: counter(metricResends),
 		state: gauge(metricEndpointState), current: gauge(metricCurrent), degraded: gauge(metricDegraded),
 		verdict: gauge(metricVerdict), tier: gauge(metricTier),
 		active: upDown(metricActiveCalls), waiting: upDown(metricWaitingCalls),
@@ -195,7 +201,7 @@ func newMetrics(mp metric.MeterProvider) *metrics {
 
 // fillNoop replaces the instruments a provider refused (nil) with no-op ones.
 func fillNoop(m *metrics) {
-	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections, &m.cooldowns, &m.reroutes} {
+	for _, c := range []*metric.Int64Counter{&m.calls, &m.failures, &m.switches, &m.ejections, &m.cooldowns, &m.reroutes, &m.resends} {
 		if *c == nil {
 			*c = noop.Int64Counter{}
 		}

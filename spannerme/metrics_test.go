@@ -123,7 +123,7 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 
 	rm := collect(t, reader)
 	for _, d := range metricDocs {
-		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges || d.Name == metricCooldowns || d.Name == metricReroutes {
+		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges || d.Name == metricCooldowns || d.Name == metricReroutes || d.Name == metricResends {
 			continue // nothing ejected, overloaded or retried; maybe no call failed; no group hedges
 		}
 		if d.Name == metricTier || d.Name == metricLatencyScore {
@@ -410,6 +410,7 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 	m.ejections.Add(ctx, 1)
 	m.cooldowns.Add(ctx, 1)
 	m.reroutes.Add(ctx, 1)
+	m.resends.Add(ctx, 1)
 	m.duration.Record(ctx, 1)
 	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(m.state, 1)

@@ -559,7 +559,7 @@ func (e *NoEndpointError) Unwrap() error { return e.Err }
 // retryStatus returns the retry counters and the budget.
 func (gme *GCPMultiEndpoint) retryStatus() RetryStatus {
 	return RetryStatus{Steered: gme.steered.Load(), Refused: gme.refused.Load(),
-		OverloadSkipped: gme.skipped.Load(), Tokens: gme.budget.Tokens()}
+		OverloadSkipped: gme.skipped.Load(), Resent: gme.resent.Load(), ResendRefused: gme.resendRefused.Load(), Tokens: gme.budget.Tokens()}
 }
 
 // cooldownStatus returns endpoint's cooldown in Status form, nil if it never cooled.

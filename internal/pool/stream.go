@@ -36,6 +36,9 @@ type CallInfo struct {
 	// stream that ended well, else the error): the latency of a spread call (tiers). Nil
 	// costs nothing.
 	First FirstResponder
+	// Resend, if not nil, may send a server-streaming stream that failed before any
+	// response message again on another pool (resend.go). Nil costs nothing.
+	Resend Resender
 }
 
 // FirstResponder receives the first response of a stream (CallInfo.First). It is called
@@ -51,6 +54,9 @@ type FirstResponder interface {
 // (Options.DecorateError) when call.Tag is set.
 func (p *Pool) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts []grpc.CallOption, call CallInfo) (grpc.ClientStream, error) {
 	s := &Stream{ctx: ctx, pool: p, serverStreams: desc.ServerStreams, method: method, call: call}
+	if call.Resend != nil && desc.ServerStreams && !desc.ClientStreams {
+		s.desc, s.callerOpts = desc, opts
+	}
 	if p.lazyStreams {
 		s.watchContext()
 	}
@@ -117,6 +123,17 @@ type Stream struct {
 	stopLate  atomic.Pointer[func() bool]
 
 	opts [inlineCallOptions]grpc.CallOption // backs the call options given to gRPC
+
+	// Resending (resend.go), set only when call.Resend is: desc and the caller's call
+	// options, set before the stream is shared; req, the request of the first SendMsg, set
+	// by the goroutine that sends it before it reads (the stream is server streaming only);
+	// closed: CloseSend was called; resent: the replacement stream, which RecvMsg, Header,
+	// Trailer, CloseSend and Context use once it is set.
+	desc       *grpc.StreamDesc
+	callerOpts []grpc.CallOption
+	req        any
+	closed     atomic.Bool
+	resent     atomic.Pointer[Stream]
 }
 
 // callOptions returns opts followed by the option through which gRPC reports the stream's
@@ -212,12 +229,20 @@ func (s *Stream) first(err error) {
 // RecvMsg receives a message and, when the stream is over, records its outcome and ends the
 // tracking.
 func (s *Stream) RecvMsg(m any) error {
+	if r := s.resent.Load(); r != nil {
+		return r.RecvMsg(m)
+	}
 	s.recving.Store(true)
 	err := s.ClientStream.RecvMsg(m)
 	s.recving.Store(false)
 	if err != nil || !s.serverStreams {
 		s.ended(err)
 		s.finish(err)
+		if err != nil && s.desc != nil {
+			if r := s.resend(err); r != nil {
+				return r.RecvMsg(m)
+			}
+		}
 	} else {
 		s.first(nil)
 		s.mark(streamAnswered)
@@ -233,6 +258,9 @@ func (s *Stream) RecvMsg(m any) error {
 // RecvMsg. With grpcgcp's interceptor the real stream is created here, so this is where a
 // failing endpoint's error shows first.
 func (s *Stream) SendMsg(m any) error {
+	if s.desc != nil && s.req == nil {
+		s.req = m
+	}
 	err := s.ClientStream.SendMsg(m)
 	if err != nil && !errors.Is(err, io.EOF) {
 		if s.pool.lazyStreams && s.health.Load()&streamSent == 0 && status.Code(err) == codes.DeadlineExceeded {
