@@ -22,9 +22,10 @@ import (
 
 // Hedged streams (Settings.Hedging). A stream of a hedging group is a hedgeStream over the
 // stream sent to the group's current endpoint (the primary). Its request, seen in SendMsg,
-// decides whether it may be hedged (hedgeable); if so, a timer sends the same request to
-// another available endpoint of the group (pickOther) when the delay passes with no
-// response message yet, within the group's budget. From then on the two streams race for
+// decides whether it may be hedged (hedgeable); if so, the GCPMultiEndpoint's hedge
+// scheduler (hedgeScheduler) sends the same request to another available endpoint of the
+// group (pickOther) when the delay passes with no response message yet, within the group's
+// budget. From then on the two streams race for
 // the first message: the caller reads RecvMsg on the primary, a goroutine of the hedge's
 // reads the hedge's first message into a message of its own. The first stream to deliver a
 // message, or to end with a status that is final for the Spanner client (not retryable),
@@ -88,7 +89,10 @@ type hedgeStream struct {
 	state int32
 	req   any
 	sent  time.Time
-	timer *time.Timer
+	// schedPos and schedDue are the stream's place in gme.hedgeSched's queue (index + 1; 0
+	// when not queued) and its fire time (Unix nanoseconds); guarded by the scheduler's mu.
+	schedPos int
+	schedDue int64
 	// hedge, once sent: its stream, its context's cancel, its own header, trailer and peer,
 	// its first message and end (hedgeMsg, hedgeErr), and hedgeDone, closed when they are in.
 	hedge       grpc.ClientStream
@@ -172,7 +176,7 @@ func (s *hedgeStream) SendMsg(m any) error {
 	if err != nil {
 		s.state = hedgeOff
 	} else if ok {
-		s.timer = time.AfterFunc(d, s.fire)
+		s.gme.hedgeSched.add(s, d)
 	}
 	s.mu.Unlock()
 	return err
@@ -306,9 +310,7 @@ func (s *hedgeStream) first(m any) error {
 	switch s.state {
 	case hedgeArmed, hedgeFiring, hedgeDecided:
 		// No hedge is racing: the primary's first message (or end) is the call's.
-		if s.timer != nil {
-			s.timer.Stop()
-		}
+		s.gme.hedgeSched.remove(s)
 		s.state = hedgePrimaryWon
 		s.mu.Unlock()
 		return s.primaryFirst(m, err)
