@@ -89,6 +89,8 @@ type hedgeStream struct {
 	state int32
 	req   any
 	sent  time.Time
+	delay time.Duration // the hedge delay
+	tries int           // how many times the budget was asked for the hedge
 	// schedPos and schedDue are the stream's place in gme.hedgeSched's queue (index + 1; 0
 	// when not queued) and its fire time (Unix nanoseconds); guarded by the scheduler's mu.
 	schedPos int
@@ -167,7 +169,7 @@ func (s *hedgeStream) SendMsg(m any) error {
 	s.group.earn()
 	now := time.Now()
 	d, ok := s.group.delay(s.methodIndex, now)
-	s.req, s.sent = m, now
+	s.req, s.sent, s.delay = m, now, d
 	s.state = hedgeArmed
 	if !ok {
 		s.state = hedgeDecided // the adaptive delay knows too little: measure only
@@ -182,15 +184,23 @@ func (s *hedgeStream) SendMsg(m any) error {
 	return err
 }
 
-// fire sends the hedge, unless the race is over or the budget or the group says no.
+// fire sends the hedge, unless the race is over or the budget or the group says no. A
+// stream the budget refuses is queued to ask again after one more delay, up to hedgeTries
+// asks (hedgeGroup.spend).
 func (s *hedgeStream) fire() {
 	s.mu.Lock()
 	if s.state != hedgeArmed || s.ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}
-	if !s.group.spend() {
-		s.state = hedgeDecided
+	s.tries++
+	if !s.group.spend(s.tries) {
+		if s.tries < hedgeTries {
+			s.gme.hedgeSched.add(s, s.delay) // asks again after one more delay
+		} else {
+			s.group.refused.Add(1)
+			s.state = hedgeDecided
+		}
 		s.mu.Unlock()
 		return
 	}
