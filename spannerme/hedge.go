@@ -185,8 +185,8 @@ func (s *hedgeStream) SendMsg(m any) error {
 }
 
 // fire sends the hedge, unless the race is over or the budget or the group says no. A
-// stream the budget refuses is queued to ask again after one more delay, up to hedgeTries
-// asks (hedgeGroup.spend).
+// stream the budget refuses is queued to ask again a quarter of the delay later, up to
+// hedgeTries asks (hedgeGroup.spend).
 func (s *hedgeStream) fire() {
 	s.mu.Lock()
 	if s.state != hedgeArmed || s.ctx.Err() != nil {
@@ -196,7 +196,7 @@ func (s *hedgeStream) fire() {
 	s.tries++
 	if !s.group.spend(s.tries) {
 		if s.tries < hedgeTries {
-			s.gme.hedgeSched.add(s, s.delay) // asks again after one more delay
+			s.gme.hedgeSched.add(s, s.delay/hedgeTries) // asks again a quarter of the delay later
 		} else {
 			s.group.refused.Add(1)
 			s.state = hedgeDecided

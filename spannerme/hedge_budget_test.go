@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A stream the budget refuses when its delay passes asks again after 2, 3 and 4 delays, each
-// time needing one saved-up hedge less: with 1.5 hedges saved up, E1 holding the query, the
+// A stream the budget refuses when its delay passes asks again after 1.25, 1.5 and 1.75
+// delays, each time needing one saved-up hedge less: with 1.5 hedges saved up, E1 holding the query, the
 // fourth ask is granted and the hedge wins; with none, the stream is refused once (counted
 // after its fourth ask) and waits for its first stream; with none at the first ask and 1.5
 // saved up after it (the stream queued again), a later ask is granted.
@@ -30,7 +30,7 @@ func TestHedgeRefusedAsksAgain(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// A budget of 0.001 earns a thousandth of a hedge per call: the saved-up hedges
 			// are what the test stores.
-			r := newRawHedgeRig(t, &HedgingSettings{Delay: 100 * time.Millisecond, Budget: 0.001})
+			r := newRawHedgeRig(t, &HedgingSettings{Delay: 400 * time.Millisecond, Budget: 0.001})
 			r.gme.hedgeGroupOf("default").tokens.Store(tt.savedMilli)
 			r.slowQueries.Store(true)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -32,10 +32,10 @@ type HedgingSettings struct {
 	// time: each hedgeable call earns Budget of a hedge, a hedge spends one, and at most 10
 	// hedges are saved up (gRFC A6's retry throttling, in the opposite direction). When the
 	// delay passes, a stream's hedge is sent only while at least 4 hedges are saved up; one
-	// that still has no response asks again after 2, 3 and 4 times the delay, needing 3, 2,
-	// then 1 saved up, so that a scarce budget goes to the streams that have waited longest.
-	// A stream refused at its fourth ask is not hedged (Status counts it as refused). Zero
-	// means 0.05; outside [0, 1] (or NaN) is a *ConfigError.
+	// that still has no response asks again after 1.25, 1.5 and 1.75 times the delay, needing
+	// 3, 2, then 1 saved up, so that a scarce budget goes to the streams that have waited
+	// longest. A stream refused at its fourth ask is not hedged (Status counts it as refused).
+	// Zero means 0.05; outside [0, 1] (or NaN) is a *ConfigError.
 	Budget float64
 }
 
@@ -51,11 +51,13 @@ const (
 	// reads the current window and the one before.
 	hedgeWindow = 10 * time.Second
 	// hedgeTries is how many times a stream with no response asks the budget for its hedge:
-	// after 1, 2, ... hedgeTries times the delay. The try-th ask is granted only while
-	// hedgeTries-try+1 hedges are saved up, so that when more streams pass the delay than the
-	// budget allows (a delay below the usual time to first response, a loaded client), the
-	// budget goes to the streams that have waited longest (the slow path's), not to the first
-	// ones to pass the delay.
+	// after 1, 1.25, 1.5 and 1.75 times the delay (every hedgeTries-th of the delay after the
+	// first). The try-th ask is granted only while hedgeTries-try+1 hedges are saved up, so
+	// that when more streams pass the delay than the budget allows (a delay below the usual
+	// time to first response, a loaded client, a crowd of slightly slow calls), the budget
+	// goes to the streams that have waited longest (the slow path's), not to the first ones
+	// to pass the delay; the asks are close together so that a stream an earlier ask left
+	// waiting is hedged soon after.
 	hedgeTries = 4
 )
 
