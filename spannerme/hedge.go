@@ -57,8 +57,8 @@ func hedgeStreamMethod(method string, desc *grpc.StreamDesc) bool {
 // Race states of a hedgeStream.
 const (
 	hedgeUnsent     int32 = iota // no request yet
-	hedgeArmed                   // hedgeable request sent; timer set; no hedge yet
-	hedgeFiring                  // the timer fired: the hedge is being sent
+	hedgeArmed                   // hedgeable request sent; queued in the hedge scheduler; no hedge yet
+	hedgeFiring                  // the delay passed and the budget allowed: the hedge is being sent
 	hedgeRacing                  // hedge sent; first message awaited from both
 	hedgeDecided                 // the first message (or end) is in: no more hedging
 	hedgeOff                     // not hedgeable: plain pass-through
