@@ -79,6 +79,8 @@ type GCPMultiEndpoint struct {
 	roTxns spannerreq.ReadOnlyTxns
 	// hedging is the hedging of the groups that hedge (Settings.Hedging); nil when none does.
 	hedging atomic.Pointer[hedgeGroups]
+	// hedgeSched fires the hedges of armed hedgeable streams; stopped by Close.
+	hedgeSched hedgeScheduler
 	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
 	configStatus atomic.Pointer[ConfigStatus]
 
@@ -328,6 +330,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	gme.tiers.init(s.tiers, pl.clock)
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
+	gme.hedgeSched.clock = pl.clock
 	gme.setHedging(s.hedging)
 	gme.resendHook = gme.resendStream
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
@@ -435,6 +438,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 		me.Close()
 	}
 	gme.cool.Close()
+	gme.hedgeSched.close()
 	gme.events.close()
 	var errs []error
 	for _, p := range pools {

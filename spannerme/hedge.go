@@ -22,9 +22,10 @@ import (
 
 // Hedged streams (Settings.Hedging). A stream of a hedging group is a hedgeStream over the
 // stream sent to the group's current endpoint (the primary). Its request, seen in SendMsg,
-// decides whether it may be hedged (hedgeable); if so, a timer sends the same request to
-// another available endpoint of the group (pickOther) when the delay passes with no
-// response message yet, within the group's budget. From then on the two streams race for
+// decides whether it may be hedged (hedgeable); if so, the GCPMultiEndpoint's hedge
+// scheduler (hedgeScheduler) sends the same request to another available endpoint of the
+// group (pickOther) when the delay passes with no response message yet, within the group's
+// budget. From then on the two streams race for
 // the first message: the caller reads RecvMsg on the primary, a goroutine of the hedge's
 // reads the hedge's first message into a message of its own. The first stream to deliver a
 // message, or to end with a status that is final for the Spanner client (not retryable),
@@ -56,8 +57,8 @@ func hedgeStreamMethod(method string, desc *grpc.StreamDesc) bool {
 // Race states of a hedgeStream.
 const (
 	hedgeUnsent     int32 = iota // no request yet
-	hedgeArmed                   // hedgeable request sent; timer set; no hedge yet
-	hedgeFiring                  // the timer fired: the hedge is being sent
+	hedgeArmed                   // hedgeable request sent; queued in the hedge scheduler; no hedge yet
+	hedgeFiring                  // the delay passed and the budget allowed: the hedge is being sent
 	hedgeRacing                  // hedge sent; first message awaited from both
 	hedgeDecided                 // the first message (or end) is in: no more hedging
 	hedgeOff                     // not hedgeable: plain pass-through
@@ -88,7 +89,12 @@ type hedgeStream struct {
 	state int32
 	req   any
 	sent  time.Time
-	timer *time.Timer
+	delay time.Duration // the hedge delay
+	tries int           // how many times the budget was asked for the hedge
+	// schedPos and schedDue are the stream's place in gme.hedgeSched's queue (index + 1; 0
+	// when not queued) and its fire time (Unix nanoseconds); guarded by the scheduler's mu.
+	schedPos int
+	schedDue int64
 	// hedge, once sent: its stream, its context's cancel, its own header, trailer and peer,
 	// its first message and end (hedgeMsg, hedgeErr), and hedgeDone, closed when they are in.
 	hedge       grpc.ClientStream
@@ -163,7 +169,7 @@ func (s *hedgeStream) SendMsg(m any) error {
 	s.group.earn()
 	now := time.Now()
 	d, ok := s.group.delay(s.methodIndex, now)
-	s.req, s.sent = m, now
+	s.req, s.sent, s.delay = m, now, d
 	s.state = hedgeArmed
 	if !ok {
 		s.state = hedgeDecided // the adaptive delay knows too little: measure only
@@ -172,21 +178,29 @@ func (s *hedgeStream) SendMsg(m any) error {
 	if err != nil {
 		s.state = hedgeOff
 	} else if ok {
-		s.timer = time.AfterFunc(d, s.fire)
+		s.gme.hedgeSched.add(s, d)
 	}
 	s.mu.Unlock()
 	return err
 }
 
-// fire sends the hedge, unless the race is over or the budget or the group says no.
+// fire sends the hedge, unless the race is over or the budget or the group says no. A
+// stream the budget refuses is queued to ask again a quarter of the delay later, up to
+// hedgeTries asks (hedgeGroup.spend).
 func (s *hedgeStream) fire() {
 	s.mu.Lock()
 	if s.state != hedgeArmed || s.ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}
-	if !s.group.spend() {
-		s.state = hedgeDecided
+	s.tries++
+	if !s.group.spend(s.tries) {
+		if s.tries < hedgeTries {
+			s.gme.hedgeSched.add(s, s.delay/hedgeTries) // asks again a quarter of the delay later
+		} else {
+			s.group.refused.Add(1)
+			s.state = hedgeDecided
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -306,9 +320,7 @@ func (s *hedgeStream) first(m any) error {
 	switch s.state {
 	case hedgeArmed, hedgeFiring, hedgeDecided:
 		// No hedge is racing: the primary's first message (or end) is the call's.
-		if s.timer != nil {
-			s.timer.Stop()
-		}
+		s.gme.hedgeSched.remove(s)
 		s.state = hedgePrimaryWon
 		s.mu.Unlock()
 		return s.primaryFirst(m, err)

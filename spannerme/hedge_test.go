@@ -112,6 +112,9 @@ type hedgeRig struct {
 	// slowQueries makes E1 hold its streaming queries and reads (not its other calls) until
 	// they are cancelled.
 	slowQueries atomic.Bool
+	// crowd, when set, delays E1's streaming queries and reads by what it returns (zero: not
+	// delayed), before they are served.
+	crowd atomic.Pointer[func() time.Duration]
 }
 
 // servedByHeader names, in a response's header, the frontend that answered.
@@ -131,6 +134,17 @@ func (r *hedgeRig) holdQueries(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	if r.slowQueries.Load() && hedgeMethodIndex(info.FullMethod) >= 0 {
 		<-ss.Context().Done()
 		return status.FromContextError(ss.Context().Err()).Err()
+	}
+	if f := r.crowd.Load(); f != nil && hedgeMethodIndex(info.FullMethod) >= 0 {
+		if d := (*f)(); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ss.Context().Done():
+				t.Stop()
+				return status.FromContextError(ss.Context().Err()).Err()
+			}
+		}
 	}
 	return handler(srv, ss)
 }

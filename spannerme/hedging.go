@@ -30,9 +30,12 @@ type HedgingSettings struct {
 	MinDelay time.Duration
 	// Budget is the largest fraction of the group's hedgeable calls that are hedged, over
 	// time: each hedgeable call earns Budget of a hedge, a hedge spends one, and at most 10
-	// hedges are saved up (gRFC A6's retry throttling, in the opposite direction). A hedge
-	// that finds no saved hedge is not sent (Status counts it as refused). Zero means 0.05;
-	// outside [0, 1] (or NaN) is a *ConfigError.
+	// hedges are saved up (gRFC A6's retry throttling, in the opposite direction). When the
+	// delay passes, a stream's hedge is sent only while at least 4 hedges are saved up; one
+	// that still has no response asks again after 1.25, 1.5 and 1.75 times the delay, needing
+	// 3, 2, then 1 saved up, so that a scarce budget goes to the streams that have waited
+	// longest. A stream refused at its fourth ask is not hedged (Status counts it as refused).
+	// Zero means 0.05; outside [0, 1] (or NaN) is a *ConfigError.
 	Budget float64
 }
 
@@ -47,6 +50,15 @@ const (
 	// hedgeWindow is how long a window of the adaptive delay's measurements lasts; the delay
 	// reads the current window and the one before.
 	hedgeWindow = 10 * time.Second
+	// hedgeTries is how many times a stream with no response asks the budget for its hedge:
+	// after 1, 1.25, 1.5 and 1.75 times the delay (every hedgeTries-th of the delay after the
+	// first). The try-th ask is granted only while hedgeTries-try+1 hedges are saved up, so
+	// that when more streams pass the delay than the budget allows (a delay below the usual
+	// time to first response, a loaded client, a crowd of slightly slow calls), the budget
+	// goes to the streams that have waited longest (the slow path's), not to the first ones
+	// to pass the delay; the asks are close together so that a stream an earlier ask left
+	// waiting is hedged soon after.
+	hedgeTries = 4
 )
 
 // hedgeSettings is the validated Settings.Hedging with defaults; nil when no group hedges.
@@ -161,12 +173,15 @@ func (g *hedgeGroup) earn() {
 	}
 }
 
-// spend takes one hedge from the budget; false (counted as refused) when none is saved up.
-func (g *hedgeGroup) spend() bool {
+// spend takes one hedge from the budget for a stream asking for the try-th time (1 for the
+// first, at most hedgeTries): false when fewer than hedgeTries-try+1 hedges are saved up. An
+// earlier try leaves the last saved-up hedges to the streams that have waited longer
+// (hedgeTries). The caller counts refusals.
+func (g *hedgeGroup) spend(try int) bool {
+	need := int64(hedgeTries-min(max(try, 1), hedgeTries)+1) * 1000
 	for {
 		t := g.tokens.Load()
-		if t < 1000 {
-			g.refused.Add(1)
+		if t < need {
 			return false
 		}
 		if g.tokens.CompareAndSwap(t, t-1000) {

@@ -96,29 +96,60 @@ func TestParseConfigHedging(t *testing.T) {
 	}
 }
 
+// An earlier ask leaves the last saved-up hedges to the later ones: the try-th ask needs
+// hedgeTries-try+1 hedges saved up, and spends one.
+func TestHedgeBudgetKeepsTheLastForTheLongestWaiting(t *testing.T) {
+	tests := []struct {
+		saved    int64 // hedges saved up
+		try      int
+		want     bool
+		wantLeft int64
+	}{
+		{saved: 10, try: 1, want: true, wantLeft: 9},
+		{saved: 4, try: 1, want: true, wantLeft: 3},
+		{saved: 3, try: 1, want: false, wantLeft: 3},
+		{saved: 3, try: 2, want: true, wantLeft: 2},
+		{saved: 2, try: 2, want: false, wantLeft: 2},
+		{saved: 2, try: 3, want: true, wantLeft: 1},
+		{saved: 1, try: 3, want: false, wantLeft: 1},
+		{saved: 1, try: 4, want: true, wantLeft: 0},
+		{saved: 0, try: 4, want: false, wantLeft: 0},
+		{saved: 1, try: 9, want: true, wantLeft: 0},  // beyond hedgeTries: as the last
+		{saved: 3, try: 0, want: false, wantLeft: 3}, // below 1: as the first
+	}
+	for _, tt := range tests {
+		var g hedgeGroup
+		g.hedgeState = &hedgeState{}
+		g.tokens.Store(tt.saved*1000 + 999)
+		if got := g.spend(tt.try); got != tt.want || g.tokens.Load()/1000 != tt.wantLeft {
+			t.Errorf("%d saved up, ask %d: spend = %v, %d left; want %v, %d left", tt.saved, tt.try, got, g.tokens.Load()/1000, tt.want, tt.wantLeft)
+		}
+	}
+}
+
 // The budget is a token bucket: 10 hedges saved up at first, Budget of a hedge earned per
-// hedgeable call, one spent per hedge; a hedge that finds none is refused and counted.
+// hedgeable call, one spent per hedge; a last ask (try hedgeTries) that finds none is refused.
 func TestHedgeBudget(t *testing.T) {
 	var gme GCPMultiEndpoint
 	gme.setHedging(hedgeSettings{"g": {Budget: 0.25, MinDelay: time.Millisecond}})
 	g := gme.hedgeGroupOf("g")
 	spent := 0
 	for range 10 {
-		if g.spend() {
+		if g.spend(hedgeTries) {
 			spent++
 		}
 	}
-	if spent != 10 || g.spend() {
+	if spent != 10 || g.spend(hedgeTries) {
 		t.Fatalf("spent %d of the 10 saved up, then one more", spent)
 	}
 	for range 3 {
 		g.earn()
 	}
-	if g.spend() {
+	if g.spend(hedgeTries) {
 		t.Fatal("3 calls at 25% earned a whole hedge")
 	}
 	g.earn()
-	if !g.spend() {
+	if !g.spend(hedgeTries) {
 		t.Fatal("4 calls at 25% did not earn a hedge")
 	}
 	for range 1000 {
@@ -127,8 +158,8 @@ func TestHedgeBudget(t *testing.T) {
 	if got := g.tokens.Load(); got != hedgeBucketMilli {
 		t.Errorf("tokens after 1000 calls: %d, want the cap %d", got, hedgeBucketMilli)
 	}
-	if h := gme.hedgingStatus("g"); h.Hedgeable != 1004 || h.Refused != 2 {
-		t.Errorf("status %+v, want 1004 hedgeable, 2 refused", *h)
+	if h := gme.hedgingStatus("g"); h.Hedgeable != 1004 {
+		t.Errorf("status %+v, want 1004 hedgeable", *h)
 	}
 	// A reload keeps the state of a group that still hedges, drops the others'.
 	gme.setHedging(hedgeSettings{"g": {Budget: 0.5, MinDelay: time.Millisecond}, "h": {Budget: 0.5, MinDelay: time.Millisecond}})

@@ -24,7 +24,9 @@ type HedgingStatus struct {
 	Sent int64 `json:"sent"`
 	Won  int64 `json:"won"`
 	Lost int64 `json:"lost"`
-	// Refused counts the hedges the budget did not allow.
+	// Refused counts the streams whose hedge the budget did not allow at any of its asks
+	// (HedgingSettings.Budget); a stream refused at an ask that answers before the next is
+	// not counted.
 	Refused int64 `json:"refused"`
 	// NoEndpoint counts the hedges not sent because no other endpoint of the group was
 	// available.
