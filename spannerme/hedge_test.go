@@ -2,7 +2,6 @@ package spannerme
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -13,12 +12,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
-	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
-	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -197,23 +193,6 @@ func streamsReceived(f *spannermetest.Frontend) int64 {
 	return st.Methods[spannerreq.MethodExecuteStreamingSQL].Received + st.Methods[spannerreq.MethodStreamingRead].Received
 }
 
-// The Spanner client's own requests, recorded at the pools while it runs each kind of
-// transaction, decide the table: hedgeable are the streaming queries and reads of
-// single-use and read-only transactions, and nothing of read-write transactions, DML,
-// partitioned DML, mutations, Commit, Rollback or BeginTransaction. Requests the client
-// sends that spannertest cannot serve (partitioned queries, batch DML) are captured on the
-// emulator, and a few shapes are added by hand.
-func TestHedgeableRequestsOfTheSpannerClient(t *testing.T) {
-	// Hedging on, never firing: the IDs of read-only transactions begun inline are learnt
-	// from the streams' first messages.
-	h := &HedgingSettings{Delay: time.Hour}
-	t.Run("spannertest", func(t *testing.T) { hedgeableTable(t, newHedgeRig(t, h), false) })
-	t.Run("emulator", func(t *testing.T) {
-		addr, db := startSeededEmulator(t)
-		hedgeableTable(t, newHedgeRigOn(t, addr, db, h), true)
-	})
-}
-
 // startSeededEmulator starts an emulator (or skips the test without one) with the fixture's
 // schema and rows, and returns its address and database.
 func startSeededEmulator(t *testing.T) (addr, database string) {
@@ -234,181 +213,6 @@ func startSeededEmulator(t *testing.T) (addr, database string) {
 		t.Fatal(err)
 	}
 	return emu.Addr(), emu.DatabasePath()
-}
-
-// hedgeableTable runs each shape of transaction through r's Spanner client and checks what
-// hedgeable says of each request it sent; emulatorOnly shapes (batch DML, partitioned
-// queries: spannertest has neither) run when full is set.
-func hedgeableTable(t *testing.T, r *hedgeRig, full bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	drain := func(it *spanner.RowIterator) error {
-		defer it.Stop()
-		for {
-			if _, err := it.Next(); err != nil {
-				if errors.Is(err, iterator.Done) {
-					return nil
-				}
-				return err
-			}
-		}
-	}
-	query := spanner.Statement{SQL: "SELECT AccountId, Balance FROM Accounts"}
-	cols := []string{"AccountId", "Balance"}
-	shapes := []struct {
-		name         string
-		emulatorOnly bool
-		run          func() error
-		// want: hedgeable per method; every captured call of a method not listed must be
-		// not hedgeable, and every method listed must have been seen.
-		want map[string]bool
-	}{
-		{"single-use query", false, func() error { return drain(r.client.Single().Query(ctx, query)) },
-			map[string]bool{spannerreq.MethodExecuteStreamingSQL: true}},
-		{"single-use read", false, func() error { return drain(r.client.Single().Read(ctx, "Accounts", spanner.AllKeys(), cols)) },
-			map[string]bool{spannerreq.MethodStreamingRead: true}},
-		{"single-use stale query", false, func() error {
-			return drain(r.client.Single().WithTimestampBound(spanner.ExactStaleness(time.Second)).Query(ctx, query))
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: true}},
-		{"read-only transaction", false, func() error {
-			tx := r.client.ReadOnlyTransaction()
-			defer tx.Close()
-			if err := drain(tx.Query(ctx, query)); err != nil {
-				return err
-			}
-			return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: true, spannerreq.MethodStreamingRead: true}},
-		{"read-only transaction begun inline", false, func() error {
-			tx := r.client.ReadOnlyTransaction().WithBeginTransactionOption(spanner.InlinedBeginTransaction)
-			defer tx.Close()
-			if err := drain(tx.Query(ctx, query)); err != nil {
-				return err
-			}
-			return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: false, spannerreq.MethodStreamingRead: true}}, // the begin is not; the read by ID is
-		{"read-write transaction query and read", false, func() error {
-			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-				if err := drain(tx.Query(ctx, query)); err != nil {
-					return err
-				}
-				return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
-			})
-			return err
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: false, spannerreq.MethodStreamingRead: false}},
-		{"DML", false, func() error {
-			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-				_, err := tx.Update(ctx, spanner.Statement{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"})
-				return err
-			})
-			return err
-		}, map[string]bool{spannerreq.MethodExecuteSQL: false}},
-		{"mutations", false, func() error {
-			_, err := r.client.Apply(ctx, []*spanner.Mutation{spanner.InsertOrUpdate("Orders",
-				[]string{"OrderId", "AccountId", "Amount"}, []any{"hedge-order", "acct-0001", int64(1)})})
-			return err
-		}, map[string]bool{spannerreq.Service + "Commit": false}},
-		{"rolled back read-write transaction", false, func() error {
-			tx, err := spanner.NewReadWriteStmtBasedTransaction(ctx, r.client)
-			if err != nil {
-				return err
-			}
-			if err := drain(tx.Query(ctx, query)); err != nil {
-				return err
-			}
-			tx.Rollback(ctx)
-			return nil
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: false}},
-		{"partitioned DML", false, func() error {
-			_, err := r.client.PartitionedUpdate(ctx, spanner.Statement{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"})
-			return err
-		}, map[string]bool{spannerreq.MethodExecuteSQL: false}},
-		{"batch DML", true, func() error {
-			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-				_, err := tx.BatchUpdate(ctx, []spanner.Statement{{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"}})
-				return err
-			})
-			return err
-		}, map[string]bool{spannerreq.Service + "ExecuteBatchDml": false}},
-		{"partitioned query (batch read-only transaction)", true, func() error {
-			tx, err := r.client.BatchReadOnlyTransaction(ctx, spanner.StrongRead())
-			if err != nil {
-				return err
-			}
-			defer tx.Close()
-			parts, err := tx.PartitionQuery(ctx, query, spanner.PartitionOptions{})
-			if err != nil {
-				return err
-			}
-			for _, p := range parts {
-				if err := drain(tx.Execute(ctx, p)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: false, spannerreq.Service + "PartitionQuery": false}},
-	}
-	var table []string
-	for _, sh := range shapes {
-		if sh.emulatorOnly && !full {
-			continue
-		}
-		r.log.take()
-		if err := sh.run(); err != nil {
-			if status.Code(err) == codes.Unimplemented {
-				t.Logf("%s: spannertest cannot serve it: %v", sh.name, err)
-				continue
-			}
-			t.Fatalf("%s: %v", sh.name, err)
-		}
-		seen := map[string]bool{}
-		for _, c := range r.log.take() {
-			ctx := metadata.NewOutgoingContext(context.Background(), c.md)
-			got := c.stream && hedgeStreamMethod(c.method, &c.desc) && r.gme.roTxns.Hedgeable(ctx, c.req)
-			name := strings.TrimPrefix(c.method, spannerreq.Service)
-			table = append(table, fmt.Sprintf("%-40s %-20s hedgeable=%v", sh.name, name, got))
-			want, listed := sh.want[c.method]
-			if listed {
-				seen[c.method] = true
-			}
-			if got != (listed && want) {
-				t.Errorf("%s: %s (%v) hedgeable = %v, want %v", sh.name, name, c.req, got, listed && want)
-			}
-		}
-		for m := range sh.want {
-			if !seen[m] {
-				t.Errorf("%s: the Spanner client sent no %s", sh.name, m)
-			}
-		}
-	}
-	t.Logf("requests the Spanner client sent, and whether they are hedgeable:\n%s", strings.Join(table, "\n"))
-
-	// Shapes spannertest cannot serve, and the header: by hand.
-	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
-	singleUse := &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_SingleUse{SingleUse: ro}}
-	leader := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(spannerreq.RouteToLeaderHeader, "true"))
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-		req  any
-		want bool
-	}{
-		{"partitioned query", context.Background(), &spannerpb.ExecuteSqlRequest{Transaction: singleUse, PartitionToken: []byte("p")}, false},
-		{"partitioned read", context.Background(), &spannerpb.ReadRequest{Transaction: singleUse, PartitionToken: []byte("p")}, false},
-		{"single-use query with route-to-leader", leader, &spannerpb.ExecuteSqlRequest{Transaction: singleUse}, false},
-		{"query naming an unknown transaction", context.Background(), &spannerpb.ExecuteSqlRequest{
-			Transaction: &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Id{Id: []byte("unseen")}}}, false},
-		{"single-use read-write (invalid, never sent)", context.Background(), &spannerpb.ExecuteSqlRequest{Transaction: &spannerpb.TransactionSelector{
-			Selector: &spannerpb.TransactionSelector_SingleUse{SingleUse: &spannerpb.TransactionOptions{
-				Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}}}}, false},
-		{"no selector (temporary read-only)", context.Background(), &spannerpb.ExecuteSqlRequest{}, true},
-		{"nil query", context.Background(), (*spannerpb.ExecuteSqlRequest)(nil), false},
-		{"commit", context.Background(), &spannerpb.CommitRequest{}, false},
-		{"batch DML", context.Background(), &spannerpb.ExecuteBatchDmlRequest{}, false},
-	} {
-		if got := r.gme.roTxns.Hedgeable(c.ctx, c.req); got != c.want {
-			t.Errorf("%s: hedgeable = %v, want %v", c.name, got, c.want)
-		}
-	}
 }
 
 // requestShapes are the method names of calls other than session calls, sorted, for

@@ -5,7 +5,6 @@ package spannerme
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,181 +13,13 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
-	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
-	"google.golang.org/api/iterator"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
-
-// The Spanner client's own requests, recorded at the pools while it runs each kind of
-// transaction, decide the table: resendable are the streaming queries and reads of
-// single-use and read-only transactions, the inline begin of a read-only transaction
-// included, and nothing of read-write transactions, DML, partitioned DML, mutations,
-// Commit, Rollback or BeginTransaction (unary calls are never resent).
-func TestResendableRequestsOfTheSpannerClient(t *testing.T) {
-	r := newHedgeRig(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	drain := func(it *spanner.RowIterator) error {
-		defer it.Stop()
-		for {
-			if _, err := it.Next(); err != nil {
-				if errors.Is(err, iterator.Done) {
-					return nil
-				}
-				return err
-			}
-		}
-	}
-	query := spanner.Statement{SQL: "SELECT AccountId, Balance FROM Accounts"}
-	cols := []string{"AccountId", "Balance"}
-	update := spanner.Statement{SQL: "UPDATE Accounts SET Balance = Balance WHERE AccountId = 'none'"}
-	shapes := []struct {
-		name string
-		run  func() error
-		// want: resendable per method; every captured call of a method not listed must be
-		// not resendable, and every method listed must have been seen.
-		want map[string]bool
-	}{
-		{"single-use query", func() error { return drain(r.client.Single().Query(ctx, query)) },
-			map[string]bool{spannerreq.MethodExecuteStreamingSQL: true}},
-		{"single-use read", func() error { return drain(r.client.Single().Read(ctx, "Accounts", spanner.AllKeys(), cols)) },
-			map[string]bool{spannerreq.MethodStreamingRead: true}},
-		{"single-use point read", func() error {
-			_, err := r.client.Single().ReadRow(ctx, "Accounts", spanner.Key{"acct-0001"}, cols)
-			return err
-		}, map[string]bool{spannerreq.MethodStreamingRead: true}},
-		{"single-use stale query", func() error {
-			return drain(r.client.Single().WithTimestampBound(spanner.ExactStaleness(time.Second)).Query(ctx, query))
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: true}},
-		{"read-only transaction", func() error {
-			tx := r.client.ReadOnlyTransaction()
-			defer tx.Close()
-			if err := drain(tx.Query(ctx, query)); err != nil {
-				return err
-			}
-			return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: true, spannerreq.MethodStreamingRead: true}},
-		{"read-only transaction begun inline", func() error {
-			tx := r.client.ReadOnlyTransaction().WithBeginTransactionOption(spanner.InlinedBeginTransaction)
-			defer tx.Close()
-			if err := drain(tx.Query(ctx, query)); err != nil {
-				return err
-			}
-			return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: true, // the begin
-			// The read by ID: a group that does not hedge does not read a stream's first message
-			// for the transaction's ID (hedge.go does), so the transaction is unknown here.
-			spannerreq.MethodStreamingRead: false}},
-		{"read-write transaction query and read", func() error {
-			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-				if err := drain(tx.Query(ctx, query)); err != nil {
-					return err
-				}
-				return drain(tx.Read(ctx, "Accounts", spanner.AllKeys(), cols))
-			})
-			return err
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: false, spannerreq.MethodStreamingRead: false}},
-		{"DML", func() error {
-			_, err := r.client.ReadWriteTransaction(ctx, func(ctx context.Context, tx *spanner.ReadWriteTransaction) error {
-				_, err := tx.Update(ctx, update)
-				return err
-			})
-			return err
-		}, map[string]bool{spannerreq.MethodExecuteSQL: false}},
-		{"mutations", func() error {
-			_, err := r.client.Apply(ctx, []*spanner.Mutation{spanner.InsertOrUpdate("Orders",
-				[]string{"OrderId", "AccountId", "Amount"}, []any{"resend-order", "acct-0001", int64(1)})})
-			return err
-		}, map[string]bool{spannerreq.Service + "Commit": false}},
-		{"rolled back read-write transaction", func() error {
-			tx, err := spanner.NewReadWriteStmtBasedTransaction(ctx, r.client)
-			if err != nil {
-				return err
-			}
-			if err := drain(tx.Query(ctx, query)); err != nil {
-				return err
-			}
-			tx.Rollback(ctx)
-			return nil
-		}, map[string]bool{spannerreq.MethodExecuteStreamingSQL: false}},
-		{"partitioned DML", func() error {
-			_, err := r.client.PartitionedUpdate(ctx, update)
-			return err
-		}, map[string]bool{spannerreq.MethodExecuteSQL: false}},
-	}
-	var table []string
-	for _, sh := range shapes {
-		r.log.take()
-		if err := sh.run(); err != nil {
-			if status.Code(err) == codes.Unimplemented {
-				t.Logf("%s: spannertest cannot serve it: %v", sh.name, err)
-				continue
-			}
-			t.Fatalf("%s: %v", sh.name, err)
-		}
-		seen := map[string]bool{}
-		for _, c := range r.log.take() {
-			ctx := metadata.NewOutgoingContext(context.Background(), c.md)
-			// What pool.Stream asks the hook about: a server-streaming (only) stream's request.
-			got := c.stream && c.desc.ServerStreams && !c.desc.ClientStreams && r.gme.resendable(ctx, c.req)
-			name := strings.TrimPrefix(c.method, spannerreq.Service)
-			table = append(table, fmt.Sprintf("%-40s %-20s resendable=%v", sh.name, name, got))
-			want, listed := sh.want[c.method]
-			if listed {
-				seen[c.method] = true
-			}
-			if got != (listed && want) {
-				t.Errorf("%s: %s (%v) resendable = %v, want %v", sh.name, name, c.req, got, listed && want)
-			}
-		}
-		for m := range sh.want {
-			if !seen[m] {
-				t.Errorf("%s: the Spanner client sent no %s", sh.name, m)
-			}
-		}
-	}
-	t.Logf("requests the Spanner client sent, and whether they are resent at once after a failure before any message:\n%s", strings.Join(table, "\n"))
-
-	// Shapes spannertest cannot serve, and the header: by hand.
-	ro := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadOnly_{ReadOnly: &spannerpb.TransactionOptions_ReadOnly{}}}
-	rw := &spannerpb.TransactionOptions{Mode: &spannerpb.TransactionOptions_ReadWrite_{ReadWrite: &spannerpb.TransactionOptions_ReadWrite{}}}
-	singleUse := &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_SingleUse{SingleUse: ro}}
-	beginRO := &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Begin{Begin: ro}}
-	beginRW := &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Begin{Begin: rw}}
-	leader := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(spannerreq.RouteToLeaderHeader, "true"))
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-		req  any
-		want bool
-	}{
-		{"partitioned query", context.Background(), &spannerpb.ExecuteSqlRequest{Transaction: singleUse, PartitionToken: []byte("p")}, false},
-		{"partitioned read", context.Background(), &spannerpb.ReadRequest{Transaction: singleUse, PartitionToken: []byte("p")}, false},
-		{"partitioned query beginning read-only", context.Background(), &spannerpb.ExecuteSqlRequest{Transaction: beginRO, PartitionToken: []byte("p")}, false},
-		{"single-use query with route-to-leader", leader, &spannerpb.ExecuteSqlRequest{Transaction: singleUse}, false},
-		{"read-only inline begin with route-to-leader", leader, &spannerpb.ReadRequest{Transaction: beginRO}, false},
-		{"read-only inline begin", context.Background(), &spannerpb.ReadRequest{Transaction: beginRO}, true},
-		{"read-write inline begin", context.Background(), &spannerpb.ExecuteSqlRequest{Transaction: beginRW}, false},
-		{"query naming an unknown transaction", context.Background(), &spannerpb.ExecuteSqlRequest{
-			Transaction: &spannerpb.TransactionSelector{Selector: &spannerpb.TransactionSelector_Id{Id: []byte("unseen")}}}, false},
-		{"no selector (temporary read-only)", context.Background(), &spannerpb.ExecuteSqlRequest{}, true},
-		{"nil query", context.Background(), (*spannerpb.ExecuteSqlRequest)(nil), false},
-		{"commit", context.Background(), &spannerpb.CommitRequest{}, false},
-		{"batch DML", context.Background(), &spannerpb.ExecuteBatchDmlRequest{}, false},
-		{"batch write", context.Background(), &spannerpb.BatchWriteRequest{}, false},
-	} {
-		if got := r.gme.resendable(c.ctx, c.req); got != c.want {
-			t.Errorf("%s: resendable = %v, want %v", c.name, got, c.want)
-		}
-	}
-}
 
 // failAfterFirstMessage is a frontend's server interceptor: while on is set, a streaming
 // query or read that delivered at least one message and would end well ends with
