@@ -368,31 +368,7 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 			defer closeClient()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
-			// Warm up: the session exists, and a pool that grows has grown for C.
-			if err := runConcurrently(ctx, c, 2*c, func() error { return query(ctx, client) }); err != nil {
-				b.Fatal(err)
-			}
-			// One op is a wave of C queries: with one query per op, b.N would grow from 1
-			// in rounds that each last the latency, and a round with b.N < C measures
-			// nothing.
-			queries := b.N * c
-			var before, after runtime.MemStats
-			runtime.ReadMemStats(&before)
-			cpuBefore, cpuOK := processCPU()
-			b.ResetTimer()
-			start := time.Now()
-			if err := runConcurrently(ctx, c, queries, func() error { return query(ctx, client) }); err != nil {
-				b.Fatal(err)
-			}
-			elapsed := time.Since(start)
-			b.StopTimer()
-			cpuAfter, _ := processCPU()
-			runtime.ReadMemStats(&after)
-			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
-			if cpuOK {
-				b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
-			}
-			qps := float64(queries) / elapsed.Seconds()
+			qps := measureWave(ctx, b, c, func() error { return query(ctx, client) })
 			channels := fe.Stats().Active - bc.probeConns
 			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()
 			b.ReportMetric(qps, "qps")
@@ -406,6 +382,36 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 		})
 	}
 	benchFrontendTiers(b, backend, latency, c, query, plainQPS)
+}
+
+// measureWave is one row of the frontend benchmarks: it warms run up (the session exists,
+// and a pool that grows has grown for c), then calls it b.N*c times from c goroutines,
+// reports allocs/query and cpu-ns/query, and returns the queries per second. One op is a
+// wave of c queries: with one query per op, b.N would grow from 1 in rounds that each last
+// the latency, and a round with b.N < c measures nothing.
+func measureWave(ctx context.Context, b *testing.B, c int, run func() error) float64 {
+	b.Helper()
+	if err := runConcurrently(ctx, c, 2*c, run); err != nil {
+		b.Fatal(err)
+	}
+	queries := b.N * c
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cpuBefore, cpuOK := processCPU()
+	b.ResetTimer()
+	start := time.Now()
+	if err := runConcurrently(ctx, c, queries, run); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpuAfter, _ := processCPU()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
+	if cpuOK {
+		b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
+	}
+	return float64(queries) / elapsed.Seconds()
 }
 
 // runConcurrently calls f n times from c goroutines and returns the first error.

@@ -3,7 +3,6 @@ package spannerme
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -57,28 +56,7 @@ func benchFrontendTiers(b *testing.B, backend string, latency time.Duration, c i
 		if err := waitTierMembers(ctx, gme, tieredFrontends); err != nil {
 			b.Fatal(err)
 		}
-		// Warm up as benchFrontend does.
-		if err := runConcurrently(ctx, c, 2*c, func() error { return query(ctx, client) }); err != nil {
-			b.Fatal(err)
-		}
-		queries := b.N * c
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		cpuBefore, cpuOK := processCPU()
-		b.ResetTimer()
-		start := time.Now()
-		if err := runConcurrently(ctx, c, queries, func() error { return query(ctx, client) }); err != nil {
-			b.Fatal(err)
-		}
-		elapsed := time.Since(start)
-		b.StopTimer()
-		cpuAfter, _ := processCPU()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(queries), "allocs/query")
-		if cpuOK {
-			b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
-		}
-		qps := float64(queries) / elapsed.Seconds()
+		qps := measureWave(ctx, b, c, func() error { return query(ctx, client) })
 		var channels int64
 		for _, fe := range fes {
 			channels += fe.Stats().Active - latencyConns
