@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,65 +129,6 @@ type GCPMultiEndpoint struct {
 	// then, for Status after Close.
 	closedAt    time.Time
 	lastDefault string
-}
-
-// snapshot is an immutable routing table. The call path loads it with one atomic read.
-type snapshot struct {
-	defaultName string
-	def         *multiendpoint.MultiEndpoint
-	groups      map[string]*multiendpoint.MultiEndpoint
-	byName      []*multiendpoint.MultiEndpoint // groups sorted by name, for sessionGroup
-	pools       map[string]*pool.Pool
-	directed    directedReads // Settings.DirectedReads; nil when no group has a policy
-}
-
-func newSnapshot(defaultName string, groups map[string]*multiendpoint.MultiEndpoint, pools map[string]*pool.Pool, directed directedReads) *snapshot {
-	s := &snapshot{defaultName: defaultName, def: groups[defaultName], groups: groups, pools: pools, directed: directed}
-	for _, name := range slices.Sorted(maps.Keys(groups)) {
-		s.byName = append(s.byName, groups[name])
-	}
-	return s
-}
-
-// sessionGroup is the group of a session call that names none (the Spanner client creates,
-// refreshes and deletes sessions on its own contexts): the Default group while its current
-// endpoint is available, else the first group by name whose current endpoint is, else the
-// Default group. A session is valid through every endpoint of the instance, so a region that
-// is up serves its callers while the Default group is down (F29).
-func (s *snapshot) sessionGroup() *multiendpoint.MultiEndpoint {
-	if p := s.pools[s.def.Current()]; p != nil && p.Available() {
-		return s.def
-	}
-	for _, g := range s.byName {
-		if p := s.pools[g.Current()]; p != nil && p.Available() {
-			return g
-		}
-	}
-	return s.def
-}
-
-// directedReads returns the policies of s (nil when no group has one, and for a nil s: after
-// Close). It allocates nothing; indexing the nil map costs no hashing.
-func (s *snapshot) directedReads() directedReads {
-	if s == nil {
-		return nil
-	}
-	return s.directed
-}
-
-// groupsOrNil returns the groups sorted by name; nil for a nil snapshot (closed).
-func (s *snapshot) groupsOrNil() []*multiendpoint.MultiEndpoint {
-	if s == nil {
-		return nil
-	}
-	return s.byName
-}
-
-func (s *snapshot) defaultNameOrEmpty() string {
-	if s == nil {
-		return ""
-	}
-	return s.defaultName
 }
 
 // plumbing is what the constructors and this package's tests pass to newGCPMultiEndpoint
@@ -578,11 +517,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
 			}
 			if was, ok := prev[e.Endpoint]; ok && was != out[i] {
-				endpointName := ""
-				if p := s.pools[e.Endpoint]; p != nil {
-					endpointName = poolName(p)
-				}
-				gme.obs.verdictChanged(name, e.Endpoint, endpointName, was, out[i])
+				gme.obs.verdictChanged(name, e.Endpoint, s.endpointName(e.Endpoint), was, out[i])
 			}
 		}
 		return reasons, available
@@ -591,8 +526,12 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 
 // endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in
 // the routing snapshot, "" when it has none or no pool serves e. It takes no lock.
-func (gme *GCPMultiEndpoint) endpointName(e string) string {
-	if s := gme.snap.Load(); s != nil {
+func (gme *GCPMultiEndpoint) endpointName(e string) string { return gme.snap.Load().endpointName(e) }
+
+// endpointName returns the name of the pool that serves endpoint e in s, "" when it has
+// none, no pool serves e or s is nil (closed).
+func (s *snapshot) endpointName(e string) string {
+	if s != nil {
 		if p := s.pools[e]; p != nil {
 			return poolName(p)
 		}

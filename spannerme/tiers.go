@@ -1,11 +1,8 @@
 package spannerme
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,75 +15,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/spread"
-	"github.com/spannerme/spanner-multiendpoint/internal/textform"
 )
-
-// TierSettings partitions one group's endpoints into tiers of equal priority (docs/tiers.md):
-// the tier is the unit of failover, and a tier's calls are spread over its available members
-// by their observed latency (power of two choices over latency × calls in flight, every member
-// keeping a minimum share of 5 %).
-type TierSettings struct {
-	// Tiers lists the group's endpoints by tier, the top tier first. Flattened in order, it
-	// must be exactly the group's Endpoints list (after normalization: "https://h" is
-	// "h:443"), so that the flat list keeps the order of tiers and members: a group whose
-	// endpoints differ from it (at creation or at UpdateMultiEndpoints) is a *ConfigError
-	// naming the group and the first endpoint that differs, and nothing changes. At least
-	// one tier, no empty tier, no endpoint twice. A tier of one endpoint behaves exactly as
-	// that endpoint does without tiers.
-	Tiers [][]string
-	// SlowStart is how long a member that joins or rejoins its tier, and a tier the group
-	// switches back to, takes to ramp its share of the calls up to its full share (Envoy's
-	// slow start, linear, from 10 %). Zero means no slow start; negative is a *ConfigError.
-	SlowStart time.Duration
-}
-
-// tierConfig is a validated TierSettings.
-type tierConfig struct {
-	tiers     [][]string // normalized
-	slowStart time.Duration
-}
-
-// parseTiers validates Settings.Tiers. Entries of groups not configured are allowed (they
-// apply once such a group exists). Errors are *ConfigError naming the group (and the endpoint).
-func parseTiers(in map[string]TierSettings) (map[string]tierConfig, error) {
-	if len(in) == 0 {
-		return nil, nil
-	}
-	names := make([]string, 0, len(in))
-	for name := range in {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	out := make(map[string]tierConfig, len(in))
-	for _, name := range names {
-		ts := in[name]
-		if name == "" {
-			return nil, configErr(name, "", -1, "Settings.Tiers: empty MultiEndpoint name")
-		}
-		if ts.SlowStart < 0 {
-			return nil, configErr(name, "", -1, "Settings.Tiers: negative SlowStart %v", ts.SlowStart)
-		}
-		tc := tierConfig{slowStart: ts.SlowStart}
-		i := 0
-		for _, tier := range ts.Tiers {
-			var norm []string
-			for _, e := range tier {
-				n, problem := normalizeEndpoint(e)
-				if problem != "" {
-					return nil, configErr(name, e, i, "Settings.Tiers: %s", problem)
-				}
-				norm = append(norm, n)
-				i++
-			}
-			tc.tiers = append(tc.tiers, norm)
-		}
-		if err := multiendpoint.ValidateTiers(name, tc.tiers); err != nil {
-			return nil, fromStateMachine(err)
-		}
-		out[name] = tc
-	}
-	return out, nil
-}
 
 // assignTiers gives each group of cfg its tiers from settings, checking that the group's
 // endpoints are its tiers flattened. With the emulator (every group collapsed to one
@@ -101,16 +30,8 @@ func assignTiers(cfg *config, settings map[string]tierConfig, emulator bool) err
 		if !ok {
 			continue
 		}
-		flat := slices.Concat(tc.tiers...)
-		for j := range max(len(flat), len(g.endpoints)) {
-			switch {
-			case j >= len(g.endpoints):
-				return configErr(g.name, flat[j], j, "Settings.Tiers lists an endpoint the group does not (its endpoints must be its tiers flattened, in order)")
-			case j >= len(flat):
-				return configErr(g.name, g.endpoints[j], j, "the group lists an endpoint its Settings.Tiers does not (its endpoints must be its tiers flattened, in order)")
-			case flat[j] != g.endpoints[j]:
-				return configErr(g.name, g.endpoints[j], j, "the group lists %q here and its Settings.Tiers %q (its endpoints must be its tiers flattened, in order)", g.endpoints[j], flat[j])
-			}
+		if err := tc.matches(g.name, g.endpoints); err != nil {
+			return err
 		}
 		g.tiers, g.slowStart = tc.tiers, tc.slowStart
 	}
@@ -121,7 +42,7 @@ func assignTiers(cfg *config, settings map[string]tierConfig, emulator bool) err
 // in flight and latency are the endpoint's, whatever group sends them), one spread.Picker per
 // tiered group. The call path reads it with atomic loads; apply writes it under updateMu.
 type tiering struct {
-	settings map[string]tierConfig // Settings.Tiers, validated; set at creation
+	settings map[string]tierConfig // the tiers of the settings, validated; set at creation
 	reg      *spread.Registry
 	clk      clock.Clock
 	// pickers maps each tiered group to its Picker; endpoints each endpoint of a tiered
@@ -288,94 +209,6 @@ func (t *tiering) probe(p *pool.Pool, latency func(*pool.Pool) (time.Duration, b
 	if d, ok := latency(p); ok {
 		ep.Probe(d)
 	}
-}
-
-// TiersStatus is a group's tiers in a GroupStatus: its tiers, the current tier, a slow start
-// ramp after a switch back, and how its members share the calls.
-type TiersStatus struct {
-	// Tiers lists the group's endpoints by tier, the top tier first.
-	Tiers [][]string `json:"tiers"`
-	// CurrentTier is the index of the tier of the group's current endpoint (0: the top tier).
-	CurrentTier int `json:"currentTier"`
-	// SlowStartFrom is the tier switched away from while a switch back ramps up
-	// (TierSettings.SlowStart), SlowStartSince when the switch happened; -1 and zero when no
-	// ramp lasts.
-	SlowStartFrom  int       `json:"slowStartFrom"`
-	SlowStartSince time.Time `json:"slowStartSince,omitzero"`
-	// Members lists every endpoint of the group, in priority order, with its figures.
-	Members []TierMemberStatus `json:"members"`
-	// ShareWindow is the interval the members' Share is measured over: since the previous
-	// sample of the calls started, taken at most once a second across Status calls (zero at
-	// the first Status: no share yet). In JSON, a Go duration string.
-	ShareWindow time.Duration `json:"-"`
-}
-
-type tiersStatusAlias TiersStatus
-
-type tiersStatusJSON struct {
-	tiersStatusAlias
-	ShareWindow string `json:"shareWindow"`
-}
-
-// MarshalJSON writes ShareWindow as a Go duration string ("10s").
-func (s TiersStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(tiersStatusJSON{tiersStatusAlias(s), s.ShareWindow.String()})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (s *TiersStatus) UnmarshalJSON(b []byte) error {
-	var j tiersStatusJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*s = TiersStatus(j.tiersStatusAlias)
-	var err error
-	s.ShareWindow, err = textform.ParseDuration(j.ShareWindow)
-	return err
-}
-
-// TierMemberStatus is one endpoint of a group with tiers.
-type TierMemberStatus struct {
-	Endpoint string `json:"endpoint"`
-	// Tier is the endpoint's tier, 0 the top tier.
-	Tier int `json:"tier"`
-	// Latency is the endpoint's latency score (the moving average that spreading compares,
-	// fed by answered calls and latency probes); zero when not measured yet. In JSON, a Go
-	// duration string ("" when zero).
-	Latency time.Duration `json:"-"`
-	// InFlight is the endpoint's calls in flight now, from every group that lists it.
-	InFlight int64 `json:"inFlight"`
-	// Share is the endpoint's part, in [0, 1], of the calls started on the endpoints of its
-	// tier during ShareWindow (every group that lists them); zero without a window.
-	Share float64 `json:"share"`
-}
-
-type tierMemberAlias TierMemberStatus
-
-type tierMemberJSON struct {
-	tierMemberAlias
-	Latency string `json:"latency,omitempty"`
-}
-
-// MarshalJSON writes Latency as a Go duration string, omitted when zero.
-func (m TierMemberStatus) MarshalJSON() ([]byte, error) {
-	j := tierMemberJSON{tierMemberAlias: tierMemberAlias(m)}
-	if m.Latency != 0 {
-		j.Latency = m.Latency.String()
-	}
-	return json.Marshal(j)
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (m *TierMemberStatus) UnmarshalJSON(b []byte) error {
-	var j tierMemberJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*m = TierMemberStatus(j.tierMemberAlias)
-	var err error
-	m.Latency, err = textform.ParseDuration(j.Latency)
-	return err
 }
 
 // shareSample is the calls each endpoint had started at a moment, for Share.
