@@ -1,6 +1,6 @@
 package spannerme
 
-// Scenario F24 of shared/cases: a frontend restart (or a load balancer recycling some of its
+// Failure scenario F24 (docs/health.md): a frontend restart (or a load balancer recycling some of its
 // connections) while queries are in flight is a connectivity event, not endpoint failures.
 // Figures are logged with t.Logf (go test -v -run TestCase_F24).
 

@@ -1,7 +1,7 @@
 package spannerme
 
-// Scenarios F13-F18 of shared/cases: endpoints whose connections stay up while their calls
-// fail or stall, behind fake Google frontends (spannermetest.Frontend, HTTP/2 ends at them)
+// Failure scenarios F13-F18 (docs/health.md): endpoints whose connections stay up while
+// their calls fail or stall, behind fake Google frontends (spannermetest.Frontend, HTTP/2 ends at them)
 // in front of ONE in-memory Spanner, through the Spanner client. Figures are logged with
 // t.Logf (go test -v -run TestCase_F1).
 
