@@ -8,6 +8,7 @@ package spannerme
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"sync"
@@ -790,7 +791,11 @@ func (c *clientCommits) intercept(srv any, ss grpc.ServerStream, info *grpc.Stre
 	return handler(srv, ss)
 }
 
-// F25, long: E1's frontend refuses every Commit for 20s (ten ejection times of 2s) while reads
+// f25Fault is how long TestCase_F25_LongCommitFailureEjectsOnce refuses commits: 20s by
+// default (ten ejection times of 2s), the 40s with -f25.fault=40s.
+var f25Fault = flag.Duration("f25.fault", 20*time.Second, "how long E1 refuses every Commit in TestCase_F25_LongCommitFailureEjectsOnce")
+
+// F25, long: E1's frontend refuses every Commit for 20s (ten ejection times of 2s; -f25.fault) while reads
 // pass. E1 is ejected once, for its writes, and readmitted only by a probe down the commit
 // path, so no commit of the application reaches E1 again until the fault ends: the commits
 // refused are those before the first ejection and failover, no more; reads never fail; once
@@ -800,8 +805,8 @@ func TestCase_F25_LongCommitFailureEjectsOnce(t *testing.T) {
 	const (
 		rt, sd        = 500 * time.Millisecond, time.Second
 		base, probeIv = 2 * time.Second, time.Second
-		fault         = 20 * time.Second
 	)
+	fault := *f25Fault
 	addr, db := startSeededSpannertest(t)
 	var seen [2]clientCommits
 	b := &frontendBackend{addr: addr, database: db}
