@@ -91,10 +91,13 @@ func TestTiersSlowerMemberLosesItsShare(t *testing.T) {
 	if got := queries(bb); got != onB || got != 0 {
 		t.Fatalf("the lower tier B received %d queries (%d before the window), want 0\n%s", got, onB, tl)
 	}
-	// The figure is at most 15%; the share depends on how slow every query is on
-	// the machine (the cost is latency × calls in flight, so a member 30ms slower than a
-	// fast peer loses more than one 30ms slower than a slow one): the figure is reported,
-	// the assertion is that A1 lost most of its even share (50%).
+	// The figure is at most 15%: 5.8-7.1% here under -race on a quiet machine, 4.8%
+	// without. The share depends on how slow every query is on the machine (the cost is
+	// latency × calls in flight, so a member 30ms slower than a fast peer loses more than
+	// one 30ms slower than a slow one), so this test reports the figure and asserts that A1
+	// lost most of its even share (50%); the 15% is asserted at the picker, on a fake clock
+	// with the latencies of an idle and of a busy machine
+	// (internal/spread, TestPick_SlowerMemberLosesItsShareWithinTwoSeconds).
 	if on1*100 > (on1+on2)*30 {
 		t.Fatalf("from 2s after A1 was made 30ms slower: %d queries on A1, %d on A2: A1 has %.1f%%, want at most 30%%",
 			on1, on2, 100*float64(on1)/float64(on1+on2))

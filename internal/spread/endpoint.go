@@ -8,9 +8,13 @@
 // client's own replica choice (cloud.google.com/go/spanner v1.96.1,
 // endpoint_latency_registry.go selectionCost, and power_of_two_replica_selector.go). The
 // latency score is an exponentially weighted moving average whose weight decays with the time
-// since the previous sample, alpha = 1 - exp(-Δt/τ), as that client's ewma_latency_tracker.go
-// (τ = 10 s there, Options.DecayTime here). An endpoint with no score yet costs
-// Options.InitialLatency (10 ms, that client's endpointLatencyDefaultRTT) per call.
+// since the previous sample, alpha = 1 - exp(-Δt/τ), as that client's ewma_latency_tracker.go.
+// τ is EndpointOptions.DecayTime, 2 s by default where that client takes 10 s: a score then
+// moves 63 % of the way to a new latency in 2 s (18 % with 10 s), which is the time in which a
+// member made slower must lose its share (issue 28), and it regains its share as fast once it
+// is fast again; with hundreds of calls a second the average still spans hundreds of samples.
+// An endpoint with no score yet costs Options.InitialLatency (10 ms, that client's
+// endpointLatencyDefaultRTT) per call.
 //
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
@@ -63,8 +67,9 @@ type Endpoint struct {
 // EndpointOptions configures an Endpoint's score.
 type EndpointOptions struct {
 	// DecayTime is τ of the score's moving average: a sample Δt after the previous one
-	// weighs 1 - exp(-Δt/τ). Zero means 10 s (the Spanner client's defaultEWMADecayTime,
-	// ewma_latency_tracker.go, v1.96.1); negative is treated as zero.
+	// weighs 1 - exp(-Δt/τ). Zero means 2 s (the Spanner client's defaultEWMADecayTime is
+	// 10 s, ewma_latency_tracker.go, v1.96.1: see the package comment for why ours is
+	// shorter); negative is treated as zero.
 	DecayTime time.Duration
 	// InitialLatency is the score of an endpoint not measured yet. Zero means 10 ms.
 	InitialLatency time.Duration
@@ -78,7 +83,7 @@ type EndpointOptions struct {
 // NewEndpoint returns the Endpoint named name (an address, for Status) with no score yet.
 func NewEndpoint(name string, opts EndpointOptions) *Endpoint {
 	if opts.DecayTime <= 0 {
-		opts.DecayTime = 10 * time.Second
+		opts.DecayTime = 2 * time.Second
 	}
 	if opts.InitialLatency <= 0 {
 		opts.InitialLatency = 10 * time.Millisecond
