@@ -66,16 +66,20 @@ func commitRuns(tl *faultTimeline, end time.Time) []commitRun {
 // A refused commit after the first burst is excused when, at some time in the
 // RecoveryTimeout + burstGrace before it, a group that lists E had no endpoint but E that was
 // usable: each of the others was ejected (the health events) or under a hard fault (the
-// plan's state). Then every connected endpoint of that group could be ejected, and rule 4 of
-// internal/verdict makes each available again, E included, so writes may go back to E: the
-// product's rule, not a second burst. The plan keeps a healthy endpoint besides E in every
-// group, but an ejection outlives its fault (up to MaxEjectionTime), and a short
-// fe-commit-fail on the others ejects them for their writes too.
+// plan's state); or the client logged that a group used E under rule 4 then (lastResortLog:
+// an endpoint that a reset or a frontend restart left unconnected for a moment counts for
+// rule 4, and the plan does not see that). Then every connected endpoint of that group could
+// be ejected, and rule 4 of internal/verdict makes each available again, E included, so
+// writes may go back to E: the product's rule, not a second burst. The plan keeps a healthy
+// endpoint besides E in every group, but an ejection outlives its fault (up to
+// MaxEjectionTime), and a short fe-commit-fail on the others ejects them for their writes
+// too.
 type commitBurst struct {
 	run                  commitRun
 	refused, first, late int
-	excused              int       // refused after the first burst while a group had only E (see above)
-	ejectedAt            time.Time // E's first ejection for writes during the fault; zero: none
+	lateAt               []time.Time // when each late one arrived
+	excused              int         // refused after the first burst while a group had only E (see above)
+	ejectedAt            time.Time   // E's first ejection for writes during the fault; zero: none
 	readmitted           int
 }
 
@@ -101,9 +105,14 @@ func ejectedAt(evs []healthEvent, name string, t time.Time) bool {
 }
 
 // excused reports whether, at some time in the RecoveryTimeout + burstGrace before t, a group
-// that lists endpoint e had no other endpoint that was neither ejected nor under a hard fault
-// (see commitBurst).
-func excused(tl *faultTimeline, evs []healthEvent, e int, t time.Time) bool {
+// that lists endpoint e had no other endpoint that was neither ejected nor under a hard fault,
+// or used e as its last resort by rule 4 as lr records (see commitBurst).
+func excused(tl *faultTimeline, evs []healthEvent, lr []lastResort, e int, t time.Time) bool {
+	for _, l := range lr {
+		if l.endpoint == endpointName(e) && l.covers(t.Add(-RecoveryTimeout-burstGrace), t) {
+			return true
+		}
+	}
 	for at := t.Add(-RecoveryTimeout - burstGrace); !at.After(t); at = at.Add(excuseStep) {
 		st := tl.during(at, at)[0]
 		for _, eps := range st.Groups {
@@ -122,8 +131,9 @@ func excused(tl *faultTimeline, evs []healthEvent, e int, t time.Time) bool {
 
 // judgeCommitBursts judges each run: refused[e] are the arrival times of endpoint e's
 // refused application commits (in order), evs the run's ejections and readmissions (in time
-// order), tl the states the run went through.
-func judgeCommitBursts(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, tl *faultTimeline) []commitBurst {
+// order), lr the client's own record of rule 4 (lastResortLog), tl the states the run went
+// through.
+func judgeCommitBursts(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, lr []lastResort, tl *faultTimeline) []commitBurst {
 	out := make([]commitBurst, 0, len(runs))
 	for _, r := range runs {
 		b := commitBurst{run: r}
@@ -151,10 +161,11 @@ func judgeCommitBursts(runs []commitRun, refused [NumEndpoints][]time.Time, evs 
 			switch {
 			case !at.After(end):
 				b.first++
-			case excused(tl, evs, r.endpoint, at):
+			case excused(tl, evs, lr, r.endpoint, at):
 				b.excused++
 			default:
 				b.late++
+				b.lateAt = append(b.lateAt, at)
 			}
 		}
 		out = append(out, b)
@@ -171,6 +182,16 @@ func (b commitBurst) line(t0 time.Time) string {
 		return s + ", no ejection for writes (every refused commit is the one burst)"
 	}
 	s += fmt.Sprintf("; ejected for writes %+.1fs into it; %d in the first burst, %d after it", b.ejectedAt.Sub(r.start).Seconds(), b.first, b.late)
+	for i, at := range b.lateAt {
+		sep := ", at"
+		if i == 0 {
+			sep = " (at"
+		}
+		s += fmt.Sprintf("%s %.1fs", sep, at.Sub(t0).Seconds())
+		if i == len(b.lateAt)-1 {
+			s += ")"
+		}
+	}
 	if b.excused > 0 {
 		s += fmt.Sprintf(" (and %d while a group of %s had no other usable endpoint: rule 4)", b.excused, endpointName(r.endpoint))
 	}
@@ -181,7 +202,7 @@ func (b commitBurst) line(t0 time.Time) string {
 }
 
 // commitInvariant is the row of the long commit failures.
-func commitInvariant(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, tl *faultTimeline, frontends bool) Invariant {
+func commitInvariant(runs []commitRun, refused [NumEndpoints][]time.Time, evs []healthEvent, lr []lastResort, tl *faultTimeline, frontends bool) Invariant {
 	t0 := tl.start
 	inv := Invariant{Name: "fe-commit-fail-long: one burst of refused writes per fault"}
 	if !frontends {
@@ -194,7 +215,7 @@ func commitInvariant(runs []commitRun, refused [NumEndpoints][]time.Time, evs []
 	}
 	inv.Status = Pass
 	var refusedAll, first, late, excusedAll, readmitted, most, bad int
-	for _, b := range judgeCommitBursts(runs, refused, evs, tl) {
+	for _, b := range judgeCommitBursts(runs, refused, evs, lr, tl) {
 		inv.Details = append(inv.Details, b.line(t0))
 		refusedAll += b.refused
 		first += b.first

@@ -9,7 +9,8 @@ import (
 // TestJudgeCommitBursts judges synthetic long commit failures on e1 from its refused
 // application commits and its health events: the refused commits up to its first ejection
 // for writes + RecoveryTimeout + burstGrace are the one burst allowed; any later one, or a
-// readmission while the fault holds, is a second burst.
+// readmission while the fault holds, is a second burst, unless a group had no other usable
+// endpoint then, by the plan or by the client's own record of rule 4.
 func TestJudgeCommitBursts(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	start, heal := t0.Add(10*time.Second), t0.Add(40*time.Second)
@@ -38,22 +39,31 @@ func TestJudgeCommitBursts(t *testing.T) {
 		first, late, excused, readmissions int
 		bad                                bool
 		want                               string
+		lr                                 []lastResort // the client's record of rule 4
 	}{
-		{"one burst", []time.Duration{0, 50 * ms, 100 * ms, 290 * ms}, []healthEvent{ejected(300*ms, "writes")}, 4, 0, 0, 0, false, "4 in the first burst, 0 after"},
-		{"in flight at the failover", []time.Duration{100 * ms, burstEnd}, []healthEvent{ejected(300*ms, "writes")}, 2, 0, 0, 0, false, "2 in the first burst"},
-		{"a commit after the burst", []time.Duration{100 * ms, burstEnd + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "1 after it"},
-		{"readmitted while commits fail", []time.Duration{100 * ms, 10 * time.Second}, []healthEvent{ejected(300*ms, "writes"), readmitted(9 * time.Second), ejected(10*time.Second, "writes")}, 1, 1, 0, 1, true, "readmitted 1 times"},
-		{"readmitted after the heal", []time.Duration{100 * ms}, []healthEvent{ejected(300*ms, "writes"), readmitted(30*time.Second + ms)}, 1, 0, 0, 0, false, "1 in the first burst"},
-		{"outside the fault", []time.Duration{-ms, 100 * ms, 30*time.Second + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 0, 0, false, "1 application commits refused"},
-		{"an ejection for another class first", []time.Duration{100 * ms, 5 * time.Second, 5100 * ms}, []healthEvent{ejected(200*ms, "calls"), readmitted(4 * time.Second), ejected(5200*ms, "writes")}, 3, 0, 0, 0, false, "3 in the first burst"},
-		{"another endpoint's events", []time.Duration{100 * ms, 2 * time.Second}, []healthEvent{{endpoint: "e2", ejected: true, class: "writes", at: at(0)}, ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "ejected for writes +0.3s"},
-		{"no ejection", []time.Duration{100 * ms, 200 * ms}, nil, 2, 0, 0, 0, false, "no ejection for writes"},
-		{"nothing refused", nil, nil, 0, 0, 0, 0, false, "0 application commits refused"},
-		{"the other endpoints of a group ejected", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 4500*ms)}, 1, 0, 1, 0, false, "and 1 while a group of e1 had no other usable endpoint"},
-		{"within RecoveryTimeout + burstGrace of their readmission", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 3*time.Second), other("e3", false, 5*time.Second-RecoveryTimeout-burstGrace+ms)}, 1, 0, 1, 0, false, "and 1 while"},
-		{"after it", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 3*time.Second), other("e3", false, 5*time.Second-RecoveryTimeout-burstGrace)}, 1, 1, 0, 0, true, "1 after it"},
-		{"one other endpoint left in one group only", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second)}, 1, 1, 0, 0, true, "1 after it"},
-		{"hard faults on the others", []time.Duration{100 * ms, 21 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 1, 0, false, "and 1 while"},
+		{"one burst", []time.Duration{0, 50 * ms, 100 * ms, 290 * ms}, []healthEvent{ejected(300*ms, "writes")}, 4, 0, 0, 0, false, "4 in the first burst, 0 after", nil},
+		{"in flight at the failover", []time.Duration{100 * ms, burstEnd}, []healthEvent{ejected(300*ms, "writes")}, 2, 0, 0, 0, false, "2 in the first burst", nil},
+		{"a commit after the burst", []time.Duration{100 * ms, burstEnd + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "1 after it", nil},
+		{"readmitted while commits fail", []time.Duration{100 * ms, 10 * time.Second}, []healthEvent{ejected(300*ms, "writes"), readmitted(9 * time.Second), ejected(10*time.Second, "writes")}, 1, 1, 0, 1, true, "readmitted 1 times", nil},
+		{"readmitted after the heal", []time.Duration{100 * ms}, []healthEvent{ejected(300*ms, "writes"), readmitted(30*time.Second + ms)}, 1, 0, 0, 0, false, "1 in the first burst", nil},
+		{"outside the fault", []time.Duration{-ms, 100 * ms, 30*time.Second + ms}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 0, 0, false, "1 application commits refused", nil},
+		{"an ejection for another class first", []time.Duration{100 * ms, 5 * time.Second, 5100 * ms}, []healthEvent{ejected(200*ms, "calls"), readmitted(4 * time.Second), ejected(5200*ms, "writes")}, 3, 0, 0, 0, false, "3 in the first burst", nil},
+		{"another endpoint's events", []time.Duration{100 * ms, 2 * time.Second}, []healthEvent{{endpoint: "e2", ejected: true, class: "writes", at: at(0)}, ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "ejected for writes +0.3s", nil},
+		{"no ejection", []time.Duration{100 * ms, 200 * ms}, nil, 2, 0, 0, 0, false, "no ejection for writes", nil},
+		{"nothing refused", nil, nil, 0, 0, 0, 0, false, "0 application commits refused", nil},
+		{"the other endpoints of a group ejected", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 4500*ms)}, 1, 0, 1, 0, false, "and 1 while a group of e1 had no other usable endpoint", nil},
+		{"within RecoveryTimeout + burstGrace of their readmission", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 3*time.Second), other("e3", false, 5*time.Second-RecoveryTimeout-burstGrace+ms)}, 1, 0, 1, 0, false, "and 1 while", nil},
+		{"after it", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second), other("e3", true, 3*time.Second), other("e3", false, 5*time.Second-RecoveryTimeout-burstGrace)}, 1, 1, 0, 0, true, "1 after it", nil},
+		{"one other endpoint left in one group only", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes"), other("e2", true, 4*time.Second)}, 1, 1, 0, 0, true, "1 after it", nil},
+		{"hard faults on the others", []time.Duration{100 * ms, 21 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 1, 0, false, "and 1 while", nil},
+		{"rule 4 in the client's record", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 1, 0, false, "and 1 while",
+			[]lastResort{{group: GroupDefault, endpoint: "e1", from: at(4 * time.Second), to: at(4500 * ms)}}},
+		{"rule 4 still in force", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 0, 1, 0, false, "and 1 while",
+			[]lastResort{{group: GroupWest, endpoint: "e1", from: at(2 * time.Second)}}},
+		{"rule 4 ended before the window", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "1 after it (at 15.0s)",
+			[]lastResort{{group: GroupDefault, endpoint: "e1", from: at(2 * time.Second), to: at(5*time.Second - RecoveryTimeout - burstGrace - ms)}}},
+		{"rule 4 for another endpoint", []time.Duration{100 * ms, 5 * time.Second}, []healthEvent{ejected(300*ms, "writes")}, 1, 1, 0, 0, true, "1 after it",
+			[]lastResort{{group: GroupDefault, endpoint: "e2", from: at(4 * time.Second)}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var refused [NumEndpoints][]time.Time
@@ -61,7 +71,7 @@ func TestJudgeCommitBursts(t *testing.T) {
 				refused[0] = append(refused[0], at(d))
 			}
 			refused[1] = []time.Time{at(20 * time.Second)} // another endpoint's: never counted
-			bs := judgeCommitBursts([]commitRun{run}, refused, tc.evs, tl)
+			bs := judgeCommitBursts([]commitRun{run}, refused, tc.evs, tc.lr, tl)
 			if len(bs) != 1 {
 				t.Fatalf("%d verdicts for one fault", len(bs))
 			}
@@ -127,7 +137,7 @@ func TestCommitInvariantRow(t *testing.T) {
 		{"two bursts", []commitRun{run}, twoBursts, true, Fail},
 	} {
 		tl := &faultTimeline{start: t0, initial: State{Groups: initialGroups}}
-		if inv := commitInvariant(tc.runs, tc.refused, evs, tl, tc.frontends); inv.Status != tc.want || len(inv.Details) != len(tc.runs) {
+		if inv := commitInvariant(tc.runs, tc.refused, evs, nil, tl, tc.frontends); inv.Status != tc.want || len(inv.Details) != len(tc.runs) {
 			t.Errorf("%s: %v with %d details (%s), want %v with %d", tc.name, inv.Status, len(inv.Details), inv.Result, tc.want, len(tc.runs))
 		}
 	}

@@ -162,7 +162,8 @@ type dbVerdict struct {
 }
 
 // judgeDatabaseFaults judges each run (see dbRun): no group switched from its start to
-// dbAfter after its heal; every group's first endpoint served an application call within
+// dbAfter after its heal (a switch that a reconfiguration of the schedule made is the
+// operator's, and is listed apart, not judged); every group's first endpoint served an application call within
 // dbServeBound of the heal; and the client was settled when it began (the plan's dbLeadIn is
 // meant for that, so a client that is not 24s after the last fault is a finding of its own).
 // switches are the run's switch events, name turns an address into e1..e3, t0 is the run's
@@ -184,11 +185,19 @@ func judgeDatabaseFaults(runs []dbRun, switches []spannerme.SwitchEvent, name fu
 			v.bad = true
 			fmt.Fprintf(&b, " client not settled %v after every fault was healed (%s);", dbLeadIn, strings.Join(r.unsettled, "; "))
 		}
-		var sw []string
+		var sw, ordered []string
 		for _, ev := range switches {
-			if !ev.At.Before(r.start) && !ev.At.After(r.heal.Add(dbAfter)) {
-				sw = append(sw, fmt.Sprintf("%s %s->%s (%v) at %+.1fs", ev.Name, name(ev.From), name(ev.To), ev.Reason, ev.At.Sub(r.heal).Seconds()))
+			if ev.At.Before(r.start) || ev.At.After(r.heal.Add(dbAfter)) {
+				continue
 			}
+			desc := fmt.Sprintf("%s %s->%s (%v) at %+.1fs", ev.Name, name(ev.From), name(ev.To), ev.Reason, ev.At.Sub(r.heal).Seconds())
+			if ev.Reason == spannerme.Reconfiguration {
+				// The schedule's reconfiguration changed the group: the operator's move, not
+				// the client's (the row judges what the client does about the fault).
+				ordered = append(ordered, desc)
+				continue
+			}
+			sw = append(sw, desc)
 		}
 		if len(sw) > 0 {
 			v.bad = true
@@ -196,6 +205,9 @@ func judgeDatabaseFaults(runs []dbRun, switches []spannerme.SwitchEvent, name fu
 		fmt.Fprintf(&b, " %d switches from its start to %v after the heal", len(sw), dbAfter)
 		if len(sw) > 0 {
 			fmt.Fprintf(&b, " (%s)", strings.Join(sw, ", "))
+		}
+		if len(ordered) > 0 {
+			fmt.Fprintf(&b, " (and %d by a reconfiguration of the schedule: %s)", len(ordered), strings.Join(ordered, ", "))
 		}
 		b.WriteString("; first endpoints served")
 		seen := map[int]bool{}

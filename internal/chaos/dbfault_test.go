@@ -9,7 +9,8 @@ import (
 )
 
 // TestJudgeDatabaseFaults judges synthetic database-wide faults: a switch from the fault's
-// start to dbAfter after its heal breaks it, one before or later does not; a group's first
+// start to dbAfter after its heal breaks it, one before or later does not, nor one that a
+// reconfiguration of the schedule made; a group's first
 // endpoint must serve within dbServeBound of the heal; a client not settled at the start
 // breaks it; a fault the run did not heal is not judged.
 func TestJudgeDatabaseFaults(t *testing.T) {
@@ -44,6 +45,10 @@ func TestJudgeDatabaseFaults(t *testing.T) {
 		{"switch during it", run, sw(start.Add(3 * time.Second)), true, 30 * time.Millisecond, "1 switches"},
 		{"switch within dbAfter of the heal", run, sw(heal.Add(dbAfter)), true, 30 * time.Millisecond, "+5.0s"},
 		{"switch after dbAfter", run, sw(heal.Add(dbAfter + time.Millisecond)), false, 30 * time.Millisecond, "0 switches"},
+		{"switch by a reconfiguration during it", run, []spannerme.SwitchEvent{{Name: GroupWest, From: "e2", To: "e3", Reason: spannerme.Reconfiguration, At: heal.Add(dbAfter)}},
+			false, 30 * time.Millisecond, "0 switches from its start to 5s after the heal (and 1 by a reconfiguration of the schedule: west e2->e3 (reconfiguration) at +5.0s)"},
+		{"a reconfiguration does not hide a fallback", run, append(sw(start.Add(time.Second)), spannerme.SwitchEvent{Name: GroupWest, From: "e2", To: "e3", Reason: spannerme.Reconfiguration, At: heal}),
+			true, 30 * time.Millisecond, "1 switches"},
 		{"first endpoint served at the bound", with(func(r *dbRun) { r.served = served(dbServeBound, 0) }), nil, false, dbServeBound, "e1 (default) 1s"},
 		{"first endpoint served late", with(func(r *dbRun) { r.served = served(dbServeBound+time.Millisecond, 0) }), nil, true, dbServeBound + time.Millisecond, "e1 (default) 1.001s"},
 		{"first endpoint never served", with(func(r *dbRun) { r.served = served(0, -1) }), nil, true, -1, "e3 (west) never"},

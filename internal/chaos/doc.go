@@ -135,13 +135,16 @@
 //   - every database-wide failure: the client settled when it began (each group on its
 //     first endpoint, usable, none of its endpoints ejected); no group switch from its start
 //     to dbAfter (5s) after its heal (rule 4 of internal/verdict: with every connected
-//     endpoint of a group ejected, they stay available); and each group's first endpoint
+//     endpoint of a group ejected, they stay available; a switch that a reconfiguration of
+//     the schedule made is the operator's, listed apart); and each group's first endpoint
 //     forwards an application call (not a probe) within 1s of the heal (dbServeBound);
 //   - every long commit failure on an endpoint E makes one burst of refused writes: the
 //     application Commits E's frontend refused after E's first ejection for writes during
 //     the fault, plus RecoveryTimeout and 0.5s (burstGrace: calls picked before the group
-//     failed over), are 0, and E is not readmitted while its commits fail (only a probe of
-//     the writes class may readmit it); the row counts the commits of the first bursts;
+//     failed over), are 0, but for those sent while a group of E had no other usable
+//     endpoint (rule 4 again: by the plan's faults and the ejections, or by the client's own
+//     log of it, lastResortLog), and E is not readmitted while its commits fail (only a probe
+//     of the writes class may readmit it); the row counts the commits of the first bursts;
 //   - every brownout degradation (an endpoint degraded in a group) happened while a slow
 //     fault (fe-brownout, fe-latency, slow) was in force on that endpoint, or within 15s
 //     (Window+5s, degradeLookback) after one ended: no degradation without a slow fault;

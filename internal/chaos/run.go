@@ -239,8 +239,9 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	defer topo.close()
 	switches := &rig.SwitchLog{}
 	health := &healthLog{out: out, start: time.Now(), name: topo.name}
+	rule4 := newLastResortLog(cfg.Logger.Handler(), topo.name)
 	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(setupCtx, be.Database, fixture.ClientConfig(),
-		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(cfg.Logger, switches, health, topo), spannermetest.ClientOptions()...)
+		topo.options(initialGroups, RecoveryTimeout, SwitchingDelay), clientSettings(slog.New(rule4), switches, health, topo), spannermetest.ClientOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("chaos: client: %w", err)
 	}
@@ -325,7 +326,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	evs := append([]healthEvent(nil), health.events...)
 	health.mu.Unlock()
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
-	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, &x.timeline, plan.Frontends))
+	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, rule4.spans(), &x.timeline, plan.Frontends))
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
 	return r, nil // the deferred closes run before Run's leak check
 }
