@@ -270,12 +270,26 @@ func (s *hedgeStream) raceHedge() {
 	s.mu.Lock()
 	s.hedgeErr = err
 	// The caller's own end (deadline, cancellation) ends both streams: no winner.
-	if s.state == hedgeRacing && s.ctx.Err() == nil && (err == nil || !hedgeRetryable(err)) {
+	if s.state == hedgeRacing && !s.callerEnded(err) && (err == nil || !hedgeRetryable(err)) {
 		s.state = hedgeHedgeWon
 		s.cancelPrimary() // the caller's RecvMsg on the primary returns, and takes the hedge's
 	}
 	close(s.hedgeDone)
 	s.mu.Unlock()
+}
+
+// callerEnded reports whether err, how a stream of s ended (nil: it delivered a message),
+// is the caller's own end rather than an answer: the caller's context is done, or the stream
+// met the caller's deadline. Both streams carry that deadline to the server (gRPC's
+// grpc-timeout header), whose DEADLINE_EXCEEDED can arrive before the caller's own timer has
+// fired (seen under -race: the race was counted won or lost by whichever stream's status came
+// first).
+func (s *hedgeStream) callerEnded(err error) bool {
+	if s.ctx.Err() != nil {
+		return true
+	}
+	_, has := s.ctx.Deadline()
+	return has && err != nil && status.Code(err) == codes.DeadlineExceeded
 }
 
 // hedgeRetryable reports whether a stream's status is one the Spanner client retries a
@@ -328,7 +342,7 @@ func (s *hedgeStream) first(m any) error {
 		if err == nil || !hedgeRetryable(err) {
 			s.state = hedgePrimaryWon
 			s.cancelHedge()
-			if err == nil || s.ctx.Err() == nil { // the caller's own end is no one's win
+			if !s.callerEnded(err) { // the caller's own end is no one's win
 				s.group.lost.Add(1)
 			}
 			s.mu.Unlock()

@@ -201,7 +201,14 @@ func TestHedgeRace(t *testing.T) {
 				t.Error("query returned no rows")
 			}
 			c.want.Delay, c.want.MinDelay, c.want.Budget = c.h.Delay, defaultHedgeMinDelay, defaultHedgeBudget
-			eventually(t, 10*time.Second, "the hedge's outcome counted", func() bool { return r.hedging(t) == c.want })
+			var last HedgingStatus
+			eventually(t, 10*time.Second, "the hedge's outcome counted", func() bool {
+				last = r.hedging(t)
+				if last != c.want {
+					t.Logf("hedging status %+v, want %+v", last, c.want)
+				}
+				return last == c.want
+			})
 			if got := r.hedging(t); got != c.want {
 				t.Errorf("hedging status %+v, want %+v", got, c.want)
 			}
