@@ -795,9 +795,10 @@ func (c *clientCommits) intercept(srv any, ss grpc.ServerStream, info *grpc.Stre
 // default (ten ejection times of 2s), the 40s with -f25.fault=40s.
 var f25Fault = flag.Duration("f25.fault", 20*time.Second, "how long E1 refuses every Commit in TestCase_F25_LongCommitFailureEjectsOnce")
 
-// F25, long: E1's frontend refuses every Commit for 20s (ten ejection times of 2s; -f25.fault) while reads
-// pass. E1 is ejected once, for its writes, and readmitted only by a probe down the commit
-// path, so no commit of the application reaches E1 again until the fault ends: the commits
+// F25, long: E1's frontend refuses every Commit for 20s (ten ejection times of 2s;
+// -f25.fault) while reads pass. E1 is ejected once, for its writes, and readmitted only by a
+// probe down the commit path, so no commit of the application reaches E1 again until the
+// fault ends: the commits
 // refused are those before the first ejection and failover, no more; reads never fail; once
 // the fault ends E1 serves writes again within BaseEjectionTime + SwitchingDelay + one
 // ProbeInterval (the ejection time is long over: the next probe readmits it).

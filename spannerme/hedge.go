@@ -342,7 +342,7 @@ func (s *hedgeStream) first(m any) error {
 		if err == nil || !hedgeRetryable(err) {
 			s.state = hedgePrimaryWon
 			s.cancelHedge()
-			if !s.callerEnded(err) { // the caller's own end is no one's win
+			if err == nil || !s.callerEnded(err) { // the caller's own end is no one's win
 				s.group.lost.Add(1)
 			}
 			s.mu.Unlock()

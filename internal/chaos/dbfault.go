@@ -163,8 +163,8 @@ type dbVerdict struct {
 
 // judgeDatabaseFaults judges each run (see dbRun): no group switched from its start to
 // dbAfter after its heal (a switch that a reconfiguration of the schedule made is the
-// operator's, and is listed apart, not judged); every group's first endpoint served an application call within
-// dbServeBound of the heal; and the client was settled when it began (the plan's dbLeadIn is
+// operator's, and is listed apart, not judged); every group's first endpoint served an
+// application call within dbServeBound of the heal; and the client was settled when it began (the plan's dbLeadIn is
 // meant for that, so a client that is not 24s after the last fault is a finding of its own).
 // switches are the run's switch events, name turns an address into e1..e3, t0 is the run's
 // start.
