@@ -54,7 +54,7 @@ type Picker struct {
 	window     time.Duration
 	invAggr    float64
 	minWeight  float64
-	rand       func() uint64
+	rand       func() uint64 // Options.Rand; nil: math/rand/v2's
 	clock      clock.Clock
 	resolve    func(string) *Endpoint
 	set        atomic.Pointer[set]
@@ -101,9 +101,6 @@ func New(opts Options) (*Picker, error) {
 	}
 	if p.minWeight == 0 {
 		p.minWeight = 0.1
-	}
-	if p.rand == nil {
-		p.rand = rand.Uint64
 	}
 	if p.clock == nil {
 		p.clock = clock.Real
@@ -163,7 +160,7 @@ func (p *Picker) pickRamping(s *set) *Endpoint {
 	}
 	if len(s.previous) > 0 {
 		w := Weight(time.Duration(now-s.start), p.window, p.invAggr, p.minWeight)
-		if w < 1 && unit(p.rand()) >= w {
+		if w < 1 && unit(p.draw()) >= w {
 			if len(s.previous) == 1 {
 				return s.previous[0]
 			}
@@ -183,28 +180,40 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) 
 	// low 20 bits j (multiply and shift: no division; the bias, under 2^-20 × n, is nil for a
 	// tier of a few members).
 	n := uint64(len(members))
-	r := p.rand()
+	r := p.draw()
 	i := (r >> 20 & (1<<20 - 1)) * n >> 20
 	if r>>40 < s.uniform {
 		return members[i]
 	}
 	j := (r & (1<<20 - 1)) * (n - 1) >> 20
-	if j >= i {
-		j++
-	}
-	if members[j].cost() < members[i].cost() {
-		i, j = j, i
-	}
+	// Both choices below go either way at random, which a branch would mispredict half of
+	// the time; they are arithmetic. j skips i: j++ when j >= i (i, j < n, so j-i borrows
+	// into the top bit exactly when j < i).
+	j += 1 ^ (j-i)>>63
+	// The cheaper candidate wins. A cost is a non-negative float, whose bits order as it
+	// does and stay below 2^63: cj-ci borrows into the top bit exactly when cj < ci, and
+	// swap then exchanges i and j.
+	ci, cj := math.Float64bits(members[i].cost()), math.Float64bits(members[j].cost())
+	swap := -((cj - ci) >> 63) & (i ^ j)
+	win, other := i^swap, j^swap
 	if joined != nil {
 		// The winner ramps more than the other candidate: taken with the ratio of their
 		// weights (members that joined together ramp alike, and nothing changes).
-		wi := Weight(time.Duration(now-joined[i]), p.window, p.invAggr, p.minWeight)
-		wj := Weight(time.Duration(now-joined[j]), p.window, p.invAggr, p.minWeight)
-		if wi < wj && unit(p.rand()) >= wi/wj {
-			return members[j]
+		ww := Weight(time.Duration(now-joined[win]), p.window, p.invAggr, p.minWeight)
+		wo := Weight(time.Duration(now-joined[other]), p.window, p.invAggr, p.minWeight)
+		if ww < wo && unit(p.draw()) >= ww/wo {
+			return members[other]
 		}
 	}
-	return members[i]
+	return members[win]
+}
+
+// draw returns a uniform 64-bit random number from Options.Rand, or math/rand/v2's.
+func (p *Picker) draw() uint64 {
+	if p.rand != nil {
+		return p.rand()
+	}
+	return rand.Uint64()
 }
 
 // unit maps a 64-bit random number to [0, 1).

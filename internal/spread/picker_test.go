@@ -114,6 +114,51 @@ func TestPick_ShareFollowsCost(t *testing.T) {
 	}
 }
 
+// Every pair of candidates a draw can give, for tiers of 2 to 5 members: the cheaper one is
+// taken, and the first drawn on a tie. The draws are built bit by bit (choose's layout), so
+// each (i, j) pair, j on either side of i, is tried once.
+func TestPick_TwoChoicesTakeTheCheaper(t *testing.T) {
+	for n := 2; n <= 5; n++ {
+		for _, tie := range []bool{false, true} {
+			members := make([]string, n)
+			for k := range members {
+				members[k] = string(rune('a' + k))
+			}
+			var r uint64
+			f := newFixture(t, Options{Rand: func() uint64 { return r }})
+			// Latencies in an order unrelated to the members' positions.
+			for k, a := range members {
+				l := time.Duration(1+(k*3)%n) * ms
+				if tie {
+					l = 4 * ms
+				}
+				f.score(a, l)
+			}
+			v := view(members...)
+			ceilDiv := func(a, b uint64) uint64 { return (a + b - 1) / b }
+			for i := range uint64(n) {
+				for jj := range uint64(n - 1) {
+					j := jj
+					if j >= i {
+						j++
+					}
+					// Top 24 bits all ones: not a uniform pick; then i's 20 bits, then j's.
+					r = 0xFFFFFF<<40 | ceilDiv(i<<20, uint64(n))<<20 | ceilDiv(jj<<20, uint64(n-1))
+					ei, ej := f.reg.Endpoint(members[i]), f.reg.Endpoint(members[j])
+					want := ei
+					if ej.cost() < ei.cost() {
+						want = ej
+					}
+					if got := f.p.Pick(v); got != want {
+						t.Errorf("n=%d tie=%v, candidates %s (cost %v) and %s (cost %v): picked %s, want %s",
+							n, tie, ei.Name(), ei.cost(), ej.Name(), ej.cost(), got.Name(), want.Name())
+					}
+				}
+			}
+		}
+	}
+}
+
 // A tier of one member is that member, without a random number.
 func TestPick_OneMemberDrawsNothing(t *testing.T) {
 	draws := 0
