@@ -25,7 +25,7 @@ func tieredGME(tb testing.TB, members int) *GCPMultiEndpoint {
 	gme := newGMEWith(tb, benchOptions("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(0, 0, append(top, low)...),
 	}), s, plumbing{})
-	me := gme.snap.Load().def
+	me := gme.snap.Load().def.me
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if v := me.Tier(); v != nil && v.Index == 0 && len(v.Members) == members {
 			break
@@ -44,7 +44,7 @@ func tieredGME(tb testing.TB, members int) *GCPMultiEndpoint {
 func BenchmarkPickTiered(b *testing.B) {
 	for _, n := range []int{1, 2, 4} {
 		gme := tieredGME(b, n)
-		me := gme.snap.Load().def
+		me := gme.snap.Load().def.me
 		b.Run(fmt.Sprint(n, "members"), func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pp *testing.PB) {
@@ -80,7 +80,7 @@ func BenchmarkPickTiered(b *testing.B) {
 // count in flight and the score's update allocate nothing.
 func TestTieredPickDoesNotAllocate(t *testing.T) {
 	gme := tieredGME(t, 2)
-	me := gme.snap.Load().def
+	me := gme.snap.Load().def.me
 	if n := testing.AllocsPerRun(1000, func() {
 		p, _, err := gme.pickConnected(context.Background(), health.Reads, nil)
 		if err != nil {

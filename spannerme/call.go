@@ -159,24 +159,20 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		if s == nil {
 			return nil, nil, errClosedCall
 		}
-		me := s.def
+		r := s.def
 		switch {
 		case named && name != s.defaultName:
 			if g, ok := s.groups[name]; ok {
-				me = g
+				r = g
 			} else if count {
 				gme.noteUnknown(name)
 				count = false
 			}
 		case !named && class == health.Sessions:
-			me = s.sessionGroup()
+			r = s.sessionGroup()
 		}
-		addr := me.Current()
-		if v := me.Tier(); v != nil { // a group with tiers spreads its calls (tiers.go)
-			addr = gme.tiers.pick(me, v)
-		}
-		if p := s.pools[addr]; p != nil && p.Acquire() {
-			return p, me, nil
+		if p := r.pool(s); p != nil && p.Acquire() {
+			return p, r.me, nil
 		}
 	}
 	// Only a reconfiguration racing this call on every attempt gets here.

@@ -138,7 +138,7 @@ func (gme *GCPMultiEndpoint) steer(p *pool.Pool, me *multiendpoint.MultiEndpoint
 // only available endpoint is exclude). It never waits.
 func (gme *GCPMultiEndpoint) pickOther(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
 	s := gme.snap.Load()
-	if s == nil || s.groups[me.Name()] != me {
+	if s == nil || s.group(me.Name()) != me {
 		return nil, false
 	}
 	for _, e := range gme.verdicts.Available(me.Name()) {

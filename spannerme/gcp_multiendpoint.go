@@ -469,8 +469,12 @@ func (gme *GCPMultiEndpoint) frontsLocked() (clients, configurators int) {
 // evaluateAll evaluates every group of the routing snapshot in force. Called with no lock
 // held, on the goroutine of the change (a pool's monitor or probe, an update).
 func (gme *GCPMultiEndpoint) evaluateAll() {
-	for _, me := range gme.snap.Load().groupsOrNil() {
-		gme.evaluate(me)
+	s := gme.snap.Load()
+	if s == nil {
+		return // closed
+	}
+	for _, r := range s.byName {
+		gme.evaluate(r.me)
 	}
 }
 
@@ -484,12 +488,12 @@ func (gme *GCPMultiEndpoint) evaluateAll() {
 // queued for them).
 func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 	name := me.Name()
-	if s := gme.snap.Load(); s == nil || s.groups[name] != me {
+	if s := gme.snap.Load(); s == nil || s.group(name) != me {
 		return // closed, or a group an update removed or replaced: nothing to create for it
 	}
 	gme.verdicts.Evaluate(name, func(prev map[string]verdict.Reason) (map[string]verdict.Reason, []string) {
 		s := gme.snap.Load()
-		if s == nil || s.groups[name] != me {
+		if s == nil || s.group(name) != me {
 			return nil, nil // replaced meanwhile
 		}
 		eps := me.Status().Endpoints

@@ -21,8 +21,8 @@ func (gme *GCPMultiEndpoint) recheckEjected(p *pool.Pool) {
 		return
 	}
 	asked := map[*pool.Pool]bool{p: true}
-	for _, me := range s.byName {
-		eps := me.Status().Endpoints
+	for _, r := range s.byName {
+		eps := r.me.Status().Endpoints
 		if !slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == p.Endpoint() }) {
 			continue
 		}

@@ -54,7 +54,7 @@ func (gme *GCPMultiEndpoint) resendStream(r pool.ResendRequest) (*pool.Pool, poo
 	if s == nil {
 		return nil, pool.CallInfo{}, false
 	}
-	me := s.groups[r.Call.Group]
+	me := s.group(r.Call.Group)
 	if me == nil {
 		return nil, pool.CallInfo{}, false
 	}

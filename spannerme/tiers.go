@@ -59,6 +59,7 @@ type tiering struct {
 type groupPicker struct {
 	picker    *spread.Picker
 	slowStart time.Duration
+	endpoints []string // the group's endpoints, every tier's
 }
 
 // init prepares t for apply; clk is the GCPMultiEndpoint's clock (nil: real).
@@ -112,7 +113,7 @@ func (t *tiering) update(cfg *config, groups map[string]*multiendpoint.MultiEndp
 		}
 		if old != nil {
 			if gp := (*old)[me]; gp != nil && gp.slowStart == g.slowStart {
-				pickers[me] = gp
+				pickers[me] = &groupPicker{picker: gp.picker, slowStart: g.slowStart, endpoints: g.endpoints}
 				continue
 			}
 		}
@@ -121,23 +122,31 @@ func (t *tiering) update(cfg *config, groups map[string]*multiendpoint.MultiEndp
 		if err != nil {
 			continue // unreachable; the group then picks its current endpoint
 		}
-		pickers[me] = &groupPicker{picker: p, slowStart: g.slowStart}
+		pickers[me] = &groupPicker{picker: p, slowStart: g.slowStart, endpoints: g.endpoints}
 	}
 	t.reg.Retain(keep)
 	t.pickers.Store(&pickers)
 	t.endpoints.Store(&eps)
 }
 
-// pick returns the endpoint of one call of the tiered group me, whose tier view is v: its
-// Picker's choice, or the group's current endpoint before its Picker is published. No lock,
-// no allocation.
-func (t *tiering) pick(me *multiendpoint.MultiEndpoint, v *multiendpoint.Tier) string {
-	if m := t.pickers.Load(); m != nil {
-		if gp := (*m)[me]; gp != nil {
-			return gp.picker.Pick(v).Name()
+// route returns the Picker that t has published for the group me, and the Endpoint and the
+// pool in pools of each endpoint of the group; nil, nil for a group without one.
+func (t *tiering) route(me *multiendpoint.MultiEndpoint, pools map[string]*pool.Pool) (*spread.Picker, []spreadMember) {
+	pm, eps := t.pickers.Load(), t.endpoints.Load()
+	if pm == nil || eps == nil {
+		return nil, nil
+	}
+	gp := (*pm)[me]
+	if gp == nil {
+		return nil, nil
+	}
+	members := make([]spreadMember, 0, len(gp.endpoints))
+	for _, e := range gp.endpoints {
+		if ep, p := (*eps)[e], pools[e]; ep != nil && p != nil {
+			members = append(members, spreadMember{ep: ep, pool: p})
 		}
 	}
-	return me.Current()
+	return gp.picker, members
 }
 
 // tierCall is one call counted on a spread.Endpoint: begin counts it in flight, done folds

@@ -267,7 +267,7 @@ func TestTiersLiveReload(t *testing.T) {
 	tiered := fmt.Sprintf("default: g\nmultiEndpoints:\n  g:\n    endpoints: [[%s, %s], %s]\n", one, two, three)
 	writeByRename(t, f.path, tiered)
 	f.waitApplied(t, tiered)
-	me := f.gme.snap.Load().groups["g"]
+	me := f.gme.snap.Load().group("g")
 	if m := f.gme.tiers.pickers.Load(); m == nil || (*m)[me] == nil {
 		t.Fatalf("after the tiered file, group g has no picker")
 	}
@@ -302,7 +302,7 @@ func TestTiersSlowStartAfterSwitchBack(t *testing.T) {
 		a.Addr(), b.Addr()); !strings.Contains(buf.String(), want) {
 		t.Errorf("log lacks %s:\n%s", want, buf.String())
 	}
-	me := gme.snap.Load().groups["g"]
+	me := gme.snap.Load().group("g")
 	eventually(t, 10*time.Second, "A current", func() bool { return me.Current() == a.Addr() })
 
 	a.Down()

@@ -213,7 +213,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			groups[g.name] = created[g.name]
 		}
 	}
-	gme.snap.Store(newSnapshot(cfg.defaultName, groups, union, gme.directed))
+	gme.snap.Store(newSnapshot(cfg.defaultName, groups, union, gme.directed, &gme.tiers))
 	for _, g := range cfg.groups {
 		if me := oldGroups[g.name]; me != nil {
 			// Validated by parseConfig; it fails only after the group's Close, which only
@@ -232,7 +232,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	for e := range want {
 		pools[e] = union[e]
 	}
-	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools, gme.directed))
+	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools, gme.directed, &gme.tiers))
 	gme.changed.signal()
 	// 5. Start monitoring the new pools; evaluate brownout again for the groups as they are
 	// now (a degraded endpoint's fallback may be gone), then every group's verdicts (an

@@ -24,8 +24,8 @@ func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool, c health.Class) {
 		return
 	}
 	confirmed := map[*pool.Pool]bool{p: true}
-	for _, me := range s.byName {
-		eps := me.Status().Endpoints
+	for _, r := range s.byName {
+		eps := r.me.Status().Endpoints
 		if !slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == p.Endpoint() }) {
 			continue
 		}
@@ -78,8 +78,8 @@ func (gme *GCPMultiEndpoint) sampleBrownout(s *snapshot, p *pool.Pool) []brownou
 		latency = (*pool.Pool).Latency
 	}
 	var changes []brownout.Change
-	for name, me := range s.groups {
-		st := me.Status()
+	for name, r := range s.groups {
+		st := r.me.Status()
 		listed := false
 		samples := make([]brownout.Sample, 0, len(st.Endpoints))
 		for _, e := range st.Endpoints {

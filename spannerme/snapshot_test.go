@@ -1,0 +1,58 @@
+package spannerme
+
+import (
+	"testing"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spread"
+)
+
+// groupRoute.pool: the pool of the current endpoint for a group without tiers or whose Picker
+// is not published; for a group with tiers, the pool of the member its Picker takes, found by
+// the Endpoint, or by the address when the snapshot does not pair that Endpoint.
+func TestGroupRoute_Pool(t *testing.T) {
+	const a1, a2, b = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
+	avail := func(string) multiendpoint.State { return multiendpoint.Available }
+	flat, err := multiendpoint.New(multiendpoint.Options{Endpoints: []string{a1, a2, b}, InitialState: avail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flat.Close()
+	tiered, err := multiendpoint.New(multiendpoint.Options{Tiers: [][]string{{a1, a2}, {b}}, InitialState: avail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tiered.Close()
+	pools := map[string]*pool.Pool{a1: new(pool.Pool), a2: new(pool.Pool), b: new(pool.Pool)}
+	reg := spread.NewRegistry(spread.EndpointOptions{})
+	// Draws whose top 24 bits are all ones are never uniform; i then is the second member
+	// (bits 20 to 39 at half their range), j the first, and equal costs keep i.
+	second := func() uint64 { return 0xFFFFFF<<40 | 1<<39 }
+	picker, err := spread.New(spread.Options{Resolve: reg.Endpoint, Rand: second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paired := []spreadMember{{reg.Endpoint(a1), pools[a1]}, {reg.Endpoint(a2), pools[a2]}, {reg.Endpoint(b), pools[b]}}
+	stale := new(pool.Pool) // a pool that only the pairing knows: picked by the Endpoint, not the address
+	s := &snapshot{pools: pools}
+	for _, tc := range []struct {
+		name string
+		r    *groupRoute
+		want *pool.Pool
+	}{
+		{"no tiers: the current endpoint's", &groupRoute{me: flat}, pools[a1]},
+		{"tiers, Picker not published: the current endpoint's", &groupRoute{me: tiered}, pools[a1]},
+		{"tiers: the picked member's", &groupRoute{me: tiered, picker: picker, members: paired}, pools[a2]},
+		{"tiers: the pairing's pool, found by the Endpoint", &groupRoute{me: tiered, picker: picker,
+			members: []spreadMember{{reg.Endpoint(a1), pools[a1]}, {reg.Endpoint(a2), stale}}}, stale},
+		{"tiers, the picked Endpoint unpaired: by its address", &groupRoute{me: tiered, picker: picker,
+			members: paired[:1]}, pools[a2]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.pool(s); got != tc.want {
+				t.Fatalf("pool %p, want %p (pools by address: %v)", got, tc.want, pools)
+			}
+		})
+	}
+}
