@@ -69,10 +69,16 @@ func (r *groupRoute) pool(s *snapshot) *pool.Pool {
 	if r.picker != nil {
 		if v := r.me.Tier(); v != nil {
 			ep := r.picker.Pick(v)
+			// Every member is compared, and the match is a conditional move: the member picked
+			// is random, and leaving the loop at it would mispredict a branch on most picks.
+			var p *pool.Pool
 			for _, m := range r.members {
 				if m.ep == ep {
-					return m.pool
+					p = m.pool
 				}
+			}
+			if p != nil {
+				return p
 			}
 			// An Endpoint the Registry has forgotten stays in the Picker's view until the view
 			// changes (spread.Registry.Retain): its address names the pool.
