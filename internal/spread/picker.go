@@ -50,15 +50,14 @@ var ErrInvalidOptions = errors.New("invalid spread options")
 // Create it with New. Pick is safe for concurrent use, takes no lock and, while the view is
 // unchanged, does not allocate.
 type Picker struct {
-	minShare   float64
-	window     time.Duration
-	invAggr    float64
-	minWeight  float64
-	rand       func() uint64 // Options.Rand; nil: math/rand/v2's
-	clock      clock.Clock
-	resolve    func(string) *Endpoint
-	set        atomic.Pointer[set]
-	rampChecks atomic.Uint64 // picks that read the clock for a ramp (tests)
+	minShare  float64
+	window    time.Duration
+	invAggr   float64
+	minWeight float64
+	rand      func() uint64 // Options.Rand; nil: math/rand/v2's
+	clock     clock.Clock
+	resolve   func(string) *Endpoint
+	set       atomic.Pointer[set]
 }
 
 // set is what a Picker picks from: one tier view resolved to Endpoints. Immutable but for
@@ -149,7 +148,6 @@ func (p *Picker) Pick(v *multiendpoint.Tier) *Endpoint {
 
 // pickRamping is Pick while a ramp of s may last.
 func (p *Picker) pickRamping(s *set) *Endpoint {
-	p.rampChecks.Add(1)
 	now := p.clock.Now().UnixNano()
 	if now >= s.rampUntil {
 		s.rampOver.Store(true)
