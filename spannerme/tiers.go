@@ -40,7 +40,9 @@ func assignTiers(cfg *config, settings map[string]tierConfig, emulator bool) err
 
 // tiering is a GCPMultiEndpoint's spreading state: one spread.Registry (an endpoint's calls
 // in flight and latency are the endpoint's, whatever group sends them), one spread.Picker per
-// tiered group. The call path reads it with atomic loads; apply writes it under updateMu.
+// tiered group. newSnapshot reads the pickers (a call finds its group's Picker in the
+// snapshot); the call path reads endpoints with atomic loads to count a call; apply writes
+// both under updateMu.
 type tiering struct {
 	settings map[string]tierConfig // the tiers of the settings, validated; set at creation
 	reg      *spread.Registry

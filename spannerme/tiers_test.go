@@ -267,9 +267,18 @@ func TestTiersLiveReload(t *testing.T) {
 	tiered := fmt.Sprintf("default: g\nmultiEndpoints:\n  g:\n    endpoints: [[%s, %s], %s]\n", one, two, three)
 	writeByRename(t, f.path, tiered)
 	f.waitApplied(t, tiered)
-	me := f.gme.snap.Load().group("g")
-	if m := f.gme.tiers.pickers.Load(); m == nil || (*m)[me] == nil {
-		t.Fatalf("after the tiered file, group g has no picker")
+	s := f.gme.snap.Load()
+	me, r := s.group("g"), s.groups["g"]
+	if r.picker == nil {
+		t.Fatalf("after the tiered file, group g's route has no picker")
+	}
+	if len(r.members) != 3 {
+		t.Fatalf("after the tiered file, group g's route has %d members, want 3", len(r.members))
+	}
+	for _, m := range r.members {
+		if m.pool == nil || m.pool != s.pools[m.ep.Name()] {
+			t.Fatalf("member %s is paired with pool %v, want the snapshot's pool of its address", m.ep.Name(), m.pool)
+		}
 	}
 	eventually(t, 20*time.Second, "both members of the top tier available", func() bool {
 		v := me.Tier()
@@ -278,8 +287,8 @@ func TestTiersLiveReload(t *testing.T) {
 	flat := watchConfigYAML("", one, two, three)
 	writeByRename(t, f.path, flat)
 	f.waitApplied(t, flat)
-	if m := f.gme.tiers.pickers.Load(); m == nil || (*m)[me] != nil {
-		t.Fatalf("after the flat file, group g still spreads its calls")
+	if r := f.gme.snap.Load().groups["g"]; r.picker != nil || len(r.members) != 0 {
+		t.Fatalf("after the flat file, group g still spreads its calls (%d members)", len(r.members))
 	}
 	f.servedBy(t, "one")
 }

@@ -227,7 +227,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		}
 	}
 	gme.tiers.update(cfg, groups, gme.log)
-	// 4. Publish the final snapshot: only configured endpoints.
+	// 4. Publish the final snapshot: only configured endpoints. It comes after tiers.update:
+	// newSnapshot takes each group's Picker and members from it.
 	pools := make(map[string]*pool.Pool, len(want))
 	for e := range want {
 		pools[e] = union[e]

@@ -138,9 +138,9 @@ func TestPick_TwoChoicesTakeTheCheaper(t *testing.T) {
 			}
 			var r uint64
 			f := newFixture(t, Options{Rand: func() uint64 { return r }})
-			// Latencies in an order unrelated to the members' positions.
+			// Distinct latencies in an order unrelated to the members' positions.
 			for k, a := range members {
-				l := time.Duration(1+(k*3)%n) * ms
+				l := time.Duration([]int{3, 1, 4, 2, 5}[k]) * ms
 				if tie {
 					l = 4 * ms
 				}
