@@ -297,8 +297,8 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	}
 	p = gme.steer(p, me, id)
 	var cs grpc.ClientStream
-	if hg := gme.hedgingFor(me.Name(), method, desc); hg != nil {
-		cs, err = gme.newHedgedStream(ctx, hg, p, me, desc, method, id, opts)
+	if hg := gme.hedger.For(me.Name(), method, desc); hg != nil {
+		cs, err = gme.hedger.NewStream(ctx, hg, p, me, desc, method, id, opts)
 	} else {
 		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 		tc := gme.tiers.begin(me, p)

@@ -20,6 +20,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/retry"
@@ -75,10 +76,8 @@ type GCPMultiEndpoint struct {
 	// roTxns are the read-only transactions seen beginning, for the directed reads of the
 	// requests that name them by ID.
 	roTxns spannerreq.ReadOnlyTxns
-	// hedging is the hedging of the groups that hedge (Settings.Hedging); nil when none does.
-	hedging atomic.Pointer[hedgeGroups]
-	// hedgeSched fires the hedges of armed hedgeable streams; stopped by Close.
-	hedgeSched hedgeScheduler
+	// hedger hedges the streams of the groups that hedge (Settings.Hedging); closed by Close.
+	hedger hedge.Hedger
 	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
 	configStatus atomic.Pointer[ConfigStatus]
 
@@ -269,8 +268,8 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	gme.tiers.init(s.tiers, pl.clock)
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
-	gme.hedgeSched.clock = pl.clock
-	gme.setHedging(s.hedging)
+	gme.hedger.Init(hedgeEnv{gme}, &gme.roTxns, pl.clock)
+	gme.hedger.Set(s.hedging)
 	gme.resendHook = gme.resendStream
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
@@ -377,7 +376,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 		me.Close()
 	}
 	gme.cool.Close()
-	gme.hedgeSched.close()
+	gme.hedger.Close()
 	gme.events.close()
 	var errs []error
 	for _, p := range pools {
@@ -448,7 +447,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	}
 	v.degraded = gme.brown.DegradedSet()
 	v.verdicts = gme.verdicts.All()
-	v.hedges = gme.hedgingCounts()
+	v.hedges = hedgingCounts(&gme.hedger)
 	v.scores = gme.tiers.scores()
 	return v, true
 }

@@ -31,7 +31,7 @@ func TestHedgeRefusedAsksAgain(t *testing.T) {
 			// A budget of 0.001 earns a thousandth of a hedge per call: the saved-up hedges
 			// are what the test stores.
 			r := newRawHedgeRig(t, &HedgingSettings{Delay: 400 * time.Millisecond, Budget: 0.001})
-			r.gme.hedgeGroupOf("default").tokens.Store(tt.savedMilli)
+			r.gme.hedger.Group("default").SetSaved(tt.savedMilli)
 			r.slowQueries.Store(true)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -66,18 +66,16 @@ func TestHedgeRefusedAsksAgain(t *testing.T) {
 // in gme's hedge scheduler was queued again (its fire time moved: its first ask was refused).
 func refillAfterFirstAsk(t *testing.T, gme *GCPMultiEndpoint, milli int64) {
 	t.Helper()
-	h := &gme.hedgeSched
 	var first int64
 	eventually(t, 20*time.Second, "the stream queued again after its first ask", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if len(h.queue) != 1 {
+		due := gme.hedger.QueuedDue()
+		if len(due) != 1 {
 			return false
 		}
 		if first == 0 {
-			first = h.queue[0].schedDue
+			first = due[0]
 		}
-		return h.queue[0].schedDue != first
+		return due[0] != first
 	})
-	gme.hedgeGroupOf("default").tokens.Store(milli)
+	gme.hedger.Group("default").SetSaved(milli)
 }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 
 // rawHedgeRig is a hedgeRig with a session, for sending the Spanner API's requests as they
@@ -200,7 +202,7 @@ func TestHedgeRace(t *testing.T) {
 			if err == nil && rows == 0 {
 				t.Error("query returned no rows")
 			}
-			c.want.Delay, c.want.MinDelay, c.want.Budget = c.h.Delay, defaultHedgeMinDelay, defaultHedgeBudget
+			c.want.Delay, c.want.MinDelay, c.want.Budget = c.h.Delay, hedge.DefaultMinDelay, hedge.DefaultBudget
 			var last HedgingStatus
 			eventually(t, 10*time.Second, "the hedge's outcome counted", func() bool {
 				last = r.hedging(t)

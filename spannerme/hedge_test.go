@@ -24,6 +24,8 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 
 // capturedCall is a call a pool sent, as the Spanner client made it: its method, its
@@ -127,11 +129,11 @@ func servedBy(name string) grpc.StreamServerInterceptor {
 // holdQueries is E1's server interceptor: while r.slowQueries is set, a streaming query or
 // read waits for its caller to give up.
 func (r *hedgeRig) holdQueries(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if r.slowQueries.Load() && hedgeMethodIndex(info.FullMethod) >= 0 {
+	if r.slowQueries.Load() && hedge.Method(info.FullMethod) {
 		<-ss.Context().Done()
 		return status.FromContextError(ss.Context().Err()).Err()
 	}
-	if f := r.crowd.Load(); f != nil && hedgeMethodIndex(info.FullMethod) >= 0 {
+	if f := r.crowd.Load(); f != nil && hedge.Method(info.FullMethod) {
 		if d := (*f)(); d > 0 {
 			t := time.NewTimer(d)
 			select {

@@ -11,6 +11,8 @@ import (
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 
 // Settings.Hedging: defaults fill the zero fields; a negative duration or a budget outside
@@ -34,7 +36,7 @@ func TestSettingsHedgingValidation(t *testing.T) {
 			h := map[string]HedgingSettings{"west": tc.in}
 			got, err := parseHedging(h)
 			if tc.problem == "" {
-				if err != nil || got["west"] != tc.want {
+				if err != nil || got["west"] != (hedge.Settings{Delay: tc.want.Delay, MinDelay: tc.want.MinDelay, Budget: tc.want.Budget}) {
 					t.Fatalf("parseHedging = %v, %v; want %+v", got, err, tc.want)
 				}
 				return
@@ -93,129 +95,6 @@ func TestParseConfigHedging(t *testing.T) {
 				t.Errorf("error %q (line %d, field %q); want line %d, field %q, text %q", err, fe.Line, fe.Field, tc.line, tc.field, tc.want)
 			}
 		})
-	}
-}
-
-// An earlier ask leaves the last saved-up hedges to the later ones: the try-th ask needs
-// hedgeTries-try+1 hedges saved up, and spends one.
-func TestHedgeBudgetKeepsTheLastForTheLongestWaiting(t *testing.T) {
-	tests := []struct {
-		saved    int64 // hedges saved up
-		try      int
-		want     bool
-		wantLeft int64
-	}{
-		{saved: 10, try: 1, want: true, wantLeft: 9},
-		{saved: 4, try: 1, want: true, wantLeft: 3},
-		{saved: 3, try: 1, want: false, wantLeft: 3},
-		{saved: 3, try: 2, want: true, wantLeft: 2},
-		{saved: 2, try: 2, want: false, wantLeft: 2},
-		{saved: 2, try: 3, want: true, wantLeft: 1},
-		{saved: 1, try: 3, want: false, wantLeft: 1},
-		{saved: 1, try: 4, want: true, wantLeft: 0},
-		{saved: 0, try: 4, want: false, wantLeft: 0},
-		{saved: 1, try: 9, want: true, wantLeft: 0},  // beyond hedgeTries: as the last
-		{saved: 3, try: 0, want: false, wantLeft: 3}, // below 1: as the first
-	}
-	for _, tt := range tests {
-		var g hedgeGroup
-		g.hedgeState = &hedgeState{}
-		g.tokens.Store(tt.saved*1000 + 999)
-		if got := g.spend(tt.try); got != tt.want || g.tokens.Load()/1000 != tt.wantLeft {
-			t.Errorf("%d saved up, ask %d: spend = %v, %d left; want %v, %d left", tt.saved, tt.try, got, g.tokens.Load()/1000, tt.want, tt.wantLeft)
-		}
-	}
-}
-
-// The budget is a token bucket: 10 hedges saved up at first, Budget of a hedge earned per
-// hedgeable call, one spent per hedge; a last ask (try hedgeTries) that finds none is refused.
-func TestHedgeBudget(t *testing.T) {
-	var gme GCPMultiEndpoint
-	gme.setHedging(hedgeSettings{"g": {Budget: 0.25, MinDelay: time.Millisecond}})
-	g := gme.hedgeGroupOf("g")
-	spent := 0
-	for range 10 {
-		if g.spend(hedgeTries) {
-			spent++
-		}
-	}
-	if spent != 10 || g.spend(hedgeTries) {
-		t.Fatalf("spent %d of the 10 saved up, then one more", spent)
-	}
-	for range 3 {
-		g.earn()
-	}
-	if g.spend(hedgeTries) {
-		t.Fatal("3 calls at 25% earned a whole hedge")
-	}
-	g.earn()
-	if !g.spend(hedgeTries) {
-		t.Fatal("4 calls at 25% did not earn a hedge")
-	}
-	for range 1000 {
-		g.earn()
-	}
-	if got := g.tokens.Load(); got != hedgeBucketMilli {
-		t.Errorf("tokens after 1000 calls: %d, want the cap %d", got, hedgeBucketMilli)
-	}
-	if h := gme.hedgingStatus("g"); h.Hedgeable != 1004 {
-		t.Errorf("status %+v, want 1004 hedgeable", *h)
-	}
-	// A reload keeps the state of a group that still hedges, drops the others'.
-	gme.setHedging(hedgeSettings{"g": {Budget: 0.5, MinDelay: time.Millisecond}, "h": {Budget: 0.5, MinDelay: time.Millisecond}})
-	if h := gme.hedgingStatus("g"); h.Hedgeable != 1004 || h.Budget != 0.5 {
-		t.Errorf("after a reload: %+v, want the counts kept and the new budget", *h)
-	}
-	gme.setHedging(nil)
-	if gme.hedgeGroupOf("g") != nil || gme.hedgingStatus("g") != nil {
-		t.Error("hedging still on after it was removed")
-	}
-}
-
-// The adaptive delay: none until hedgeMinSamples calls are measured, then the p95 of the
-// last two windows (bucketed, rounded up to the bucket's bound), never below MinDelay, and
-// none again once the group was idle for two windows.
-func TestHedgeAdaptiveDelay(t *testing.T) {
-	var gme GCPMultiEndpoint
-	gme.setHedging(hedgeSettings{"g": {MinDelay: 20 * time.Millisecond, Budget: 0.05}})
-	g := gme.hedgeGroupOf("g")
-	now := time.Unix(1000, 0)
-	if _, ok := g.delay(0, now); ok {
-		t.Fatal("a delay with no measurement")
-	}
-	for i := range 90 {
-		g.firstResponse(0, now, time.Duration(i%10+1)*time.Millisecond)
-	}
-	for range 9 {
-		g.firstResponse(0, now, 200*time.Millisecond)
-	}
-	if _, ok := g.delay(0, now); ok {
-		t.Fatalf("a delay with %d measurements", hedgeMinSamples-1)
-	}
-	// The 100th: 90 calls at 1-10ms and 10 at 200ms, the p95 is about 200ms.
-	g.firstResponse(0, now, 200*time.Millisecond)
-	d, ok := g.delay(0, now)
-	if !ok || d < 200*time.Millisecond || d > 240*time.Millisecond {
-		t.Errorf("delay %v, %v; want about 200ms (its bucket's bound)", d, ok)
-	}
-	if _, ok := g.delay(1, now); ok {
-		t.Error("the other method has a delay")
-	}
-	// Fast calls only, a window later: the p95 falls to the floor.
-	later := now.Add(hedgeWindow)
-	for range 10 * hedgeMinSamples {
-		g.firstResponse(0, later, time.Millisecond)
-	}
-	if d, ok := g.delay(0, later); !ok || d != 20*time.Millisecond {
-		t.Errorf("delay %v, %v; want the 20ms floor", d, ok)
-	}
-	if _, ok := g.delay(0, later.Add(2*hedgeWindow)); ok {
-		t.Error("a delay after two idle windows")
-	}
-	// A fixed delay ignores the measurements.
-	gme.setHedging(hedgeSettings{"g": {Delay: 7 * time.Millisecond, MinDelay: 20 * time.Millisecond}})
-	if d, ok := gme.hedgeGroupOf("g").delay(0, later); !ok || d != 7*time.Millisecond {
-		t.Errorf("fixed delay %v, %v; want 7ms", d, ok)
 	}
 }
 
@@ -281,10 +160,10 @@ func TestWatchAppliesHedging(t *testing.T) {
 	if s := f.waitApplied(t, with); len(s.RestartNeeded) != 0 {
 		t.Errorf("RestartNeeded %v, want none", s.RestartNeeded)
 	}
-	if h := hedging(); h == nil || h.Delay != 40*time.Millisecond || h.Budget != defaultHedgeBudget {
+	if h := hedging(); h == nil || h.Delay != 40*time.Millisecond || h.Budget != hedge.DefaultBudget {
 		t.Fatalf("hedging %+v after the edit, want a 40ms delay and the default budget", h)
 	}
-	f.gme.hedgeGroupOf("g").hedgeable.Add(7) // as if 7 streams had been hedgeable
+	f.gme.hedger.Group("g").AddHedgeable(7) // as if 7 streams had been hedgeable
 	edited := watchConfigYAML("    hedging: {delay: 60ms, budget: 0.1}\n", f.eps[0].Addr())
 	writeFile(t, f.path, edited)
 	f.waitApplied(t, edited)

@@ -1,9 +1,14 @@
 package spannerme
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // HedgingStatus is a group's hedging (Settings.Hedging) in force and its counts since the
@@ -88,4 +93,46 @@ func (h *HedgingStatus) UnmarshalJSON(b []byte) error {
 		*d.dst = v
 	}
 	return nil
+}
+
+// hedgingStatus returns group's hedging status; nil when it does not hedge.
+func (gme *GCPMultiEndpoint) hedgingStatus(group string) *HedgingStatus {
+	return hedgingStatusOf(gme.hedger.Group(group))
+}
+
+// hedgingStatusOf returns g's status; nil for a nil g (a group that does not hedge).
+func hedgingStatusOf(g *hedge.Group) *HedgingStatus {
+	if g == nil {
+		return nil
+	}
+	s, c := g.Settings(), g.Counts()
+	return &HedgingStatus{
+		Delay: s.Delay, MinDelay: s.MinDelay, Budget: s.Budget,
+		Hedgeable: c.Hedgeable, Sent: c.Sent, Won: c.Won, Lost: c.Lost, Refused: c.Refused, NoEndpoint: c.NoEndpoint,
+	}
+}
+
+// hedgingCounts returns the hedging status of every hedging group, by name; nil when none
+// hedges.
+func hedgingCounts(h *hedge.Hedger) map[string]*HedgingStatus {
+	groups := h.Groups()
+	if groups == nil {
+		return nil
+	}
+	out := make(map[string]*HedgingStatus, len(groups))
+	for name, g := range groups {
+		out[name] = hedgingStatusOf(g)
+	}
+	return out
+}
+
+// hedgeEnv is what the Hedger reaches of its GCPMultiEndpoint (hedge.Env).
+type hedgeEnv struct{ gme *GCPMultiEndpoint }
+
+func (e hedgeEnv) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
+	return e.gme.pickOther(me, exclude)
+}
+
+func (e hedgeEnv) Begin(ctx context.Context, p *pool.Pool, group string) time.Time {
+	return e.gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), group)
 }

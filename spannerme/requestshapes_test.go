@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 
 // requestShape is one kind of work the Spanner client does, and what may be done to each
@@ -174,7 +176,7 @@ func TestRequestShapesOfTheSpannerClient(t *testing.T) {
 	hedging := &HedgingSettings{Delay: time.Hour}
 	judge := map[string]func(r *hedgeRig, ctx context.Context, c capturedCall) bool{
 		"hedge": func(r *hedgeRig, ctx context.Context, c capturedCall) bool {
-			return c.stream && hedgeStreamMethod(c.method, &c.desc) && r.gme.roTxns.Hedgeable(ctx, c.req)
+			return c.stream && hedge.StreamMethod(c.method, &c.desc) && r.gme.roTxns.Hedgeable(ctx, c.req)
 		},
 		"resend": func(r *hedgeRig, ctx context.Context, c capturedCall) bool {
 			// What pool.Stream asks the hook about: a server-streaming (only) stream's request.

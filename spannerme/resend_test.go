@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 
 // failAfterFirstMessage is a frontend's server interceptor: while on is set, a streaming
@@ -40,7 +42,7 @@ func (s *countingServerStream) SendMsg(m any) error {
 }
 
 func (f *failAfterFirstMessage) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if hedgeMethodIndex(info.FullMethod) < 0 {
+	if !hedge.Method(info.FullMethod) {
 		return handler(srv, ss)
 	}
 	cs := &countingServerStream{ServerStream: ss}

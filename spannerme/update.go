@@ -341,7 +341,7 @@ func (gme *GCPMultiEndpoint) updateWithEndpointOptions(meOpts *grpcgcp.GCPMultiE
 func (gme *GCPMultiEndpoint) updateFromFile(f *parsedFile) (stale []string, err error) {
 	stale, err = gme.updateParsed(f.cfg, f.endpointOpts, f.directed, f.tiers, false, durationsAsWritten)
 	if err == nil {
-		gme.setHedging(f.hedging)
+		gme.hedger.Set(f.hedging)
 	}
 	return stale, err
 }

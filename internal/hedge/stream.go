@@ -1,4 +1,4 @@
-package spannerme
+package hedge
 
 import (
 	"context"
@@ -20,41 +20,13 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
-// Hedged streams (Settings.Hedging). A stream of a hedging group is a hedgeStream over the
-// stream sent to the group's current endpoint (the primary). Its request, seen in SendMsg,
-// decides whether it may be hedged (hedgeable); if so, the GCPMultiEndpoint's hedge
-// scheduler (hedgeScheduler) sends the same request to another available endpoint of the
-// group (pickOther) when the delay passes with no response message yet, within the group's
-// budget. From then on the two streams race for
-// the first message: the caller reads RecvMsg on the primary, a goroutine of the hedge's
-// reads the hedge's first message into a message of its own. The first stream to deliver a
-// message, or to end with a status that is final for the Spanner client (not retryable),
-// wins; the other's context is cancelled. Whichever wins, the caller reads on after that
-// from the winner alone. A stream whose first message arrived is never hedged; nor is one of
-// a method other than ExecuteStreamingSql and StreamingRead (both answer PartialResultSet
-// messages).
-//
-// The loser is cancelled: its CANCELED counts for nothing in health (health.Classify), and
-// is counted in the calls metric with code CANCELED. A hedgeable request begins no
-// transaction (hedgeable refuses inline begins), so a loser leaves nothing behind on the
-// server: a single-use read-only transaction ends with its stream, and a query naming a
-// read-only transaction by ID only reads in it, at the transaction's timestamp, which both
-// endpoints share (the transaction lives in the database, not in an endpoint). A stream
-// whose request begins a read-only transaction inline is not hedged, but its first message
-// is read here for the transaction's ID, so that the transaction's later queries can be.
-//
-// The Spanner client's grpc.Header, grpc.Trailer and grpc.Peer call options are not given
-// to the hedge (gRPC writes them as a stream ends, which for a cancelled primary happens on a
-// goroutine of gRPC's own): the hedge gets its own, and when it wins they are copied to the
-// caller's once the primary has ended.
-
-// hedgeStreamMethod reports whether a stream of method with desc may be hedged: a streaming
+// StreamMethod reports whether a stream of method with desc may be hedged: a streaming
 // query or read, server streaming only.
-func hedgeStreamMethod(method string, desc *grpc.StreamDesc) bool {
-	return hedgeMethodIndex(method) >= 0 && desc.ServerStreams && !desc.ClientStreams
+func StreamMethod(method string, desc *grpc.StreamDesc) bool {
+	return methodIndex(method) >= 0 && desc.ServerStreams && !desc.ClientStreams
 }
 
-// Race states of a hedgeStream.
+// Race states of a Stream.
 const (
 	hedgeUnsent     int32 = iota // no request yet
 	hedgeArmed                   // hedgeable request sent; queued in the hedge scheduler; no hedge yet
@@ -66,14 +38,14 @@ const (
 	hedgePrimaryWon              // decided for the primary while a hedge was racing
 )
 
-// hedgeStream is a stream of a hedging group; see above. gRPC lets SendMsg and RecvMsg run
+// Stream is a stream of a hedging group; see the package documentation. gRPC lets SendMsg and RecvMsg run
 // on two goroutines, and Header, Trailer and Context on any: those read the stream the
 // caller reads (cur).
-type hedgeStream struct {
+type Stream struct {
 	primary       grpc.ClientStream
 	cancelPrimary context.CancelFunc
-	gme           *GCPMultiEndpoint
-	group         *hedgeGroup
+	h             *Hedger
+	group         *Group
 	me            *multiendpoint.MultiEndpoint
 	endpoint      string // the primary's
 	ctx           context.Context
@@ -91,7 +63,7 @@ type hedgeStream struct {
 	sent  time.Time
 	delay time.Duration // the hedge delay
 	tries int           // how many times the budget was asked for the hedge
-	// schedPos and schedDue are the stream's place in gme.hedgeSched's queue (index + 1; 0
+	// schedPos and schedDue are the stream's place in the Hedger's Scheduler queue (index + 1; 0
 	// when not queued) and its fire time (Unix nanoseconds); guarded by the scheduler's mu.
 	schedPos int
 	schedDue int64
@@ -111,54 +83,29 @@ type hedgeStream struct {
 	session string
 }
 
-// hedgingFor returns the hedging of group for a stream of method with desc; nil when the
-// group does not hedge or the method is not hedged. It allocates nothing.
-func (gme *GCPMultiEndpoint) hedgingFor(group, method string, desc *grpc.StreamDesc) *hedgeGroup {
-	if gme.hedging.Load() == nil || !hedgeStreamMethod(method, desc) {
-		return nil
-	}
-	return gme.hedgeGroupOf(group)
-}
-
-// newHedgedStream starts the primary stream of a hedging group on the acquired pool p (as
-// newStream does, on a context of its own that a winning hedge cancels) and returns it
-// wrapped in a hedgeStream. Errors: those of pool.Pool.NewStream.
-func (gme *GCPMultiEndpoint) newHedgedStream(ctx context.Context, g *hedgeGroup, p *pool.Pool, me *multiendpoint.MultiEndpoint,
-	desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
-	pctx, cancel := context.WithCancel(ctx)
-	start := gme.obs.callBegin(pctx, p.Endpoint(), poolName(p), me.Name())
-	cs, err := p.NewStream(pctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: spannerreq.Class(method, nil)})
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	return &hedgeStream{primary: cs, cancelPrimary: cancel, gme: gme, group: g, me: me, endpoint: p.Endpoint(), ctx: ctx, desc: desc,
-		method: method, methodIndex: hedgeMethodIndex(method), id: id, opts: opts}, nil
-}
-
 // cur is the stream the caller reads.
-func (s *hedgeStream) cur() grpc.ClientStream {
+func (s *Stream) cur() grpc.ClientStream {
 	if s.hedged.Load() {
 		return s.hedge
 	}
 	return s.primary
 }
 
-func (s *hedgeStream) Header() (metadata.MD, error) { return s.cur().Header() }
-func (s *hedgeStream) Trailer() metadata.MD         { return s.cur().Trailer() }
-func (s *hedgeStream) Context() context.Context     { return s.cur().Context() }
+func (s *Stream) Header() (metadata.MD, error) { return s.cur().Header() }
+func (s *Stream) Trailer() metadata.MD         { return s.cur().Trailer() }
+func (s *Stream) Context() context.Context     { return s.cur().Context() }
 
 // CloseSend closes the primary's sending side; the hedge's is closed when it is sent.
-func (s *hedgeStream) CloseSend() error { return s.primary.CloseSend() }
+func (s *Stream) CloseSend() error { return s.primary.CloseSend() }
 
 // SendMsg sends the request on the primary and, when it may be hedged, arms the hedge.
-func (s *hedgeStream) SendMsg(m any) error {
+func (s *Stream) SendMsg(m any) error {
 	s.mu.Lock()
 	if s.state != hedgeUnsent {
 		s.mu.Unlock()
 		return s.primary.SendMsg(m) // one request per stream: no second one is hedged
 	}
-	if !s.gme.roTxns.Hedgeable(s.ctx, m) {
+	if !s.h.txns.Hedgeable(s.ctx, m) {
 		s.state = hedgeOff
 		if s.session, s.learn = spannerreq.BeginsReadOnly(m); s.learn {
 			s.state = hedgeDecided // not hedged, but its first message names the transaction
@@ -178,7 +125,7 @@ func (s *hedgeStream) SendMsg(m any) error {
 	if err != nil {
 		s.state = hedgeOff
 	} else if ok {
-		s.gme.hedgeSched.add(s, d)
+		s.h.sched.add(s, d)
 	}
 	s.mu.Unlock()
 	return err
@@ -186,8 +133,8 @@ func (s *hedgeStream) SendMsg(m any) error {
 
 // fire sends the hedge, unless the race is over or the budget or the group says no. A
 // stream the budget refuses is queued to ask again a quarter of the delay later, up to
-// hedgeTries asks (hedgeGroup.spend).
-func (s *hedgeStream) fire() {
+// Tries asks (Group.spend).
+func (s *Stream) fire() {
 	s.mu.Lock()
 	if s.state != hedgeArmed || s.ctx.Err() != nil {
 		s.mu.Unlock()
@@ -195,8 +142,8 @@ func (s *hedgeStream) fire() {
 	}
 	s.tries++
 	if !s.group.spend(s.tries) {
-		if s.tries < hedgeTries {
-			s.gme.hedgeSched.add(s, s.delay/hedgeTries) // asks again a quarter of the delay later
+		if s.tries < Tries {
+			s.h.sched.add(s, s.delay/Tries) // asks again a quarter of the delay later
 		} else {
 			s.group.refused.Add(1)
 			s.state = hedgeDecided
@@ -231,8 +178,8 @@ func (s *hedgeStream) fire() {
 
 // openHedge sends the request to another available endpoint of the group, on a context of
 // its own. Errors: no other endpoint (counted), or the stream's.
-func (s *hedgeStream) openHedge() (grpc.ClientStream, context.CancelFunc, error) {
-	p, ok := s.gme.pickOther(s.me, s.endpoint)
+func (s *Stream) openHedge() (grpc.ClientStream, context.CancelFunc, error) {
+	p, ok := s.h.env.Other(s.me, s.endpoint)
 	if !ok {
 		s.group.none.Add(1)
 		return nil, nil, errNoOtherEndpoint
@@ -247,7 +194,7 @@ func (s *hedgeStream) openHedge() (grpc.ClientStream, context.CancelFunc, error)
 		opts = append(opts, o)
 	}
 	opts = append(opts, grpc.Header(&s.hedgeHeader), grpc.Trailer(&s.hedgeTrail), grpc.Peer(&s.hedgePeer))
-	start := s.gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), s.me.Name())
+	start := s.h.env.Begin(ctx, p, s.me.Name())
 	cs, err := p.NewStream(ctx, s.desc, s.method, opts, pool.CallInfo{Group: s.me.Name(), Tag: s.id, Start: start, Class: spannerreq.Class(s.method, nil)})
 	if err == nil {
 		if err = cs.SendMsg(s.req); err == nil {
@@ -265,7 +212,7 @@ var errNoOtherEndpoint = errors.New("spannerme: no other endpoint to hedge on")
 
 // raceHedge reads the hedge's first message, or its end, and decides the race when it is
 // the first to deliver one that counts.
-func (s *hedgeStream) raceHedge() {
+func (s *Stream) raceHedge() {
 	err := s.hedge.RecvMsg(s.hedgeMsg)
 	s.mu.Lock()
 	s.hedgeErr = err
@@ -284,7 +231,7 @@ func (s *hedgeStream) raceHedge() {
 // grpc-timeout header), whose DEADLINE_EXCEEDED can arrive before the caller's own timer has
 // fired (seen under -race: the race was counted won or lost by whichever stream's status came
 // first).
-func (s *hedgeStream) callerEnded(err error) bool {
+func (s *Stream) callerEnded(err error) bool {
 	if s.ctx.Err() != nil {
 		return true
 	}
@@ -306,7 +253,7 @@ func hedgeRetryable(err error) bool {
 
 // RecvMsg receives the next message of the stream the caller reads; the first one decides
 // the race.
-func (s *hedgeStream) RecvMsg(m any) error {
+func (s *Stream) RecvMsg(m any) error {
 	if s.hedged.Load() {
 		err := s.hedge.RecvMsg(m)
 		if err != nil {
@@ -328,13 +275,13 @@ func (s *hedgeStream) RecvMsg(m any) error {
 }
 
 // first receives the first message: from the primary, or from the hedge if it wins.
-func (s *hedgeStream) first(m any) error {
+func (s *Stream) first(m any) error {
 	err := s.primary.RecvMsg(m)
 	s.mu.Lock()
 	switch s.state {
 	case hedgeArmed, hedgeFiring, hedgeDecided:
 		// No hedge is racing: the primary's first message (or end) is the call's.
-		s.gme.hedgeSched.remove(s)
+		s.h.sched.remove(s)
 		s.state = hedgePrimaryWon
 		s.mu.Unlock()
 		return s.primaryFirst(m, err)
@@ -381,7 +328,7 @@ func (s *hedgeStream) first(m any) error {
 }
 
 // primaryFirst ends the race for the primary's first message (nil err) or end.
-func (s *hedgeStream) primaryFirst(m any, err error) error {
+func (s *Stream) primaryFirst(m any, err error) error {
 	if err != nil {
 		s.cancelPrimary()
 		return err
@@ -397,16 +344,16 @@ func (s *hedgeStream) primaryFirst(m any, err error) error {
 
 // noteFirst remembers the read-only transaction the request began inline, from the
 // winner's first message.
-func (s *hedgeStream) noteFirst(prs *spannerpb.PartialResultSet) {
+func (s *Stream) noteFirst(prs *spannerpb.PartialResultSet) {
 	if s.learn {
-		s.gme.roTxns.Add(s.session, prs.GetMetadata().GetTransaction().GetId())
+		s.h.txns.Add(s.session, prs.GetMetadata().GetTransaction().GetId())
 	}
 }
 
 // drainPrimary waits for the cancelled primary to end (err is what its RecvMsg returned), so
 // that gRPC has written the caller's header, trailer and peer options before the hedge's
 // replace them.
-func (s *hedgeStream) drainPrimary(err error) {
+func (s *Stream) drainPrimary(err error) {
 	s.cancelPrimary()
 	if err != nil {
 		return
@@ -420,7 +367,7 @@ func (s *hedgeStream) drainPrimary(err error) {
 // endHedged ends a stream whose hedge won: the caller's header, trailer and peer options get
 // the hedge's (gRPC wrote them when the hedge ended, before its RecvMsg returned), and both
 // contexts are released.
-func (s *hedgeStream) endHedged() {
+func (s *Stream) endHedged() {
 	for _, o := range s.opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:

@@ -1,4 +1,4 @@
-package spannerme
+package hedge
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
-// hedgeScheduler fires the hedges of a GCPMultiEndpoint's armed streams: one timer for all of
+// Scheduler fires the hedges of a Hedger's armed streams: one timer for all of
 // them instead of one per stream. An armed stream is queued (a min-heap by fire time: with a
 // fixed delay the order is the order of arrival, with the adaptive delay it is not), and
 // leaves the queue when its first message or end arrives (remove) or when it is due; the one
@@ -16,26 +16,26 @@ import (
 // costs a push and a removal (no allocation once the queue has grown to the streams in
 // flight), and the timer is set at most once per firing or per new earliest stream.
 //
-// A due stream's hedge is sent on a goroutine of its own (hedgeStream.fire), so that a slow
-// NewStream of one hedge does not delay another. The zero value, with clock set, is ready;
+// A due stream's hedge is sent on a goroutine of its own (Stream.fire), so that a slow
+// NewStream of one hedge does not delay another. The zero value, with clock set, is ready (Hedger.Init sets it);
 // after close nothing is queued and no timer is pending. Safe for concurrent use. Lock order:
 // a stream's mu, then the scheduler's; fire is called with neither held.
-type hedgeScheduler struct {
+type Scheduler struct {
 	clock clock.Clock
-	// fire sends a due stream's hedge; nil means (*hedgeStream).fire (tests: to record).
-	fire func(*hedgeStream)
+	// fire sends a due stream's hedge; nil means (*Stream).fire (tests: to record).
+	fire func(*Stream)
 
 	mu     sync.Mutex
-	queue  []*hedgeStream // a min-heap by due; a queued stream's schedPos is its index + 1
-	timer  clock.Timer    // the timer set for timerAt; nil when none is pending
-	at     int64          // when timer fires, Unix nanoseconds of clock
-	gen    uint64         // the generation of timer: a stopped timer's late call is ignored
+	queue  []*Stream   // a min-heap by due; a queued stream's schedPos is its index + 1
+	timer  clock.Timer // the timer set for timerAt; nil when none is pending
+	at     int64       // when timer fires, Unix nanoseconds of clock
+	gen    uint64      // the generation of timer: a stopped timer's late call is ignored
 	closed bool
 }
 
 // add queues s to fire after d. It allocates nothing when the queue has room and the timer
 // needs no change (s is not due before the timer fires). After close it does nothing.
-func (h *hedgeScheduler) add(s *hedgeStream, d time.Duration) {
+func (h *Scheduler) add(s *Stream, d time.Duration) {
 	now := h.clock.Now().UnixNano()
 	due := now + int64(d)
 	h.mu.Lock()
@@ -53,7 +53,7 @@ func (h *hedgeScheduler) add(s *hedgeStream, d time.Duration) {
 }
 
 // remove takes s out of the queue, if it is there.
-func (h *hedgeScheduler) remove(s *hedgeStream) {
+func (h *Scheduler) remove(s *Stream) {
 	h.mu.Lock()
 	if s.schedPos != 0 {
 		h.removeAt(s.schedPos - 1)
@@ -63,7 +63,7 @@ func (h *hedgeScheduler) remove(s *hedgeStream) {
 
 // arm sets the timer for due (now is the clock's time), replacing the pending one. h.mu is
 // held.
-func (h *hedgeScheduler) arm(now, due int64) {
+func (h *Scheduler) arm(now, due int64) {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
@@ -75,7 +75,7 @@ func (h *hedgeScheduler) arm(now, due int64) {
 
 // run is the timer's call: it sends the hedge of every due stream and sets the timer for the
 // next one.
-func (h *hedgeScheduler) run(gen uint64) {
+func (h *Scheduler) run(gen uint64) {
 	h.mu.Lock()
 	if h.closed || gen != h.gen { // stopped too late: the timer set since then will run
 		h.mu.Unlock()
@@ -99,7 +99,7 @@ func (h *hedgeScheduler) run(gen uint64) {
 }
 
 // close stops the timer and empties the queue: no hedge is sent from then on.
-func (h *hedgeScheduler) close() {
+func (h *Scheduler) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closed = true
@@ -115,7 +115,7 @@ func (h *hedgeScheduler) close() {
 }
 
 // removeAt removes the stream at index i of the heap. h.mu is held.
-func (h *hedgeScheduler) removeAt(i int) {
+func (h *Scheduler) removeAt(i int) {
 	last := len(h.queue) - 1
 	h.queue[i].schedPos = 0
 	if i != last {
@@ -130,7 +130,7 @@ func (h *hedgeScheduler) removeAt(i int) {
 	}
 }
 
-func (h *hedgeScheduler) up(i int) {
+func (h *Scheduler) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
 		if h.queue[p].schedDue <= h.queue[i].schedDue {
@@ -141,7 +141,7 @@ func (h *hedgeScheduler) up(i int) {
 	}
 }
 
-func (h *hedgeScheduler) down(i int) {
+func (h *Scheduler) down(i int) {
 	n := len(h.queue)
 	for {
 		c := 2*i + 1
@@ -159,7 +159,7 @@ func (h *hedgeScheduler) down(i int) {
 	}
 }
 
-func (h *hedgeScheduler) swap(i, j int) {
+func (h *Scheduler) swap(i, j int) {
 	h.queue[i], h.queue[j] = h.queue[j], h.queue[i]
 	h.queue[i].schedPos = i + 1
 	h.queue[j].schedPos = j + 1

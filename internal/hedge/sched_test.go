@@ -1,4 +1,4 @@
-package spannerme
+package hedge
 
 import (
 	"context"
@@ -55,14 +55,14 @@ func TestHedgeSchedulerFiresDueStreams(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clock.NewFake(time.Time{})
-			fired := make(chan *hedgeStream, 16)
-			h := &hedgeScheduler{clock: clk, fire: func(s *hedgeStream) { fired <- s }}
+			fired := make(chan *Stream, 16)
+			h := &Scheduler{clock: clk, fire: func(s *Stream) { fired <- s }}
 			defer h.close()
-			streams := map[string]*hedgeStream{}
-			names := map[*hedgeStream]string{}
-			stream := func(name string) *hedgeStream {
+			streams := map[string]*Stream{}
+			names := map[*Stream]string{}
+			stream := func(name string) *Stream {
 				if streams[name] == nil {
-					streams[name] = &hedgeStream{}
+					streams[name] = &Stream{}
 					names[streams[name]] = name
 				}
 				return streams[name]
@@ -100,7 +100,7 @@ func TestHedgeSchedulerFiresDueStreams(t *testing.T) {
 }
 
 // receiveFired waits (bounded) for n fired streams and returns their names, sorted.
-func receiveFired(t *testing.T, fired <-chan *hedgeStream, n int, names map[*hedgeStream]string) []string {
+func receiveFired(t *testing.T, fired <-chan *Stream, n int, names map[*Stream]string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -120,8 +120,8 @@ func receiveFired(t *testing.T, fired <-chan *hedgeStream, n int, names map[*hed
 // After close, nothing is queued, no timer is pending and add does nothing.
 func TestHedgeSchedulerClose(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
-	h := &hedgeScheduler{clock: clk, fire: func(*hedgeStream) { t.Error("fired after close") }}
-	a, b := &hedgeStream{}, &hedgeStream{}
+	h := &Scheduler{clock: clk, fire: func(*Stream) { t.Error("fired after close") }}
+	a, b := &Stream{}, &Stream{}
 	h.add(a, time.Second)
 	h.close()
 	h.add(b, time.Millisecond)
