@@ -260,7 +260,7 @@ func BenchmarkPick(b *testing.B) {
 		"routed":  group(0, 0, startServer(b, "routed")),
 	}), fastSettings(nil))
 	for _, c := range cases {
-		want := gme.snap.Load().group(c.group).Current()
+		want := gme.snap.Load().Group(c.group).Current()
 		b.Run("spannerme"+c.name, func(b *testing.B) {
 			p, _, err := gme.pickConnected(c.ctx, health.Reads, nil)
 			if err != nil || p.Endpoint() != want {

@@ -25,7 +25,7 @@ func tieredGME(tb testing.TB, members int) *GCPMultiEndpoint {
 	gme := newGMEWith(tb, benchOptions("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(0, 0, append(top, low)...),
 	}), s, plumbing{})
-	me := gme.snap.Load().def.me
+	me := gme.snap.Load().Default.ME
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if v := me.Tier(); v != nil && v.Index == 0 && len(v.Members) == members {
 			break
@@ -44,7 +44,7 @@ func tieredGME(tb testing.TB, members int) *GCPMultiEndpoint {
 func BenchmarkPickTiered(b *testing.B) {
 	for _, n := range []int{1, 2, 4} {
 		gme := tieredGME(b, n)
-		me := gme.snap.Load().def.me
+		me := gme.snap.Load().Default.ME
 		b.Run(fmt.Sprint(n, "members"), func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pp *testing.PB) {
@@ -67,8 +67,8 @@ func BenchmarkPickTiered(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					tc := gme.tiers.begin(me, p)
-					tc.done(nil)
+					tc := gme.tiers.Begin(me, p)
+					tc.Done(nil)
 					p.Release()
 				}
 			})
@@ -80,14 +80,14 @@ func BenchmarkPickTiered(b *testing.B) {
 // count in flight and the score's update allocate nothing.
 func TestTieredPickDoesNotAllocate(t *testing.T) {
 	gme := tieredGME(t, 2)
-	me := gme.snap.Load().def.me
+	me := gme.snap.Load().Default.ME
 	if n := testing.AllocsPerRun(1000, func() {
 		p, _, err := gme.pickConnected(context.Background(), health.Reads, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc := gme.tiers.begin(me, p)
-		tc.done(nil)
+		tc := gme.tiers.Begin(me, p)
+		tc.Done(nil)
 		p.Release()
 	}); n != 0 {
 		t.Errorf("a tiered pick and its count allocate %v times per call, want 0", n)

@@ -51,14 +51,14 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 	}
 	p = gme.steer(p, me, id)
 	defer p.Release()
-	dr := gme.snap.Load().directedReads()
+	dr := gme.snap.Load().DirectedReads()
 	if dro := dr[me.Name()]; dro != nil {
 		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
 	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-	tc := gme.tiers.begin(me, p)
+	tc := gme.tiers.Begin(me, p)
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
-	tc.done(err)
+	tc.Done(err)
 	if err == nil {
 		gme.roTxns.NoteBegin(method, args, reply)
 	}
@@ -159,20 +159,20 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		if s == nil {
 			return nil, nil, errClosedCall
 		}
-		r := s.def
+		r := s.Default
 		switch {
-		case named && name != s.defaultName:
-			if g, ok := s.groups[name]; ok {
+		case named && name != s.DefaultName:
+			if g, ok := s.Groups[name]; ok {
 				r = g
 			} else if count {
 				gme.noteUnknown(name)
 				count = false
 			}
 		case !named && class == health.Sessions:
-			r = s.sessionGroup()
+			r = s.SessionGroup()
 		}
-		if p := r.pool(s); p != nil && p.Acquire() {
-			return p, r.me, nil
+		if p := r.Pool(s); p != nil && p.Acquire() {
+			return p, r.ME, nil
 		}
 	}
 	// Only a reconfiguration racing this call on every attempt gets here.
@@ -198,7 +198,7 @@ func (gme *GCPMultiEndpoint) noteUnknown(name string) {
 	c.Add(1)
 	if fresh {
 		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
-			"multiendpoint", name, "default", gme.snap.Load().defaultNameOrEmpty())
+			"multiendpoint", name, "default", gme.snap.Load().DefaultNameOrEmpty())
 	}
 }
 
@@ -250,7 +250,7 @@ func (gme *GCPMultiEndpoint) cannotConnect(me *multiendpoint.MultiEndpoint, p *p
 	}
 	var causes []string
 	for _, e := range me.Status().Endpoints {
-		q := s.pools[e.Endpoint]
+		q := s.Pools[e.Endpoint]
 		if q == nil || q.Available() {
 			return nil
 		}
@@ -301,11 +301,11 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		cs, err = gme.hedger.NewStream(ctx, hg, p, me, desc, method, id, opts)
 	} else {
 		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-		tc := gme.tiers.begin(me, p)
-		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.first(), Resend: gme.resendHook})
+		tc := gme.tiers.Begin(me, p)
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.resendHook})
 	}
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)
 	}
-	return gme.roTxns.WithDirectedStream(cs, method, gme.snap.Load().directedReads()[me.Name()]), nil
+	return gme.roTxns.WithDirectedStream(cs, method, gme.snap.Load().DirectedReads()[me.Name()]), nil
 }

@@ -68,7 +68,7 @@ func (gme *GCPMultiEndpoint) callEnded(p *pool.Pool, id string, c health.Class, 
 		if key, retry := spannerreq.SplitRequestID(id); retry {
 			if f, ok := gme.retries.Take(key); ok && f.Endpoint != p.Endpoint() {
 				if s := gme.snap.Load(); s != nil {
-					if q := s.pools[f.Endpoint]; q != nil {
+					if q := s.Pools[f.Endpoint]; q != nil {
 						q.Observe(f.Class, f.Method, f.Err, false)
 					}
 				}
@@ -138,14 +138,14 @@ func (gme *GCPMultiEndpoint) steer(p *pool.Pool, me *multiendpoint.MultiEndpoint
 // only available endpoint is exclude). It never waits.
 func (gme *GCPMultiEndpoint) pickOther(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
 	s := gme.snap.Load()
-	if s == nil || s.group(me.Name()) != me {
+	if s == nil || s.Group(me.Name()) != me {
 		return nil, false
 	}
 	for _, e := range gme.verdicts.Available(me.Name()) {
 		if e == exclude {
 			continue
 		}
-		q := s.pools[e]
+		q := s.Pools[e]
 		if q == nil || q.State() != connectivity.Ready {
 			continue
 		}

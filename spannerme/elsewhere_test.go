@@ -169,7 +169,7 @@ func TestRetryElsewhere_FirstAttemptAllocatesNothing(t *testing.T) {
 	}), fastSettings(nil))
 	waitConnected(t, gme, e1.Addr())
 	s := gme.snap.Load()
-	me, p := s.group("g"), s.pools[e1.Addr()]
+	me, p := s.Group("g"), s.Pools[e1.Addr()]
 	const id = "1.feedbeef.1.1.42.1"
 	if n := testing.AllocsPerRun(1000, func() {
 		if !p.Acquire() {

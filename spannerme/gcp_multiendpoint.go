@@ -24,6 +24,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/retry"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
@@ -48,7 +49,7 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 // NewGCPMultiEndpoint*, NewMultiEndpointClient*, or NewGCPMultiEndpointForSpanner for Spanner
 // clients that share it (NewClient, Configurator).
 type GCPMultiEndpoint struct {
-	snap atomic.Pointer[snapshot] // the routing snapshot; nil after Close
+	snap atomic.Pointer[route.Table] // the routing snapshot; nil after Close
 
 	dial      DialFunc
 	dialOpts  []grpc.DialOption
@@ -66,7 +67,10 @@ type GCPMultiEndpoint struct {
 	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
 	// sent elsewhere, and the retries the budget kept (Status.Retries).
 	steered, refused, skipped atomic.Int64
-	tiers                     tiering // spreading over tiered groups (Settings.Tiers, tiers.go)
+	// tiers spreads the calls of tiered groups (Settings.Tiers); tierSettings are the
+	// validated Settings.Tiers, read and written only under updateMu.
+	tiers        route.Tiering
+	tierSettings map[string]tierConfig
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
 	endpointOpts, dialedOpts endpointOptions
@@ -265,7 +269,8 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 
 		lazyStreams: lazyStreams,
 	}
-	gme.tiers.init(s.tiers, pl.clock)
+	gme.tiers.Init(pl.clock)
+	gme.tierSettings = s.tiers
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
 	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
 	gme.hedger.Init(hedgeEnv{gme}, &gme.roTxns, pl.clock)
@@ -359,7 +364,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 		return nil
 	}
 	gme.closedAt = gme.obs.now()
-	gme.lastDefault = gme.snap.Load().defaultNameOrEmpty()
+	gme.lastDefault = gme.snap.Load().DefaultNameOrEmpty()
 	gme.mu.Unlock()
 	gme.cancelDial()
 
@@ -448,7 +453,7 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	v.degraded = gme.brown.DegradedSet()
 	v.verdicts = gme.verdicts.All()
 	v.hedges = hedgingCounts(&gme.hedger)
-	v.scores = gme.tiers.scores()
+	v.scores = gme.tiers.Scores()
 	return v, true
 }
 
@@ -472,8 +477,8 @@ func (gme *GCPMultiEndpoint) evaluateAll() {
 	if s == nil {
 		return // closed
 	}
-	for _, r := range s.byName {
-		gme.evaluate(r.me)
+	for _, r := range s.ByName {
+		gme.evaluate(r.ME)
 	}
 }
 
@@ -487,12 +492,12 @@ func (gme *GCPMultiEndpoint) evaluateAll() {
 // queued for them).
 func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 	name := me.Name()
-	if s := gme.snap.Load(); s == nil || s.group(name) != me {
+	if s := gme.snap.Load(); s == nil || s.Group(name) != me {
 		return // closed, or a group an update removed or replaced: nothing to create for it
 	}
 	gme.verdicts.Evaluate(name, func(prev map[string]verdict.Reason) (map[string]verdict.Reason, []string) {
 		s := gme.snap.Load()
-		if s == nil || s.group(name) != me {
+		if s == nil || s.Group(name) != me {
 			return nil, nil // replaced meanwhile
 		}
 		eps := me.Status().Endpoints
@@ -500,7 +505,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 		out := make([]verdict.Reason, len(eps))
 		known := make([]bool, len(eps))
 		for i, e := range eps {
-			p := s.pools[e.Endpoint]
+			p := s.Pools[e.Endpoint]
 			if p == nil {
 				continue
 			}
@@ -520,7 +525,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
 			}
 			if was, ok := prev[e.Endpoint]; ok && was != out[i] {
-				gme.obs.verdictChanged(name, e.Endpoint, s.endpointName(e.Endpoint), was, out[i])
+				gme.obs.verdictChanged(name, e.Endpoint, endpointNameIn(s, e.Endpoint), was, out[i])
 			}
 		}
 		return reasons, available
@@ -529,13 +534,13 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 
 // endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in
 // the routing snapshot, "" when it has none or no pool serves e. It takes no lock.
-func (gme *GCPMultiEndpoint) endpointName(e string) string { return gme.snap.Load().endpointName(e) }
+func (gme *GCPMultiEndpoint) endpointName(e string) string { return endpointNameIn(gme.snap.Load(), e) }
 
-// endpointName returns the name of the pool that serves endpoint e in s, "" when it has
+// endpointNameIn returns the name of the pool that serves endpoint e in s, "" when it has
 // none, no pool serves e or s is nil (closed).
-func (s *snapshot) endpointName(e string) string {
+func endpointNameIn(s *route.Table, e string) string {
 	if s != nil {
-		if p := s.pools[e]; p != nil {
+		if p := s.Pools[e]; p != nil {
 			return poolName(p)
 		}
 	}

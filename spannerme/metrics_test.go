@@ -300,7 +300,7 @@ func TestCallMeasurementDoesNotAllocate(t *testing.T) {
 			s.EndpointOptions = map[string]EndpointOptions{"127.0.0.1:1": {Name: tc.endpointName}}
 			gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}), s)
 			snap := gme.snap.Load()
-			p, me := snap.pools["127.0.0.1:1"], snap.def.me
+			p, me := snap.Pools["127.0.0.1:1"], snap.Default.ME
 			ctx := context.Background()
 			measure := func() {
 				start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())

@@ -217,7 +217,7 @@ func TestEjectionHook(t *testing.T) {
 	s.EndpointOptions = map[string]EndpointOptions{e1.Addr(): {Name: "psc-east4"}}
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), s)
 	now := gme.obs.now()
-	p := gme.snap.Load().pools[e1.Addr()]
+	p := gme.snap.Load().Pools[e1.Addr()]
 	pe := eventsOf(p)
 	pe.Health(p, health.Event{Kind: health.Ejected, Reason: health.ConsecutiveFailures, Detail: "10 failures in a row",
 		At: now, Until: now.Add(30 * time.Second), Ejections: 1})

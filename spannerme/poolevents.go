@@ -115,7 +115,7 @@ func (e *poolEvents) Latency(p *pool.Pool) {
 	if latency == nil {
 		latency = (*pool.Pool).Latency
 	}
-	e.gme.tiers.probe(p, latency)
+	e.gme.tiers.Probe(p, latency)
 }
 
 func (e *poolEvents) CallEnd(ctx context.Context, group string, start time.Time, err error) {

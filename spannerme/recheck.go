@@ -17,17 +17,17 @@ import (
 // not move.
 func (gme *GCPMultiEndpoint) recheckEjected(p *pool.Pool) {
 	s := gme.snap.Load()
-	if s == nil || s.pools[p.Endpoint()] != p {
+	if s == nil || s.Pools[p.Endpoint()] != p {
 		return
 	}
 	asked := map[*pool.Pool]bool{p: true}
-	for _, r := range s.byName {
-		eps := r.me.Status().Endpoints
+	for _, r := range s.ByName {
+		eps := r.ME.Status().Endpoints
 		if !slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == p.Endpoint() }) {
 			continue
 		}
 		for _, e := range eps {
-			if q := s.pools[e.Endpoint]; q != nil && !asked[q] && q.Ejected() {
+			if q := s.Pools[e.Endpoint]; q != nil && !asked[q] && q.Ejected() {
 				asked[q] = true
 				q.Recheck()
 			}

@@ -54,7 +54,7 @@ func (gme *GCPMultiEndpoint) resendStream(r pool.ResendRequest) (*pool.Pool, poo
 	if s == nil {
 		return nil, pool.CallInfo{}, false
 	}
-	me := s.group(r.Call.Group)
+	me := s.Group(r.Call.Group)
 	if me == nil {
 		return nil, pool.CallInfo{}, false
 	}
@@ -72,8 +72,8 @@ func (gme *GCPMultiEndpoint) resendStream(r pool.ResendRequest) (*pool.Pool, poo
 	gme.obs.metrics.resends.Add(context.Background(), 1, metric.WithAttributes(
 		attribute.String(AttrMultiEndpoint, me.Name()), attribute.String(AttrResendFrom, from), attribute.String(AttrEndpoint, q.Endpoint())))
 	start := gme.obs.callBegin(r.Ctx, q.Endpoint(), poolName(q), me.Name())
-	tc := gme.tiers.begin(me, q)
-	return q, pool.CallInfo{Group: me.Name(), Tag: r.Call.Tag, Start: start, Class: r.Call.Class, First: tc.first()}, true
+	tc := gme.tiers.Begin(me, q)
+	return q, pool.CallInfo{Group: me.Name(), Tag: r.Call.Tag, Start: start, Class: r.Call.Class, First: tc.First()}, true
 }
 
 // resendOnError reports whether a stream that ended with err before any response message

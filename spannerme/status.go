@@ -262,7 +262,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 	closedAt := gme.closedAt
 	var directed directedReads
 	if s := gme.snap.Load(); s != nil {
-		st.Default, directed = s.defaultName, s.directed
+		st.Default, directed = s.DefaultName, s.Directed
 	} else {
 		st.Default = gme.lastDefault
 	}
@@ -282,7 +282,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		mst := me.Status()
 		g := groupStatusOf(mst)
 		if !st.Closed {
-			g.Tiers = gme.tiers.status(mst)
+			g.Tiers = tiersStatus(&gme.tiers, mst)
 		}
 		for i := range g.Endpoints {
 			g.Endpoints[i].Name = names[g.Endpoints[i].Endpoint]

@@ -86,7 +86,7 @@ func TestStreamEndReported(t *testing.T) {
 				if _, err := s.Recv(); err != nil {
 					t.Fatal(err)
 				}
-				if p, _ := poolOf(gme, gme.snap.Load().def.me.Current()); p.InFlight != 1 {
+				if p, _ := poolOf(gme, gme.snap.Load().Default.ME.Current()); p.InFlight != 1 {
 					t.Fatalf("in flight while the stream is read: %d, want 1", p.InFlight)
 				}
 				for err == nil {

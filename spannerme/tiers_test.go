@@ -108,7 +108,7 @@ func TestTiersSlowerMemberLosesItsShare(t *testing.T) {
 	if _, sw := tl.counts(); sw != 0 {
 		t.Fatalf("%d group switches, want none\n%s", sw, tl)
 	}
-	eps := *gme.tiers.endpoints.Load()
+	eps := gme.tiers.Endpoints()
 	t.Logf("tiers figures (8 workers): before, A1 %d and A2 %d queries in 1s; A1 30ms slower, from 2s on for 3s: A1 %d, A2 %d (A1 %.1f%%), B 0; "+
 		"scores: A1 %+v, A2 %+v", evenA1, evenA2, on1, on2, 100*float64(on1)/float64(on1+on2), eps[a1.Addr()].Stats(), eps[a2.Addr()].Stats())
 }
@@ -268,16 +268,17 @@ func TestTiersLiveReload(t *testing.T) {
 	writeByRename(t, f.path, tiered)
 	f.waitApplied(t, tiered)
 	s := f.gme.snap.Load()
-	me, r := s.group("g"), s.groups["g"]
-	if r.picker == nil {
+	me, r := s.Group("g"), s.Groups["g"]
+	if !r.Spreads() {
 		t.Fatalf("after the tiered file, group g's route has no picker")
 	}
-	if len(r.members) != 3 {
-		t.Fatalf("after the tiered file, group g's route has %d members, want 3", len(r.members))
+	members, pools := r.Members()
+	if len(members) != 3 {
+		t.Fatalf("after the tiered file, group g's route has %d members, want 3", len(members))
 	}
-	for _, m := range r.members {
-		if m.pool == nil || m.pool != s.pools[m.ep.Name()] {
-			t.Fatalf("member %s is paired with pool %v, want the snapshot's pool of its address", m.ep.Name(), m.pool)
+	for i, ep := range members {
+		if pools[i] == nil || pools[i] != s.Pools[ep.Name()] {
+			t.Fatalf("member %s is paired with pool %v, want the snapshot's pool of its address", ep.Name(), pools[i])
 		}
 	}
 	eventually(t, 20*time.Second, "both members of the top tier available", func() bool {
@@ -287,8 +288,9 @@ func TestTiersLiveReload(t *testing.T) {
 	flat := watchConfigYAML("", one, two, three)
 	writeByRename(t, f.path, flat)
 	f.waitApplied(t, flat)
-	if r := f.gme.snap.Load().groups["g"]; r.picker != nil || len(r.members) != 0 {
-		t.Fatalf("after the flat file, group g still spreads its calls (%d members)", len(r.members))
+	if r := f.gme.snap.Load().Groups["g"]; r.Spreads() {
+		members, _ := r.Members()
+		t.Fatalf("after the flat file, group g still spreads its calls (%d members)", len(members))
 	}
 	f.servedBy(t, "one")
 }
@@ -311,7 +313,7 @@ func TestTiersSlowStartAfterSwitchBack(t *testing.T) {
 		a.Addr(), b.Addr()); !strings.Contains(buf.String(), want) {
 		t.Errorf("log lacks %s:\n%s", want, buf.String())
 	}
-	me := gme.snap.Load().group("g")
+	me := gme.snap.Load().Group("g")
 	eventually(t, 10*time.Second, "A current", func() bool { return me.Current() == a.Addr() })
 
 	a.Down()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
@@ -109,7 +110,7 @@ func durationsFor(g groupConfig, me *multiendpoint.MultiEndpoint, rule durationR
 // gme.updateMu must be held; gme.mu is taken only to read and write the maps, never across a
 // dial or a state-machine call. Calls keep flowing on the published snapshot meanwhile.
 func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
-	if err := assignTiers(cfg, gme.tiers.settings, gme.pl.emulator != ""); err != nil {
+	if err := assignTiers(cfg, gme.tierSettings, gme.pl.emulator != ""); err != nil {
 		return err
 	}
 	gme.mu.Lock()
@@ -160,7 +161,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 	initial := func(e string) multiendpoint.State {
 		var p *pool.Pool
 		if s := gme.snap.Load(); s != nil {
-			p = s.pools[e]
+			p = s.Pools[e]
 		}
 		return initialState(p)
 	}
@@ -213,7 +214,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			groups[g.name] = created[g.name]
 		}
 	}
-	gme.snap.Store(newSnapshot(cfg.defaultName, groups, union, gme.directed, &gme.tiers))
+	gme.snap.Store(route.New(cfg.defaultName, groups, union, gme.directed, &gme.tiers))
 	for _, g := range cfg.groups {
 		if me := oldGroups[g.name]; me != nil {
 			// Validated by parseConfig; it fails only after the group's Close, which only
@@ -226,14 +227,14 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			}
 		}
 	}
-	gme.tiers.update(cfg, groups, gme.log)
+	gme.tiers.Update(tieredGroups(cfg), groups, gme.log)
 	// 4. Publish the final snapshot: only configured endpoints. It comes after tiers.update:
 	// newSnapshot takes each group's Picker and members from it.
 	pools := make(map[string]*pool.Pool, len(want))
 	for e := range want {
 		pools[e] = union[e]
 	}
-	gme.snap.Store(newSnapshot(cfg.defaultName, groups, pools, gme.directed, &gme.tiers))
+	gme.snap.Store(route.New(cfg.defaultName, groups, pools, gme.directed, &gme.tiers))
 	gme.changed.signal()
 	// 5. Start monitoring the new pools; evaluate brownout again for the groups as they are
 	// now (a degraded endpoint's fallback may be gone), then every group's verdicts (an
@@ -383,14 +384,14 @@ func (gme *GCPMultiEndpoint) updateParsed(cfg *config, opts endpointOptions, dir
 	cfg.collapseTo(gme.pl.emulator)
 	gme.updateMu.Lock()
 	defer gme.updateMu.Unlock()
-	old, oldDirected, oldTiers := gme.endpointOpts, gme.directed, gme.tiers.settings
+	old, oldDirected, oldTiers := gme.endpointOpts, gme.directed, gme.tierSettings
 	gme.endpointOpts = opts
 	if !keepDirected {
 		gme.directed = directed
-		gme.tiers.settings = tiers
+		gme.tierSettings = tiers
 	}
 	if err := gme.apply(cfg, rule); err != nil {
-		gme.endpointOpts, gme.directed, gme.tiers.settings = old, oldDirected, oldTiers
+		gme.endpointOpts, gme.directed, gme.tierSettings = old, oldDirected, oldTiers
 		return nil, err
 	}
 	for e, dialed := range gme.dialedOpts {

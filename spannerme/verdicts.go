@@ -7,6 +7,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 )
 
 // What a pool's reports ask of the groups' verdicts (internal/verdict, evaluated by
@@ -20,17 +21,17 @@ import (
 // where it is (rule 4 of internal/verdict) instead of moving to an endpoint that fails as well.
 func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool, c health.Class) {
 	s := gme.snap.Load()
-	if s == nil || s.pools[p.Endpoint()] != p {
+	if s == nil || s.Pools[p.Endpoint()] != p {
 		return
 	}
 	confirmed := map[*pool.Pool]bool{p: true}
-	for _, r := range s.byName {
-		eps := r.me.Status().Endpoints
+	for _, r := range s.ByName {
+		eps := r.ME.Status().Endpoints
 		if !slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == p.Endpoint() }) {
 			continue
 		}
 		for _, e := range eps {
-			if q := s.pools[e.Endpoint]; q != nil && !confirmed[q] {
+			if q := s.Pools[e.Endpoint]; q != nil && !confirmed[q] {
 				confirmed[q] = true
 				q.Confirm(c)
 			}
@@ -43,7 +44,7 @@ func (gme *GCPMultiEndpoint) confirmFallbacks(p *pool.Pool, c health.Class) {
 // (verdicts.go).
 func (gme *GCPMultiEndpoint) publish(p *pool.Pool) {
 	s := gme.snap.Load()
-	if s == nil || s.pools[p.Endpoint()] != p {
+	if s == nil || s.Pools[p.Endpoint()] != p {
 		return // closed, or a retired pool: its news concern nobody
 	}
 	gme.evaluateAll()
@@ -65,12 +66,12 @@ func (gme *GCPMultiEndpoint) sampleBrownouts(p *pool.Pool) {
 // endpoint's degraded state (in the order of the changes) and returns the changes. Nil when
 // brownout detection is off, s is nil (closed) or p is retired. Called on a pool's goroutines
 // with no lock held.
-func (gme *GCPMultiEndpoint) sampleBrownout(s *snapshot, p *pool.Pool) []brownout.Change {
+func (gme *GCPMultiEndpoint) sampleBrownout(s *route.Table, p *pool.Pool) []brownout.Change {
 	if !gme.brown.On() {
 		return nil
 	}
 	endpoint := p.Endpoint()
-	if s == nil || s.pools[endpoint] != p {
+	if s == nil || s.Pools[endpoint] != p {
 		return nil // closed, or a retired pool
 	}
 	latency := gme.pl.latency
@@ -78,14 +79,14 @@ func (gme *GCPMultiEndpoint) sampleBrownout(s *snapshot, p *pool.Pool) []brownou
 		latency = (*pool.Pool).Latency
 	}
 	var changes []brownout.Change
-	for name, r := range s.groups {
-		st := r.me.Status()
+	for name, r := range s.Groups {
+		st := r.ME.Status()
 		listed := false
 		samples := make([]brownout.Sample, 0, len(st.Endpoints))
 		for _, e := range st.Endpoints {
 			listed = listed || e.Endpoint == endpoint
 			smp := brownout.Sample{Endpoint: e.Endpoint}
-			if q := s.pools[e.Endpoint]; q != nil {
+			if q := s.Pools[e.Endpoint]; q != nil {
 				smp.Latency, smp.Known = latency(q)
 				smp.Available = q.Available()
 			}

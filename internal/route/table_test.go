@@ -1,16 +1,23 @@
-package spannerme
+package route
 
 import (
 	"testing"
+
+	"go.uber.org/goleak"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/spread"
 )
 
-// groupRoute.pool: the pool of the current endpoint for a group without tiers or whose Picker
+func TestMain(m *testing.M) {
+	// go.opencensus.io, a dependency of the Spanner client's protos, starts its worker in init.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
+
+// Route.Pool: the pool of the current endpoint for a group without tiers or whose Picker
 // is not published; for a group with tiers, the pool of the member its Picker takes, found by
-// the Endpoint, or by the address when the snapshot does not pair that Endpoint.
+// the Endpoint, or by the address when the table does not pair that Endpoint.
 func TestGroupRoute_Pool(t *testing.T) {
 	const a1, a2, b = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"
 	avail := func(string) multiendpoint.State { return multiendpoint.Available }
@@ -33,24 +40,24 @@ func TestGroupRoute_Pool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	paired := []spreadMember{{reg.Endpoint(a1), pools[a1]}, {reg.Endpoint(a2), pools[a2]}, {reg.Endpoint(b), pools[b]}}
+	paired := []member{{reg.Endpoint(a1), pools[a1]}, {reg.Endpoint(a2), pools[a2]}, {reg.Endpoint(b), pools[b]}}
 	stale := new(pool.Pool) // a pool that only the pairing knows: picked by the Endpoint, not the address
-	s := &snapshot{pools: pools}
+	s := &Table{Pools: pools}
 	for _, tc := range []struct {
 		name string
-		r    *groupRoute
+		r    *Route
 		want *pool.Pool
 	}{
-		{"no tiers: the current endpoint's", &groupRoute{me: flat}, pools[a1]},
-		{"tiers, Picker not published: the current endpoint's", &groupRoute{me: tiered}, pools[a1]},
-		{"tiers: the picked member's", &groupRoute{me: tiered, picker: picker, members: paired}, pools[a2]},
-		{"tiers: the pairing's pool, found by the Endpoint", &groupRoute{me: tiered, picker: picker,
-			members: []spreadMember{{reg.Endpoint(a1), pools[a1]}, {reg.Endpoint(a2), stale}}}, stale},
-		{"tiers, the picked Endpoint unpaired: by its address", &groupRoute{me: tiered, picker: picker,
+		{"no tiers: the current endpoint's", &Route{ME: flat}, pools[a1]},
+		{"tiers, Picker not published: the current endpoint's", &Route{ME: tiered}, pools[a1]},
+		{"tiers: the picked member's", &Route{ME: tiered, picker: picker, members: paired}, pools[a2]},
+		{"tiers: the pairing's pool, found by the Endpoint", &Route{ME: tiered, picker: picker,
+			members: []member{{reg.Endpoint(a1), pools[a1]}, {reg.Endpoint(a2), stale}}}, stale},
+		{"tiers, the picked Endpoint unpaired: by its address", &Route{ME: tiered, picker: picker,
 			members: paired[:1]}, pools[a2]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.r.pool(s); got != tc.want {
+			if got := tc.r.Pool(s); got != tc.want {
 				t.Fatalf("pool %p, want %p (pools by address: %v)", got, tc.want, pools)
 			}
 		})
