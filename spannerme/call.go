@@ -35,21 +35,21 @@ import (
 // modified. A call whose pick is an endpoint cooling down after RESOURCE_EXHAUSTED goes to the
 // group's next available endpoint, and a Spanner client's retry of an attempt that failed on
 // the picked endpoint goes to another one (docs/health.md, "Overload cooldown" and "Retry
-// elsewhere"; elsewhere.go).
+// elsewhere"; internal/steer).
 func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	return gme.invoke(ctx, method, args, reply, "", opts)
 }
 
 // invoke is Invoke for a call that carries the Spanner client's request ID id ("" for
 // none; the header is already in ctx): an attempt after the first of a request whose
-// previous attempt failed on the picked endpoint goes to another one (steer, elsewhere.go).
+// previous attempt failed on the picked endpoint goes to another one (internal/steer).
 func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, reply any, id string, opts []grpc.CallOption) error {
 	class := gme.callClass(method, args)
 	p, me, err := gme.pickConnected(ctx, class, opts)
 	if err != nil {
 		return err
 	}
-	p = gme.steer(p, me, id)
+	p = gme.steering.Steer(p, me, id)
 	defer p.Release()
 	dr := gme.snap.Load().DirectedReads()
 	if dro := dr[me.Name()]; dro != nil {
@@ -66,7 +66,7 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 		p.Observe(class, method, err, false)
 	}
 	p.EndCall(ctx, me.Name(), start, err)
-	gme.callEnded(p, id, class, method, err)
+	gme.steering.CallEnded(p, id, class, method, err)
 	if err != nil {
 		return notConnectedError(err, me, p)
 	}
@@ -282,7 +282,7 @@ func (gme *GCPMultiEndpoint) cannotConnect(me *multiendpoint.MultiEndpoint, p *p
 // (Settings.DirectedReads) is sent with the group's DirectedReadOptions when it has none of
 // its own, as for Invoke. A streaming read that fails with a code the Spanner client retries
 // before any response message is sent again at once to another available endpoint of its
-// group (docs/health.md, "Retry elsewhere"; resend.go).
+// group (docs/health.md, "Retry elsewhere"; internal/steer).
 func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	return gme.newStream(ctx, desc, method, "", opts)
 }
@@ -295,14 +295,14 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, spannerreq.WithError(err, id)
 	}
-	p = gme.steer(p, me, id)
+	p = gme.steering.Steer(p, me, id)
 	var cs grpc.ClientStream
 	if hg := gme.hedger.For(me.Name(), method, desc); hg != nil {
 		cs, err = gme.hedger.NewStream(ctx, hg, p, me, desc, method, id, opts)
 	} else {
 		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 		tc := gme.tiers.Begin(me, p)
-		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.resendHook})
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.steering.Resend})
 	}
 	if err != nil {
 		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)

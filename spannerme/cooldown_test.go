@@ -16,6 +16,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
+	"github.com/spannerme/spanner-multiendpoint/internal/steer"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -131,8 +132,8 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	if got := sumBy(rm, metricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 1 {
 		t.Errorf("cooldowns metric by endpoint = %v, want 1 for E1", got)
 	}
-	if got := sumBy(rm, metricReroutes, AttrRerouteReason); got[rerouteOverload] != st.Retries.OverloadSkipped {
-		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, rerouteOverload, st.Retries.OverloadSkipped)
+	if got := sumBy(rm, metricReroutes, AttrRerouteReason); got[steer.RerouteOverload] != st.Retries.OverloadSkipped {
+		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, steer.RerouteOverload, st.Retries.OverloadSkipped)
 	}
 	gme.Close()
 	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "endpoint cooldown over"} {
@@ -167,28 +168,28 @@ func TestOverloadCooldown_Lengths(t *testing.T) {
 	current := func() *CooldownStatus { return gme.cooldownStatus(ep) }
 	for i, bounds := range [][2]time.Duration{{5 * time.Second, 10 * time.Second}, {10 * time.Second, 20 * time.Second},
 		{20 * time.Second, 40 * time.Second}, {40 * time.Second, cooldown.Cap}, {cooldown.Cap, cooldown.Cap}, {cooldown.Cap, cooldown.Cap}} {
-		gme.noteOverload(ep, overloadErr(t, 0))
-		gme.noteOverload(ep, overloadErr(t, 0)) // a call in flight at the start: no repeat
+		gme.steering.NoteOverload(ep, overloadErr(t, 0))
+		gme.steering.NoteOverload(ep, overloadErr(t, 0)) // a call in flight at the start: no repeat
 		c := current()
 		if !c.Cooling || c.Repeats != i+1 || c.Length < bounds[0] || c.Length > bounds[1] || (bounds[1] != cooldown.Cap && c.Length == bounds[1]) {
 			t.Fatalf("cooldown %d: %+v, want length from %v to %v (below it unless it is the cap)", i+1, c, bounds[0], bounds[1])
 		}
 		clk.Advance(c.Length)
-		if current().Cooling || gme.cool.Active() != 0 {
+		if current().Cooling || gme.steering.Cooldowns().Active() != 0 {
 			t.Fatalf("cooldown %d still on after its length: %+v", i+1, current())
 		}
 	}
 	clk.Advance(cooldown.Quiet)
-	gme.noteOverload(ep, overloadErr(t, 0))
+	gme.steering.NoteOverload(ep, overloadErr(t, 0))
 	if c := current(); c.Repeats != 1 || c.Length >= 10*time.Second {
 		t.Fatalf("after a quiet period: %+v, want a first cooldown again", c)
 	}
 	clk.Advance(10 * time.Second)
 
 	// A longer RetryInfo during a cooldown extends it; the first timer is stale.
-	gme.noteOverload(ep, overloadErr(t, 3*time.Second))
+	gme.steering.NoteOverload(ep, overloadErr(t, 3*time.Second))
 	clk.Advance(time.Second)
-	gme.noteOverload(ep, overloadErr(t, 5*time.Second))
+	gme.steering.NoteOverload(ep, overloadErr(t, 5*time.Second))
 	clk.Advance(2 * time.Second) // the first cooldown's end
 	if !current().Cooling {
 		t.Fatalf("the superseded timer ended the extended cooldown: %+v", current())
@@ -198,16 +199,16 @@ func TestOverloadCooldown_Lengths(t *testing.T) {
 		t.Fatalf("after the extended cooldown: %+v", c)
 	}
 	// A RetryInfo beyond the cap is capped.
-	gme.noteOverload(ep, overloadErr(t, time.Hour))
+	gme.steering.NoteOverload(ep, overloadErr(t, time.Hour))
 	if c := current(); c.Length != cooldown.Cap {
 		t.Fatalf("an hour's RetryInfo: %+v, want %v", c, cooldown.Cap)
 	}
 	gme.Close()
 	clk.Advance(time.Minute) // the stopped timer does nothing
-	if !gme.cool.Cooling(ep) {
+	if !gme.steering.Cooldowns().Cooling(ep) {
 		t.Fatal("the cooldown ended after Close: its timer was not stopped")
 	}
-	gme.noteOverload(e2.Addr(), overloadErr(t, 0))
+	gme.steering.NoteOverload(e2.Addr(), overloadErr(t, 0))
 	if gme.cooldownStatus(e2.Addr()) != nil {
 		t.Fatal("an overload after Close started a cooldown")
 	}

@@ -96,7 +96,7 @@ func TestRetryElsewhere_Steers(t *testing.T) {
 }
 
 // endCooldown ends endpoint's overload cooldown now, as its timer would.
-func endCooldown(gme *GCPMultiEndpoint, endpoint string) { gme.cool.EndNow(endpoint) }
+func endCooldown(gme *GCPMultiEndpoint, endpoint string) { gme.steering.Cooldowns().EndNow(endpoint) }
 
 // With the budget spent, a retry stays on the endpoint where its request failed, and is
 // counted as refused.
@@ -109,7 +109,7 @@ func TestRetryElsewhere_BudgetRefuses(t *testing.T) {
 	waitConnected(t, gme, e2.Addr())
 	eventually(t, 5*time.Second, "E2 usable", func() bool { return verdictIn(gme, "g", e2.Addr()) == "usable" })
 	for range retry.MaxTokens {
-		gme.budget.Failure()
+		gme.steering.Budget().Failure()
 	}
 	if err := e1.FailAll(codes.Unavailable); err != nil {
 		t.Fatal(err)
@@ -175,8 +175,8 @@ func TestRetryElsewhere_FirstAttemptAllocatesNothing(t *testing.T) {
 		if !p.Acquire() {
 			t.Fatal("acquire")
 		}
-		q := gme.steer(p, me, id)
-		gme.callEnded(q, id, 0, "/grpc.testing.TestService/UnaryCall", nil)
+		q := gme.steering.Steer(p, me, id)
+		gme.steering.CallEnded(q, id, 0, "/grpc.testing.TestService/UnaryCall", nil)
 		q.Release()
 	}); n != 0 {
 		t.Fatalf("steer and callEnded of a first attempt allocate %v times", n)

@@ -19,13 +19,12 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
-	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
-	"github.com/spannerme/spanner-multiendpoint/internal/retry"
 	"github.com/spannerme/spanner-multiendpoint/internal/route"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+	"github.com/spannerme/spanner-multiendpoint/internal/steer"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
@@ -61,12 +60,8 @@ type GCPMultiEndpoint struct {
 	obs       *observer        // logs of transitions, metrics, switch history
 	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
 	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
-	cool      *cooldown.Set    // overload cooldowns by endpoint (internal/cooldown; elsewhere.go)
-	budget    retry.Budget     // retry elsewhere's budget (elsewhere.go)
-	retries   retry.Memory     // failed attempts by request
-	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
-	// sent elsewhere, and the retries the budget kept (Status.Retries).
-	steered, refused, skipped atomic.Int64
+	// steering steers retries, resends and calls to cooling endpoints (internal/steer).
+	steering steer.Steerer
 	// tiers spreads the calls of tiered groups (Settings.Tiers); tierSettings are the
 	// validated Settings.Tiers, read and written only under updateMu.
 	tiers        route.Tiering
@@ -101,11 +96,6 @@ type GCPMultiEndpoint struct {
 	// on the first SendMsg, so a stream abandoned before that is never reported ended by
 	// gRPC; set at construction.
 	lazyStreams bool
-
-	// resendHook is resendStream, made once (nil turns resending off, in tests); resent and
-	// resendRefused count the streams sent again at once and those the budget kept (resend.go).
-	resendHook            pool.Resender
-	resent, resendRefused atomic.Int64
 
 	// updateMu serializes UpdateMultiEndpoints and Close. It is held across the dials of an
 	// update: reconfigurations are sequential by design. Nothing else waits on it: calls read
@@ -272,10 +262,9 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	gme.tiers.Init(pl.clock)
 	gme.tierSettings = s.tiers
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
-	gme.cool = cooldown.New(pl.clock, gme.cooldownEnded)
+	gme.steering.Init(steerEnv{gme}, &gme.roTxns, &gme.tiers, pl.clock)
 	gme.hedger.Init(hedgeEnv{gme}, &gme.roTxns, pl.clock)
 	gme.hedger.Set(s.hedging)
-	gme.resendHook = gme.resendStream
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
@@ -380,7 +369,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 	for _, me := range groups {
 		me.Close()
 	}
-	gme.cool.Close()
+	gme.steering.Close()
 	gme.hedger.Close()
 	gme.events.close()
 	var errs []error
@@ -510,7 +499,7 @@ func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
 				continue
 			}
 			in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint),
-				Cooling: gme.cool.Cooling(e.Endpoint)}
+				Cooling: gme.steering.Cooling(e.Endpoint)}
 			known[i] = in[i].Connected || p.Settled()
 		}
 		verdict.Evaluate(in, out)

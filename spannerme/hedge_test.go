@@ -180,7 +180,7 @@ func newHedgeRigOn(t *testing.T, addr, db string, h *HedgingSettings) *hedgeRig 
 	waitConnected(t, gme, r.e1.Addr())
 	waitConnected(t, gme, r.e2.Addr())
 	eventually(t, 10*time.Second, "E2 available to the group", func() bool {
-		p, ok := gme.pickOther(gme.snap.Load().Default.ME, r.e1.Addr())
+		p, ok := gme.steering.Other(gme.snap.Load().Default.ME, r.e1.Addr())
 		if ok {
 			p.Release()
 		}

@@ -130,7 +130,7 @@ func hedgingCounts(h *hedge.Hedger) map[string]*HedgingStatus {
 type hedgeEnv struct{ gme *GCPMultiEndpoint }
 
 func (e hedgeEnv) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
-	return e.gme.pickOther(me, exclude)
+	return e.gme.steering.Other(me, exclude)
 }
 
 func (e hedgeEnv) Begin(ctx context.Context, p *pool.Pool, group string) time.Time {

@@ -407,15 +407,8 @@ func (c *attrCache) of(group, endpoint, name string) *callAttrs {
 	return a
 }
 
-// Values of AttrRerouteReason.
-const (
-	rerouteRetry    = "retry_elsewhere"
-	rerouteOverload = "overload_cooldown"
-	rerouteRefused  = "refused_by_budget"
-)
-
-// rerouted counts a call sent elsewhere than its group's pick (or, for rerouteRefused, a
-// retry the budget kept where it was).
+// rerouted counts a call sent elsewhere than its group's pick (or, for steer.RerouteRefused,
+// a retry the budget kept where it was); reason is one of steer's Reroute values.
 func (m *metrics) rerouted(reason string) {
 	m.reroutes.Add(context.Background(), 1, metric.WithAttributes(attribute.String(AttrRerouteReason, reason)))
 }

@@ -180,7 +180,7 @@ func TestRequestShapesOfTheSpannerClient(t *testing.T) {
 		},
 		"resend": func(r *hedgeRig, ctx context.Context, c capturedCall) bool {
 			// What pool.Stream asks the hook about: a server-streaming (only) stream's request.
-			return c.stream && c.desc.ServerStreams && !c.desc.ClientStreams && r.gme.resendable(ctx, c.req)
+			return c.stream && c.desc.ServerStreams && !c.desc.ClientStreams && r.gme.steering.Resendable(ctx, c.req)
 		},
 	}
 	t.Run("spannertest", func(t *testing.T) {
@@ -227,7 +227,7 @@ func TestRequestShapesOfTheSpannerClient(t *testing.T) {
 			if got := r.gme.roTxns.Hedgeable(c.ctx, c.req); got != c.hedge {
 				t.Errorf("%s: hedgeable = %v, want %v", c.name, got, c.hedge)
 			}
-			if got := r.gme.resendable(c.ctx, c.req); got != c.resend {
+			if got := r.gme.steering.Resendable(c.ctx, c.req); got != c.resend {
 				t.Errorf("%s: resendable = %v, want %v", c.name, got, c.resend)
 			}
 		}

@@ -149,7 +149,7 @@ func TestResendLeavesWritesAlone(t *testing.T) {
 	}
 	t.Run("no fault: on as off", func(t *testing.T) {
 		off := newHedgeRig(t, nil)
-		off.gme.resendHook = nil // set before any stream: nothing reads it yet
+		off.gme.steering.Resend = nil // set before any stream: nothing reads it yet
 		a := workload(t, off, false)
 		on := newHedgeRig(t, nil)
 		b := workload(t, on, false)

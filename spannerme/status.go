@@ -558,13 +558,14 @@ func (e *NoEndpointError) Unwrap() error { return e.Err }
 
 // retryStatus returns the retry counters and the budget.
 func (gme *GCPMultiEndpoint) retryStatus() RetryStatus {
-	return RetryStatus{Steered: gme.steered.Load(), Refused: gme.refused.Load(),
-		OverloadSkipped: gme.skipped.Load(), Resent: gme.resent.Load(), ResendRefused: gme.resendRefused.Load(), Tokens: gme.budget.Tokens()}
+	c := gme.steering.Counts()
+	return RetryStatus{Steered: c.Steered, Refused: c.Refused, OverloadSkipped: c.OverloadSkipped, Resent: c.Resent,
+		ResendRefused: c.ResendRefused, Tokens: c.Tokens}
 }
 
 // cooldownStatus returns endpoint's cooldown in Status form, nil if it never cooled.
 func (gme *GCPMultiEndpoint) cooldownStatus(endpoint string) *CooldownStatus {
-	c, ok := gme.cool.StatusOf(endpoint)
+	c, ok := gme.steering.Cooldowns().StatusOf(endpoint)
 	if !ok {
 		return nil
 	}

@@ -149,7 +149,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			fresh[e] = pool.New(e, conn, pool.Options{Observer: obs, Clock: gme.pl.clock, Watch: w,
 				Health: gme.settings.Health.poolOptions(), LazyStreams: gme.lazyStreams, DecorateError: spannerreq.WithError,
 				CallEnded: func(p *pool.Pool, c pool.CallInfo, method string, err error) {
-					gme.callEnded(p, c.Tag, c.Class, method, err)
+					gme.steering.CallEnded(p, c.Tag, c.Class, method, err)
 				}})
 		}
 	}

@@ -3,11 +3,15 @@ package spannerme
 import (
 	"slices"
 
+	"context"
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/route"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"time"
 )
 
 // What a pool's reports ask of the groups' verdicts (internal/verdict, evaluated by
@@ -97,4 +101,32 @@ func (gme *GCPMultiEndpoint) sampleBrownout(s *route.Table, p *pool.Pool) []brow
 		}
 	}
 	return changes
+}
+
+// steerEnv is what the Steerer reaches of its GCPMultiEndpoint (steer.Env).
+type steerEnv struct{ gme *GCPMultiEndpoint }
+
+func (e steerEnv) Table() *route.Table             { return e.gme.snap.Load() }
+func (e steerEnv) Available(group string) []string { return e.gme.verdicts.Available(group) }
+func (e steerEnv) Rerouted(reason string)          { e.gme.obs.metrics.rerouted(reason) }
+
+func (e steerEnv) Begin(ctx context.Context, p *pool.Pool, group string) time.Time {
+	return e.gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), group)
+}
+
+func (e steerEnv) Resent(group, from, to string) {
+	e.gme.obs.metrics.resends.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String(AttrMultiEndpoint, group), attribute.String(AttrResendFrom, from), attribute.String(AttrEndpoint, to)))
+}
+
+func (e steerEnv) Cooling(endpoint string, length time.Duration, fromInfo bool, repeats int) {
+	e.gme.obs.cooling(endpoint, e.gme.endpointName(endpoint), length, fromInfo, repeats)
+	e.gme.evaluateAll()
+	e.gme.changed.signal()
+}
+
+func (e steerEnv) Cooled(endpoint string, length time.Duration) {
+	e.gme.obs.cooled(endpoint, e.gme.endpointName(endpoint), length)
+	e.gme.evaluateAll()
+	e.gme.changed.signal()
 }

@@ -1,0 +1,317 @@
+package steer
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/retry"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+)
+
+// Env is what a Steerer needs of the connection it steers for.
+type Env interface {
+	// Table returns the routing table in force; nil after Close.
+	Table() *route.Table
+	// Available returns the endpoints of group that its last verdicts find available, in
+	// priority order.
+	Available(group string) []string
+	// Begin is called as a resent stream of group is sent to p; it returns the call's start
+	// time (pool.CallInfo.Start).
+	Begin(ctx context.Context, p *pool.Pool, group string) time.Time
+	// Rerouted counts a call sent elsewhere than its group's pick, for reason (one of the
+	// Reroute values), or a retry the budget kept where it was (RerouteRefused).
+	Rerouted(reason string)
+	// Resent counts a stream of group resent at once from endpoint from to endpoint to.
+	Resent(group, from, to string)
+	// Cooling is told when endpoint's overload cooldown starts (or is extended into a new one)
+	// for length; fromInfo says whether the length is the server's RetryInfo delay, repeats
+	// how many cooldowns in a row the endpoint has had. Called with no lock held.
+	Cooling(endpoint string, length time.Duration, fromInfo bool, repeats int)
+	// Cooled is told when endpoint's cooldown of length ends, on the cooldown's timer.
+	Cooled(endpoint string, length time.Duration)
+}
+
+// Values of spannerme.AttrRerouteReason, given to Env.Rerouted.
+const (
+	RerouteRetry    = "retry_elsewhere"
+	RerouteOverload = "overload_cooldown"
+	RerouteRefused  = "refused_by_budget"
+)
+
+// Steerer steers retries, resends and calls to cooling endpoints for one connection. Init
+// makes it ready; Close stops the cooldowns' timers. Safe for concurrent use: Steer and a
+// first attempt's CallEnded take no lock and allocate nothing.
+type Steerer struct {
+	env     Env
+	txns    *spannerreq.ReadOnlyTxns
+	tiers   *route.Tiering
+	cool    *cooldown.Set // overload cooldowns by endpoint
+	budget  retry.Budget  // retry elsewhere's and the resend's budget
+	retries retry.Memory  // failed attempts by request
+	// steered, refused and skipped count the calls retry elsewhere and the overload cooldown
+	// sent elsewhere, and the retries the budget kept; resent and resendRefused the streams
+	// sent again at once and those the budget kept.
+	steered, refused, skipped, resent, resendRefused atomic.Int64
+	// Resend is the pool.Resender of every stream (resendStream), made once by Init; nil turns
+	// resending off (tests set it before any stream).
+	Resend pool.Resender
+}
+
+// Counts are a Steerer's counters and its budget's tokens (spannerme.RetryStatus).
+type Counts struct {
+	Steered, Refused, OverloadSkipped, Resent, ResendRefused int64
+	Tokens                                                   float64
+}
+
+// Init prepares s: env reaches the connection, txns are the read-only transactions seen
+// beginning (a resend may send a read in one), tiers counts a resent stream of a tiered
+// group, clk runs the cooldowns.
+func (s *Steerer) Init(env Env, txns *spannerreq.ReadOnlyTxns, tiers *route.Tiering, clk clock.Clock) {
+	s.env, s.txns, s.tiers = env, txns, tiers
+	s.cool = cooldown.New(clk, s.cooldownEnded)
+	s.Resend = s.resendStream
+}
+
+// Close stops the cooldowns' timers.
+func (s *Steerer) Close() { s.cool.Close() }
+
+// Cooling reports whether endpoint is cooling down after RESOURCE_EXHAUSTED (a verdict input).
+func (s *Steerer) Cooling(endpoint string) bool { return s.cool.Cooling(endpoint) }
+
+// Cooldowns returns the cooldowns by endpoint, for their status and tests.
+func (s *Steerer) Cooldowns() *cooldown.Set { return s.cool }
+
+// Budget returns the retry budget, for tests that drain it.
+func (s *Steerer) Budget() *retry.Budget { return &s.budget }
+
+// Counts returns the counters and the budget's tokens.
+func (s *Steerer) Counts() Counts {
+	return Counts{Steered: s.steered.Load(), Refused: s.refused.Load(), OverloadSkipped: s.skipped.Load(),
+		Resent: s.resent.Load(), ResendRefused: s.resendRefused.Load(), Tokens: s.budget.Tokens()}
+}
+
+// CallEnded takes the outcome of one call of class c to method on p (a unary call, or a
+// stream: pool Options.CallEnded) whose request ID is id ("" for none): the retry budget
+// counts it, a retryable failure is remembered for the request's next attempt, and
+// RESOURCE_EXHAUSTED starts p's endpoint's overload cooldown. A connection lost under the
+// call (health.ConnectionLost) is none of these: it says nothing of the endpoint (internal/health
+// counts it for nothing either), so its retry goes where the group sends it. A first attempt
+// that succeeds on a full budget costs a string scan and one atomic load.
+//
+// A retry that succeeds on another endpoint than the one where its request last failed
+// counts, for that endpoint's health, as the failure it would have met there again: retry
+// elsewhere takes away the repeated failures by which health sees a fault of one endpoint
+// (every Commit refused by E1 while its BeginTransactions pass: with each Commit retried on
+// E1, most of E1's writes fail and it is ejected; with the retry on E2, half of them would,
+// and a fault every write pays for would never eject E1).
+func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method string, err error) {
+	if err == nil {
+		s.budget.Success()
+		if key, retry := spannerreq.SplitRequestID(id); retry {
+			if f, ok := s.retries.Take(key); ok && f.Endpoint != p.Endpoint() {
+				if t := s.env.Table(); t != nil {
+					if q := t.Pools[f.Endpoint]; q != nil {
+						q.Observe(f.Class, f.Method, f.Err, false)
+					}
+				}
+			}
+		}
+		return
+	}
+	if health.Classify(err, false, false) == health.ConnectionLost {
+		return
+	}
+	if !spannerreq.RetryableByClient(err) {
+		if c := status.Code(err); c != codes.Canceled && c != codes.DeadlineExceeded && c != codes.Unknown {
+			s.budget.Success() // the backend answered
+		}
+		return
+	}
+	s.budget.Failure()
+	if key, _ := spannerreq.SplitRequestID(id); key != "" {
+		s.retries.Record(key, retry.Failed{Endpoint: p.Endpoint(), Class: c, Method: method, Err: err})
+	}
+	if spannerreq.Overloaded(err) {
+		s.NoteOverload(p.Endpoint(), err)
+	}
+}
+
+// Steer returns the pool a call of group me that picked p goes to: p itself, unless p's
+// endpoint is where the previous attempt of the call's request (id) failed, or p's
+// endpoint is cooling down after RESOURCE_EXHAUSTED, and another endpoint of the group is
+// available (Other); then that one, p being released. A first attempt while nothing
+// cools costs a string scan and an atomic load, and allocates nothing.
+func (s *Steerer) Steer(p *pool.Pool, me *multiendpoint.MultiEndpoint, id string) *pool.Pool {
+	key, retry := spannerreq.SplitRequestID(id)
+	if !retry && s.cool.Active() == 0 {
+		return p
+	}
+	ep := p.Endpoint()
+	if retry {
+		if failed, ok := s.retries.FailedOn(key); ok && failed == ep {
+			if !s.budget.Allows() {
+				s.refused.Add(1)
+				s.env.Rerouted(RerouteRefused)
+				return p
+			}
+			if q, ok := s.Other(me, ep); ok {
+				p.Release()
+				s.steered.Add(1)
+				s.env.Rerouted(RerouteRetry)
+				return q
+			}
+			return p
+		}
+	}
+	if s.cool.Cooling(ep) {
+		if q, ok := s.Other(me, ep); ok {
+			p.Release()
+			s.skipped.Add(1)
+			s.env.Rerouted(RerouteOverload)
+			return q
+		}
+	}
+	return p
+}
+
+// Other returns the acquired pool of another endpoint of group me than exclude: the
+// first, in the group's priority order, of the endpoints its last verdicts find available
+// whose pool is connected (READY) and not retired. False when there is none (the group's
+// only available endpoint is exclude). It never waits.
+func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
+	return s.env.Table().Other(me, s.env.Available(me.Name()), exclude)
+}
+
+// NoteOverload starts (or extends) endpoint's overload cooldown (internal/cooldown) after
+// a call on it ended with err, a RESOURCE_EXHAUSTED status, with the server's RetryInfo delay
+// when err has one (spannerreq.RetryDelay). When a cooldown starts Env.Cooling is told (the
+// groups are evaluated again: the verdicts read Cooling), as Env.Cooled is when it ends
+// (cooldownEnded, on its timer).
+func (s *Steerer) NoteOverload(endpoint string, err error) {
+	delay, fromInfo := spannerreq.RetryDelay(err)
+	started, length, repeats := s.cool.Note(endpoint, delay, fromInfo)
+	if !started {
+		return
+	}
+	s.env.Cooling(endpoint, length, fromInfo, repeats)
+}
+
+// cooldownEnded is told by the cooldowns when endpoint's cooldown of length ends: it logs,
+// and the groups are evaluated again.
+func (s *Steerer) cooldownEnded(endpoint string, length time.Duration) {
+	s.env.Cooled(endpoint, length)
+}
+
+// resendStream is the pool.Resender of every stream the GCPMultiEndpoint sends (Resend,
+// made once in Init): it returns the acquired pool of another available endpoint
+// of r's group and the replacement's CallInfo, counted in Status.Retries.Resent and the
+// resends metric, or false (counted in Status.Retries.ResendRefused when the budget refused).
+func (s *Steerer) resendStream(r pool.ResendRequest) (*pool.Pool, pool.CallInfo, bool) {
+	if !resendOnError(r.Err) || !s.Resendable(r.Ctx, r.Req) {
+		return nil, pool.CallInfo{}, false
+	}
+	t := s.env.Table()
+	if t == nil {
+		return nil, pool.CallInfo{}, false
+	}
+	me := t.Group(r.Call.Group)
+	if me == nil {
+		return nil, pool.CallInfo{}, false
+	}
+	from := r.Pool.Endpoint()
+	if !s.budget.Allows() {
+		s.resendRefused.Add(1)
+		s.env.Rerouted(RerouteRefused)
+		return nil, pool.CallInfo{}, false
+	}
+	q, ok := s.Other(me, from)
+	if !ok {
+		return nil, pool.CallInfo{}, false
+	}
+	s.resent.Add(1)
+	s.env.Resent(me.Name(), from, q.Endpoint())
+	start := s.env.Begin(r.Ctx, q, me.Name())
+	tc := s.tiers.Begin(me, q)
+	return q, pool.CallInfo{Group: me.Name(), Tag: r.Call.Tag, Start: start, Class: r.Call.Class, First: tc.First()}, true
+}
+
+// resendOnError reports whether a stream that ended with err before any response message
+// is resent: err is one the Spanner client retries (spannerreq.RetryableByClient), except
+//
+//   - RESOURCE_EXHAUSTED without a RetryInfo delay, which the client does not retry
+//     (cloud.google.com/go/spanner v1.96.1, retry.go: "Retry ResourceExhausted error only if
+//     there's a server delay in the trailer"): its caller sees it, as before. With a delay
+//     the resend does not wait for it: the delay is the failed endpoint's, which its
+//     overload cooldown keeps out of the group's choice meanwhile, and the resend goes
+//     elsewhere;
+//   - a connection lost under the stream (health.ConnectionLost: a reset, GOAWAY, the
+//     transport closing), which says nothing of the endpoint: the client's retry goes where
+//     the group sends it, as the pool reconnects, as retry elsewhere does (CallEnded).
+func resendOnError(err error) bool {
+	if !spannerreq.RetryableByClient(err) {
+		return false
+	}
+	if spannerreq.Overloaded(err) {
+		_, ok := spannerreq.RetryDelay(err)
+		return ok
+	}
+	return health.Classify(err, false, false) != health.ConnectionLost
+}
+
+// Resendable reports whether req, the request of a streaming query or read sent with ctx,
+// may be sent again at once to another endpoint after its stream failed before any response
+// message: it only reads. Those are
+//
+//   - what hedging may send twice (spannerreq.ReadOnlyTxns.Hedgeable): a query or read in a
+//     single-use read-only transaction or with no transaction selector (a temporary
+//     read-only transaction), or naming by ID a read-only transaction seen to begin; none
+//     of them partitioned, DML, or carrying the route-to-leader header;
+//   - a query or read that begins a read-only transaction inline (TransactionSelector.begin
+//     with read_only options), not partitioned, without route-to-leader: the failed attempt
+//     delivered no message, so the client never learnt a transaction from it; the resend
+//     begins one, whose ID the client learns from the resend's first message, as from its
+//     own retry. A transaction the failed attempt may have begun in the database is a
+//     read-only one, which takes no locks (Spanner docs, Transactions overview,
+//     https://cloud.google.com/spanner/docs/transactions: read-only transactions "do not
+//     take locks"), and is never used.
+//
+// Everything else is not: a read-write transaction's reads take locks, DML and batch DML
+// write (their seqno makes a replay within the transaction idempotent, but only the client
+// knows whether it replays), Commit, Rollback, BeginTransaction and partitioned calls are
+// unary or tied to state this layer does not follow.
+func (s *Steerer) Resendable(ctx context.Context, req any) bool {
+	if s.txns.Hedgeable(ctx, req) {
+		return true
+	}
+	if _, ok := spannerreq.BeginsReadOnly(req); !ok {
+		return false
+	}
+	switch r := req.(type) {
+	case *spannerpb.ExecuteSqlRequest:
+		if len(r.GetPartitionToken()) != 0 {
+			return false
+		}
+	case *spannerpb.ReadRequest:
+		if len(r.GetPartitionToken()) != 0 {
+			return false
+		}
+	}
+	for _, v := range metadata.ValueFromOutgoingContext(ctx, spannerreq.RouteToLeaderHeader) {
+		if v == "true" {
+			return false
+		}
+	}
+	return true
+}
