@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"io"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 

@@ -11,10 +11,9 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
-	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/retry"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // attemptCall makes one unary call of group g as the Spanner client's front does, with the

@@ -20,12 +20,12 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
+	"github.com/spannerme/spanner-multiendpoint/internal/judge"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/route"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/internal/steer"
-	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
 // DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
@@ -57,9 +57,10 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	pl        plumbing
 	log       *slog.Logger
-	obs       *observer        // logs of transitions, metrics, switch history
-	brown     *brownout.Groups // degraded endpoints per group (BrownoutSettings)
-	verdicts  verdict.Store    // each group's verdicts: which endpoints it may use, and why
+	obs       *observer // logs of transitions, metrics, switch history
+	// judge keeps each group's verdicts (which endpoints it may use, and why) and brownout
+	// state (internal/judge).
+	judge judge.Judge
 	// steering steers retries, resends and calls to cooling endpoints (internal/steer).
 	steering steer.Steerer
 	// tiers spreads the calls of tiered groups (Settings.Tiers); tierSettings are the
@@ -255,13 +256,13 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		stop:         make(chan struct{}),
 		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
 		changed:      newBroadcast(),
-		brown:        brownout.NewGroups(settings.Health.brownoutOn(), settings.Health.Brownout.rule()),
 
 		lazyStreams: lazyStreams,
 	}
 	gme.tiers.Init(pl.clock)
 	gme.tierSettings = s.tiers
 	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
+	gme.judge.Init(judgeEnv{gme}, brownout.NewGroups(settings.Health.brownoutOn(), settings.Health.Brownout.rule()), pl.clock, pl.latency)
 	gme.steering.Init(steerEnv{gme}, &gme.roTxns, &gme.tiers, pl.clock)
 	gme.hedger.Init(hedgeEnv{gme}, &gme.roTxns, pl.clock)
 	gme.hedger.Set(s.hedging)
@@ -439,8 +440,8 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 	for _, me := range groups {
 		v.groups = append(v.groups, me.Status())
 	}
-	v.degraded = gme.brown.DegradedSet()
-	v.verdicts = gme.verdicts.All()
+	v.degraded = gme.judge.Brownouts().DegradedSet()
+	v.verdicts = gme.judge.Verdicts().All()
 	v.hedges = hedgingCounts(&gme.hedger)
 	v.scores = gme.tiers.Scores()
 	return v, true
@@ -457,68 +458,6 @@ func (gme *GCPMultiEndpoint) frontsLocked() (clients, configurators int) {
 		}
 	}
 	return clients, configurators
-}
-
-// evaluateAll evaluates every group of the routing snapshot in force. Called with no lock
-// held, on the goroutine of the change (a pool's monitor or probe, an update).
-func (gme *GCPMultiEndpoint) evaluateAll() {
-	s := gme.snap.Load()
-	if s == nil {
-		return // closed
-	}
-	for _, r := range s.ByName {
-		gme.evaluate(r.ME)
-	}
-}
-
-// evaluate reads the inputs of every endpoint of group me from the routing snapshot in force,
-// takes the group's verdicts and tells the state machine each endpoint's availability, except
-// for an endpoint whose pool is still in its first connection attempt (nothing is known of it
-// yet: the group keeps it Recovering, rule 1 of internal/multiendpoint). It holds the group's
-// lock in gme.verdicts while the state machine runs, and so while a switch is counted on the
-// meter provider's switches counter (an OpenTelemetry instrument's Add, which must not block);
-// never across a gRPC call, a dial, or OnSwitch, OnHealth or the Logger (switch events are
-// queued for them).
-func (gme *GCPMultiEndpoint) evaluate(me *multiendpoint.MultiEndpoint) {
-	name := me.Name()
-	if s := gme.snap.Load(); s == nil || s.Group(name) != me {
-		return // closed, or a group an update removed or replaced: nothing to create for it
-	}
-	gme.verdicts.Evaluate(name, func(prev map[string]verdict.Reason) (map[string]verdict.Reason, []string) {
-		s := gme.snap.Load()
-		if s == nil || s.Group(name) != me {
-			return nil, nil // replaced meanwhile
-		}
-		eps := me.Status().Endpoints
-		in := make([]verdict.Input, len(eps))
-		out := make([]verdict.Reason, len(eps))
-		known := make([]bool, len(eps))
-		for i, e := range eps {
-			p := s.Pools[e.Endpoint]
-			if p == nil {
-				continue
-			}
-			in[i] = verdict.Input{Connected: p.Connected(), Ejected: p.Ejected(), Degraded: gme.brown.Degraded(name, e.Endpoint),
-				Cooling: gme.steering.Cooling(e.Endpoint)}
-			known[i] = in[i].Connected || p.Settled()
-		}
-		verdict.Evaluate(in, out)
-		reasons := make(map[string]verdict.Reason, len(eps))
-		var available []string
-		for i, e := range eps {
-			reasons[e.Endpoint] = out[i]
-			if out[i].Available() {
-				available = append(available, e.Endpoint)
-			}
-			if known[i] {
-				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
-			}
-			if was, ok := prev[e.Endpoint]; ok && was != out[i] {
-				gme.obs.verdictChanged(name, e.Endpoint, endpointNameIn(s, e.Endpoint), was, out[i])
-			}
-		}
-		return reasons, available
-	})
 }
 
 // endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in

@@ -18,7 +18,6 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 

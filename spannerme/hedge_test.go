@@ -22,10 +22,9 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/emulator"
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
-
-	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 )
 
 // capturedCall is a call a pool sent, as the Spanner client made it: its method, its

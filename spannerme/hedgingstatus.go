@@ -1,14 +1,11 @@
 package spannerme
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
-	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
-	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // HedgingStatus is a group's hedging (Settings.Hedging) in force and its counts since the
@@ -124,15 +121,4 @@ func hedgingCounts(h *hedge.Hedger) map[string]*HedgingStatus {
 		out[name] = hedgingStatusOf(g)
 	}
 	return out
-}
-
-// hedgeEnv is what the Hedger reaches of its GCPMultiEndpoint (hedge.Env).
-type hedgeEnv struct{ gme *GCPMultiEndpoint }
-
-func (e hedgeEnv) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
-	return e.gme.steering.Other(me, exclude)
-}
-
-func (e hedgeEnv) Begin(ctx context.Context, p *pool.Pool, group string) time.Time {
-	return e.gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), group)
 }

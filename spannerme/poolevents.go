@@ -64,8 +64,8 @@ var _ pool.Observer = (*poolEvents)(nil)
 // session call waiting on the Default group picks a group by availability (sessionGroup), so
 // it must hear of a pool that became available even when no group switches.
 func (e *poolEvents) Availability(p *pool.Pool) {
-	e.gme.sampleBrownouts(p) // the fallback of the group's other endpoints may have changed
-	e.gme.publish(p)
+	e.gme.judge.SampleBrownouts(p) // the fallback of the group's other endpoints may have changed
+	e.gme.judge.Publish(p)
 	e.gme.changed.signal()
 }
 
@@ -96,13 +96,13 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	}
 	gme.events.pushHealth(HealthEvent{Endpoint: e.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason),
 		Detail: ev.Detail, Class: ev.Class.String(), At: ev.At, Until: ev.Until, Ejections: ev.Ejections})
-	gme.sampleBrownouts(p)
-	gme.publish(p)
+	gme.judge.SampleBrownouts(p)
+	gme.judge.Publish(p)
 	gme.changed.signal()
 	if ev.Kind == health.Ejected {
-		gme.confirmFallbacks(p, ev.Class)
+		gme.judge.ConfirmFallbacks(p, ev.Class)
 	} else {
-		gme.recheckEjected(p)
+		gme.judge.RecheckEjected(p)
 	}
 }
 
@@ -110,12 +110,8 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 // brownout rule is evaluated for every group that lists the endpoint.
 // A tiered group's endpoint also takes it as a latency sample (tiers.go).
 func (e *poolEvents) Latency(p *pool.Pool) {
-	e.gme.sampleBrownouts(p)
-	latency := e.gme.pl.latency
-	if latency == nil {
-		latency = (*pool.Pool).Latency
-	}
-	e.gme.tiers.Probe(p, latency)
+	e.gme.judge.SampleBrownouts(p)
+	e.gme.tiers.Probe(p, e.gme.judge.Latency())
 }
 
 func (e *poolEvents) CallEnd(ctx context.Context, group string, start time.Time, err error) {

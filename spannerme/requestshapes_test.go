@@ -15,9 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // requestShape is one kind of work the Spanner client does, and what may be done to each

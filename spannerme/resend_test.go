@@ -18,9 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // failAfterFirstMessage is a frontend's server interceptor: while on is set, a streaming

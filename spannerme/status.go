@@ -300,7 +300,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		for i := range g.Endpoints {
 			e := &g.Endpoints[i]
 			e.Brownout = gme.brownoutStatus(g.Name, e.Endpoint)
-			if r, ok := gme.verdicts.Reason(g.Name, e.Endpoint); ok && !st.Closed {
+			if r, ok := gme.judge.Verdicts().Reason(g.Name, e.Endpoint); ok && !st.Closed {
 				e.Verdict = r.String()
 			}
 		}
@@ -344,11 +344,11 @@ func (gme *GCPMultiEndpoint) Status() Status {
 // brownoutStatus returns endpoint's brownout status in group; nil when off (or for a zero
 // value).
 func (gme *GCPMultiEndpoint) brownoutStatus(group, endpoint string) *BrownoutStatus {
-	if gme.zero() || !gme.brown.On() {
+	if gme.zero() || !gme.judge.Brownouts().On() {
 		return nil
 	}
 	st := &BrownoutStatus{}
-	if v, ok := gme.brown.StatusOf(group, endpoint); ok {
+	if v, ok := gme.judge.Brownouts().StatusOf(group, endpoint); ok {
 		st.Degraded, st.Since, st.Fallback, st.FallbackLatency = v.Degraded, v.Since, v.Fallback, v.FallbackLatency
 		if v.Known {
 			st.Latency = v.Latency

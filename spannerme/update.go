@@ -243,9 +243,9 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		p.StartMonitor()
 	}
 	for _, p := range pools {
-		gme.sampleBrownout(gme.snap.Load(), p)
+		gme.judge.SampleBrownout(gme.snap.Load(), p)
 	}
-	gme.evaluateAll()
+	gme.judge.EvaluateAll()
 	// 6. Retire what is gone.
 	var gone []*pool.Pool
 	gme.noteDialed(fresh, want)
@@ -264,8 +264,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		}
 	}
 	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
-	gme.brown.Retain(func(name string) bool { return groups[name] != nil })
-	gme.verdicts.Retain(func(name string) bool { return groups[name] != nil })
+	gme.judge.Brownouts().Retain(func(name string) bool { return groups[name] != nil })
+	gme.judge.Verdicts().Retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)
 	}
