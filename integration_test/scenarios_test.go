@@ -204,11 +204,19 @@ func testSwitchBack(t *testing.T, b backend) {
 // group's SwitchingDelay after e became Available, and returns the figures.
 func (h *harness) timeSwitchBack(name string, e *spannermetest.Endpoint, up time.Time) string {
 	h.t.Helper()
-	var availableSeen time.Time
+	// availableSeen is when the last poll that found e not Available began: e became Available
+	// after it, so the switch-back can be observed no earlier than SwitchingDelay after it, however
+	// late a poll on a loaded machine returns (taking the time after the poll that finds it
+	// Available measured 450ms for a 500ms delay whose switch came 502ms after Available).
+	availableSeen := time.Now()
 	h.waitFor(10*time.Second, h.name(e.Addr())+" Available", func() bool {
+		polled := time.Now()
 		st, _ := h.endpointState(name, e.Addr())
-		availableSeen = time.Now()
-		return st.State == spannerme.Available
+		if st.State == spannerme.Available {
+			return true
+		}
+		availableSeen = polled
+		return false
 	})
 	h.waitFor(switchingDelay+10*time.Second, h.name(e.Addr())+" current again", func() bool { return h.group(name).Current == e.Addr() })
 	currentSeen := time.Since(availableSeen)
