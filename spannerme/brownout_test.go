@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -347,9 +348,9 @@ func TestBrownoutDegradesPerGroupOnTheProbeClock(t *testing.T) {
 		group, endpoint string
 		want            int64
 	}{{"g1", a, 1}, {"g1", b, 0}, {"g2", a, 0}, {"g2", c, 0}} {
-		v, ok := valueWhere(rm, metricDegraded, attribute.String(AttrMultiEndpoint, w.group), attribute.String(AttrEndpoint, w.endpoint))
+		v, ok := valueWhere(rm, observe.MetricDegraded, attribute.String(AttrMultiEndpoint, w.group), attribute.String(AttrEndpoint, w.endpoint))
 		if !ok || v != w.want {
-			t.Errorf("%s{%s, %s} = %d (reported %v), want %d", metricDegraded, w.group, w.endpoint, v, ok, w.want)
+			t.Errorf("%s{%s, %s} = %d (reported %v), want %d", observe.MetricDegraded, w.group, w.endpoint, v, ok, w.want)
 		}
 	}
 

@@ -2,9 +2,6 @@ package spannerme
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,6 +11,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
@@ -26,8 +24,8 @@ import (
 // retryable); the context's error, as a gRPC status, if it ends while the call waits. A call
 // sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
 // gets the group and the endpoint as attributes. A call that fails while its endpoint's pool
-// is not connected names the endpoint and its connection error (see cannotConnect,
-// waitEndedError and notConnectedError), with the code unchanged: FAILED_PRECONDITION at
+// is not connected names the endpoint and its connection error (see route.CannotConnect,
+// route.WaitEnded and route.NotConnected), with the code unchanged: FAILED_PRECONDITION at
 // once when no endpoint of the group can connect and retrying will not fix it (TLS), else
 // UNAVAILABLE (retryable) or the context's code.
 // A read-only query or read routed through a group with a policy (Settings.DirectedReads) is
@@ -55,7 +53,7 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 	if dro := dr[me.Name()]; dro != nil {
 		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
-	start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
+	start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 	tc := gme.tiers.Begin(me, p)
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
 	tc.Done(err)
@@ -68,7 +66,7 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 	p.EndCall(ctx, me.Name(), start, err)
 	gme.steering.CallEnded(p, id, class, method, err)
 	if err != nil {
-		return notConnectedError(err, me, p)
+		return route.NotConnected(err, me, p)
 	}
 	return nil
 }
@@ -98,16 +96,16 @@ var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
 // retry; unless the call waits for ready (grpc.WaitForReady(true), given by the call or as a
 // default call option of the dial options), which gRPC would hold in that pool. A call that
 // does not wait for ready fails at once when its group cannot connect for a reason that
-// retrying does not fix (cannotConnect). It also returns the group that picked the pool.
-// Errors: those of pick and cannotConnect, and, when ctx ends while the call waits, the
-// context's code with the endpoint and its last connection error (waitEndedError).
+// retrying does not fix (route.CannotConnect). It also returns the group that picked the pool.
+// Errors: those of pick and route.CannotConnect, and, when ctx ends while the call waits, the
+// context's code with the endpoint and its last connection error (route.WaitEnded).
 func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Class, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	if gme.zero() {
 		return nil, nil, errClosedCall
 	}
 	count := true
 	for {
-		changed := gme.changed.wait() // before the pick: no news between them is lost
+		changed := gme.changed.Wait() // before the pick: no news between them is lost
 		p, me, err := gme.pick(ctx, class, count)
 		if err != nil {
 			return nil, nil, err
@@ -118,7 +116,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 		}
 		waitForReady := pool.WaitForReady(gme.waitForReadyDefault, opts)
 		if !waitForReady {
-			if err := gme.cannotConnect(me, p); err != nil {
+			if err := route.CannotConnect(gme.snap.Load(), me, p); err != nil {
 				p.Release()
 				return nil, nil, err
 			}
@@ -141,7 +139,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 			gme.waiting.Add(-1)
 		case <-ctx.Done():
 			gme.waiting.Add(-1)
-			return nil, nil, waitEndedError(ctx, me, p)
+			return nil, nil, route.WaitEnded(ctx, me, p)
 		}
 	}
 }
@@ -179,93 +177,13 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 	return nil, nil, status.Error(codes.Unavailable, "spannerme: endpoint reconfigured during the call; retry")
 }
 
-// maxUnknownNames bounds how many distinct unknown group names are remembered; calls naming
-// further ones are counted under otherUnknownNames.
-const (
-	maxUnknownNames   = 64
-	otherUnknownNames = "(other unknown names)"
-)
-
-// noteUnknown counts a call that named a group that is not configured, logging the name once.
-// The first maxUnknownNames distinct names are kept, however many first calls race; only the
-// first call of each of them takes unknownMu.
+// noteUnknown counts a call that named a group that is not configured, logging the name once
+// (route.UnknownNames keeps the first route.MaxUnknownNames names).
 func (gme *GCPMultiEndpoint) noteUnknown(name string) {
-	if c, ok := gme.unknown.Load(name); ok {
-		c.(*atomic.Int64).Add(1)
-		return
-	}
-	c, fresh := gme.unknownCounter(name)
-	c.Add(1)
-	if fresh {
+	if gme.unknown.Note(name) {
 		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
 			"multiendpoint", name, "default", gme.snap.Load().DefaultNameOrEmpty())
 	}
-}
-
-// unknownCounter returns the counter of an unknown name that is not stored yet: its own,
-// stored now if fewer than maxUnknownNames names are kept (fresh), else the shared one.
-func (gme *GCPMultiEndpoint) unknownCounter(name string) (c *atomic.Int64, fresh bool) {
-	other := func() *atomic.Int64 {
-		c, _ := gme.unknown.LoadOrStore(otherUnknownNames, new(atomic.Int64))
-		return c.(*atomic.Int64)
-	}
-	if gme.unknownNames.Load() >= maxUnknownNames { // full: never again a lock
-		// A name is stored before it is counted, so every kept name is visible now, this
-		// one included if a racing first call stored it since the caller looked.
-		if v, ok := gme.unknown.Load(name); ok {
-			return v.(*atomic.Int64), false
-		}
-		return other(), false
-	}
-	gme.unknownMu.Lock()
-	defer gme.unknownMu.Unlock()
-	if v, ok := gme.unknown.Load(name); ok { // stored by a racing first call
-		return v.(*atomic.Int64), false
-	}
-	if gme.unknownNames.Load() >= maxUnknownNames {
-		return other(), false
-	}
-	c = new(atomic.Int64)
-	gme.unknown.Store(name, c)
-	gme.unknownNames.Add(1)
-	return c, true
-}
-
-// cannotConnect returns the error a call on group me, whose pool p is not ready, fails
-// with at once instead of waiting for a connection: FAILED_PRECONDITION (which neither the
-// Spanner client nor gax retries, so the Spanner client's session creation fails with it
-// and the caller sees it) naming the group, each endpoint and its connection error, when no
-// endpoint of me is available and every one of them has failed its connection attempts
-// since it was last ready with an error that retrying does not fix (permanentConnError).
-// Nil otherwise: the call waits, or goes to gRPC, as before. It allocates nothing unless
-// p's own error is such an error (then it reads the group's status, under the group's
-// lock).
-func (gme *GCPMultiEndpoint) cannotConnect(me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
-	if c, ok := p.DownCause(); !ok || !permanentConnError(c.Kind) {
-		return nil
-	}
-	s := gme.snap.Load()
-	if s == nil {
-		return nil
-	}
-	var causes []string
-	for _, e := range me.Status().Endpoints {
-		q := s.Pools[e.Endpoint]
-		if q == nil || q.Available() {
-			return nil
-		}
-		c, ok := q.DownCause()
-		if !ok || !permanentConnError(c.Kind) {
-			return nil
-		}
-		causes = append(causes, fmt.Sprintf("endpoint %s: %s: %s", e.Endpoint, c.Kind, c.Message))
-	}
-	if len(causes) == 0 {
-		return nil
-	}
-	return status.Errorf(codes.FailedPrecondition,
-		"spannerme: group %q cannot connect, and retrying will not fix it (check the transport settings: TLS or plaintext, the authority, the certificates): %s",
-		me.Name(), strings.Join(causes, "; "))
 }
 
 // NewStream starts a streaming call on the current endpoint of the call's group, picked as
@@ -300,12 +218,12 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if hg := gme.hedger.For(me.Name(), method, desc); hg != nil {
 		cs, err = gme.hedger.NewStream(ctx, hg, p, me, desc, method, id, opts)
 	} else {
-		start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
+		start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 		tc := gme.tiers.Begin(me, p)
 		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.steering.Resend})
 	}
 	if err != nil {
-		return nil, spannerreq.WithError(notConnectedError(err, me, p), id)
+		return nil, spannerreq.WithError(route.NotConnected(err, me, p), id)
 	}
 	return gme.roTxns.WithDirectedStream(cs, method, gme.snap.Load().DirectedReads()[me.Name()]), nil
 }

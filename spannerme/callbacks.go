@@ -61,6 +61,18 @@ type SwitchEvent struct {
 	At time.Time `json:"at"`
 }
 
+// switchEventsOf converts a state machine's events; nil for none.
+func switchEventsOf(evs []multiendpoint.Event) []SwitchEvent {
+	if len(evs) == 0 {
+		return nil
+	}
+	out := make([]SwitchEvent, len(evs))
+	for i, ev := range evs {
+		out[i] = switchEventOf(ev)
+	}
+	return out
+}
+
 // switchEventOf converts a state machine's event.
 func switchEventOf(ev multiendpoint.Event) SwitchEvent {
 	return SwitchEvent{Name: ev.Name, From: ev.From, To: ev.To, Reason: switchReasonOf(ev.Reason), At: ev.At}

@@ -1,8 +1,6 @@
 package spannerme
 
 import (
-	"github.com/spannerme/spanner-multiendpoint/internal/pool"
-
 	"context"
 	"net"
 	"sync/atomic"
@@ -15,6 +13,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 

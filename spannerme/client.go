@@ -21,6 +21,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
+	"github.com/spannerme/spanner-multiendpoint/internal/front"
 )
 
 // NewMultiEndpointClient is NewMultiEndpointClientWithConfig with the Spanner client's
@@ -79,7 +80,7 @@ func NewMultiEndpointClientWithSettings(ctx context.Context, database string, co
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := newPlannedClient(ctx, gme, database, tr, ownerFront)
+	client, err := newPlannedClient(ctx, gme, database, tr, front.Owner)
 	if err != nil {
 		gme.Close() // closes the front too
 		return nil, nil, err
@@ -284,7 +285,7 @@ func NewClient(ctx context.Context, database string, gme *GCPMultiEndpoint, conf
 func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts *[]option.ClientOption) {
 	var (
 		once     sync.Once
-		fr       *front
+		fr       *front.Front
 		errFront error
 	)
 	return func(config *spanner.ClientConfig, opts *[]option.ClientOption) {
@@ -293,7 +294,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 		}
 		tr, err := planClient(gme, *config)
 		if err == nil {
-			once.Do(func() { fr, errFront = newFront(gme, configuratorFront) })
+			once.Do(func() { fr, errFront = newFront(gme, front.Configurator) })
 			err = errFront
 		}
 		if err == nil {
@@ -306,7 +307,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 			code = codes.Canceled
 		}
 		gme.logger().Error("spannerme: Configurator: the Spanner client will fail every call", "err", err)
-		pool, perr := newRefusedPool(status.Error(code, err.Error()))
+		pool, perr := front.NewRefused(status.Error(code, err.Error()))
 		if perr != nil { // grpc.NewClient of a passthrough target does not fail
 			gme.logger().Error("spannerme: Configurator", "err", perr)
 			return
@@ -326,12 +327,12 @@ func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, conf
 	if err != nil {
 		return nil, err
 	}
-	return newPlannedClient(ctx, gme, database, tr, clientFront)
+	return newPlannedClient(ctx, gme, database, tr, front.Client)
 }
 
 // newPlannedClient creates a Spanner client for database over gme with a front of kind
-// ownerFront or clientFront, with tr, config's checked planTransport, whose notices it logs.
-func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database string, tr *clientTransport, kind frontKind) (*spanner.Client, error) {
+// front.Owner or front.Client, with tr, config's checked planTransport, whose notices it logs.
+func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database string, tr *clientTransport, kind front.Kind) (*spanner.Client, error) {
 	logTransport(gme, tr)
 	fr, err := newFront(gme, kind)
 	if err != nil {
@@ -339,7 +340,7 @@ func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database strin
 	}
 	client, err := spanner.NewClientWithConfig(ctx, database, tr.client, spannerClientOptions(tr, fr)...)
 	if err != nil {
-		fr.release() // the owner's closes gme, as the owner's constructor would anyway
+		fr.Release() // the owner's closes gme, as the owner's constructor would anyway
 		return nil, err
 	}
 	return client, nil
@@ -376,8 +377,8 @@ func logTransport(gme *GCPMultiEndpoint, tr *clientTransport) {
 // then fr's, with which the client dials its front connection. The caller's client options
 // are not among them: they shape the endpoints' pools, and on the front connection its dial
 // options would run twice (interceptors) or hold it (grpc.WithBlock).
-func spannerClientOptions(tr *clientTransport, fr *front) []option.ClientOption {
-	return append(append([]option.ClientOption(nil), tr.clientOpts...), fr.opts...)
+func spannerClientOptions(tr *clientTransport, fr *front.Front) []option.ClientOption {
+	return append(append([]option.ClientOption(nil), tr.clientOpts...), fr.Options()...)
 }
 
 // poolSettingsOf returns config's settings that shape the pools (planTransport applies them

@@ -1,7 +1,6 @@
 package spannerme
 
 import (
-	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner"
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"

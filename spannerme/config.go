@@ -1,17 +1,22 @@
 package spannerme
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 )
+
+// DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
+type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 
 // Channel pool sizing. Each endpoint's pool is a grpcgcp pool of channels (gRPC
 // connections). It keeps MinSize channels connected at all times (a warm standby is ready to

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 	"github.com/spannerme/spanner-multiendpoint/internal/steer"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -129,10 +130,10 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 		t.Fatalf("Status.Retries %+v: want at least 5 overload skips", st.Retries)
 	}
 	rm := collect(t, reader)
-	if got := sumBy(rm, metricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 1 {
+	if got := sumBy(rm, observe.MetricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 1 {
 		t.Errorf("cooldowns metric by endpoint = %v, want 1 for E1", got)
 	}
-	if got := sumBy(rm, metricReroutes, AttrRerouteReason); got[steer.RerouteOverload] != st.Retries.OverloadSkipped {
+	if got := sumBy(rm, observe.MetricReroutes, AttrRerouteReason); got[steer.RerouteOverload] != st.Retries.OverloadSkipped {
 		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, steer.RerouteOverload, st.Retries.OverloadSkipped)
 	}
 	gme.Close()

@@ -15,9 +15,8 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // includeReplicas returns a policy that includes the given locations' replicas of type typ.

@@ -10,10 +10,10 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
-// directedReads reads a group's directedReads into Settings.DirectedReads (directedreads.go):
-// includeReplicas (with autoFailoverDisabled) or excludeReplicas, each a list of
-// {location, type} selections.
-func (d *fileDecoder) directedReads(group string, n *configfile.Node, path string) error {
+// decodeDirectedReads reads group's directedReads section, for Settings.DirectedReads
+// (directedreads.go): includeReplicas (with autoFailoverDisabled) or excludeReplicas, each a
+// list of {location, type} selections.
+func decodeDirectedReads(d *configfile.Decoder, group string, n *configfile.Node, path string) (*spannerpb.DirectedReadOptions, error) {
 	var include, exclude []*spannerpb.DirectedReadOptions_ReplicaSelection
 	var noFailover bool
 	selections := func(dst *[]*spannerpb.DirectedReadOptions_ReplicaSelection) func(*configfile.Node, string) error {
@@ -63,14 +63,14 @@ func (d *fileDecoder) directedReads(group string, n *configfile.Node, path strin
 		},
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	o := &spannerpb.DirectedReadOptions{}
 	switch {
 	case include != nil && exclude != nil:
-		return d.ErrAt(configfile.Resolve(n), path, "give includeReplicas or excludeReplicas, not both")
+		return nil, d.ErrAt(configfile.Resolve(n), path, "give includeReplicas or excludeReplicas, not both")
 	case exclude != nil && d.Node(configfile.Join(path, "autoFailoverDisabled")) != nil:
-		return d.ErrAt(d.Node(configfile.Join(path, "autoFailoverDisabled")), configfile.Join(path, "autoFailoverDisabled"),
+		return nil, d.ErrAt(d.Node(configfile.Join(path, "autoFailoverDisabled")), configfile.Join(path, "autoFailoverDisabled"),
 			"applies only to includeReplicas")
 	case include != nil:
 		o.Replicas = &spannerpb.DirectedReadOptions_IncludeReplicas_{IncludeReplicas: &spannerpb.DirectedReadOptions_IncludeReplicas{
@@ -80,11 +80,7 @@ func (d *fileDecoder) directedReads(group string, n *configfile.Node, path strin
 			ReplicaSelections: exclude}}
 	}
 	if problem := spannerreq.CheckDirectedReadOptions(o); problem != "" {
-		return d.ErrAt(configfile.Resolve(n), path, "group %s: %s", configfile.Q(group), problem)
+		return nil, d.ErrAt(configfile.Resolve(n), path, "group %s: %s", configfile.Q(group), problem)
 	}
-	if d.settings.DirectedReads == nil {
-		d.settings.DirectedReads = map[string]*spannerpb.DirectedReadOptions{}
-	}
-	d.settings.DirectedReads[group] = o
-	return nil
+	return o, nil
 }

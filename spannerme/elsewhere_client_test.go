@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 	"github.com/spannerme/spanner-multiendpoint/internal/retry"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -125,7 +126,7 @@ func attemptNumber(id string) (string, int) {
 
 // E1 fails 5 % of calls with UNAVAILABLE (below the ejection thresholds), E2 is healthy, 8
 // workers of point reads: no read fails; every streaming read that failed on E1 was sent
-// again at once to E2 (resend.go), as the same attempt (the same request ID, attempt number
+// again at once to E2 (internal/steer), as the same attempt (the same request ID, attempt number
 // included), and answered there; every attempt the Spanner client itself retried (attempt
 // number > 1: a unary call, or a resend the budget refused) is served by E2, its previous
 // attempt having failed on E1. A plain Spanner client reads at the same time through its
@@ -215,9 +216,9 @@ func TestRetryElsewhere_Client_PartialFailure(t *testing.T) {
 		t.Errorf("Status.Retries.Resent grew by %d, want the %d reads that failed on E1", got, resent)
 	}
 	// The resends metric: every resend, from E1 to E2.
-	if v, _ := valueWhere(collect(t, reader), metricResends, attribute.String(AttrMultiEndpoint, "default"),
+	if v, _ := valueWhere(collect(t, reader), observe.MetricResends, attribute.String(AttrMultiEndpoint, "default"),
 		attribute.String(AttrResendFrom, e1.Addr()), attribute.String(AttrEndpoint, e2.Addr())); v != after.Resent {
-		t.Errorf("%s{from E1, to E2} = %d, want Status.Retries.Resent %d", metricResends, v, after.Resent)
+		t.Errorf("%s{from E1, to E2} = %d, want Status.Retries.Resent %d", observe.MetricResends, v, after.Resent)
 	}
 	t.Logf("resend at once, E1 failing 5%% UNAVAILABLE, 8 workers for %v: %d reads, 0 failed; %d reads failed on E1 and were resent to E2 (resent %d, refused %d), %d attempts retried by the client (steered %d, refused %d), tokens %.1f; "+
 		"p50/p95/p99/p99.9 spannerme %s, plain client (same fault, same run) %s over %d reads (%d failed)",
@@ -266,7 +267,7 @@ func TestRetryElsewhere_Client_FaultEverywhere(t *testing.T) {
 }
 
 // E1 answers RESOURCE_EXHAUSTED with a 3 s RetryInfo, through the Spanner client: the query
-// that meets it starts E1's cooldown, and is resent at once to E2 (resend.go: the delay is
+// that meets it starts E1's cooldown, and is resent at once to E2 (internal/steer: the delay is
 // E1's); meanwhile every new query goes to E2 (E1 healed at once: only the cooldown
 // keeps it out); E1 gets queries again when its cooldown ends, never before.
 func TestOverloadCooldown_Client(t *testing.T) {
@@ -311,7 +312,7 @@ func TestOverloadCooldown_Client(t *testing.T) {
 		t.Fatalf("the query that met RESOURCE_EXHAUSTED: %v", err)
 	}
 	// The query that met RESOURCE_EXHAUSTED (with a RetryInfo, which the client retries) was
-	// resent at once to E2 as the same attempt (resend.go), not retried after 3 s.
+	// resent at once to E2 as the same attempt (internal/steer), not retried after 3 s.
 	var exhaustedID string
 	for _, a := range e1.Attempts() {
 		if a.Method == methodQuery && a.Code == codes.ResourceExhausted {

@@ -13,6 +13,8 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 )
 
 // nameAttrOf returns, for every data point of instrument name, the value of
@@ -114,16 +116,16 @@ func TestEndpointNameShownWithAddress(t *testing.T) {
 
 	// Metrics: every instrument that names an endpoint names it the same way.
 	rm := collect(t, reader)
-	for _, name := range []string{metricCalls, metricDuration, metricCurrent, metricEndpointState, metricActiveCalls} {
+	for _, name := range []string{observe.MetricCalls, observe.MetricDuration, observe.MetricCurrent, observe.MetricEndpointState, observe.MetricActiveCalls} {
 		got := nameAttrOf(rm, name)
 		if got[e1.Addr()] != "psc-east4" || got[e2.Addr()] != "" {
 			t.Errorf("%s: %s by endpoint = %v, want %s: psc-east4 and none for %s", name, AttrEndpointName, got, e1.Addr(), e2.Addr())
 		}
 	}
-	if got := nameAttrOf(rm, metricSwitches); len(got) != 1 || got[e2.Addr()] != "" {
+	if got := nameAttrOf(rm, observe.MetricSwitches); len(got) != 1 || got[e2.Addr()] != "" {
 		t.Errorf("switches: %s by endpoint = %v, want only %s, unnamed", AttrEndpointName, got, e2.Addr())
 	}
-	m, _ := find(rm, metricSwitches)
+	m, _ := find(rm, observe.MetricSwitches)
 	for _, dp := range int64Points(m) {
 		if _, has := dp.Attributes.Value(AttrEndpointName); has {
 			t.Errorf("switch to an unnamed endpoint has attribute %s: %v", AttrEndpointName, dp.Attributes.ToSlice())
@@ -191,7 +193,7 @@ func TestEndpointRenameOnReload(t *testing.T) {
 	f.servedBy(t, "one")
 	rm := collect(t, reader)
 	var renamed bool
-	m, _ := find(rm, metricCalls)
+	m, _ := find(rm, observe.MetricCalls)
 	for _, dp := range int64Points(m) {
 		e, _ := dp.Attributes.Value(AttrEndpoint)
 		n, _ := dp.Attributes.Value(AttrEndpointName)

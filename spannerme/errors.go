@@ -1,16 +1,12 @@
 package spannerme
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/status"
-
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
-	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error returned by NewGCPMultiEndpoint,
@@ -59,52 +55,61 @@ func fromStateMachine(err error) error {
 	return &ConfigError{Group: ce.Group, Endpoint: ce.Endpoint, Index: ce.Index, Problem: ce.Problem}
 }
 
-// permanentConnError reports whether a connection error of kind k is one that retrying the
-// connection does not fix: a plaintext server dialed with TLS, or a certificate that fails
-// verification (not trusted, for another name, expired), fails the same way at every attempt
-// until the client's or the server's transport settings change (pool.ClassifyConnError gives
-// only those KindTLS, by their crypto/tls and crypto/x509 types). Every other kind may heal
-// by itself (a server restarting, a name being published, a network blip, a TLS alert such
-// as internal_error), so calls wait for it; see docs/failure-semantics.md.
-func permanentConnError(k pool.ConnErrorKind) bool { return k == pool.KindTLS }
-
-// waitEndedError is the error of a call whose context ended while it waited for the pool p,
-// of group me, to connect: the context's code (DEADLINE_EXCEEDED or CANCELED, as
-// status.FromContextError gives it), with a message naming the endpoint, the group, the
-// pool's state and its last connection error since it was last ready.
-func waitEndedError(ctx context.Context, me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
-	cause := "no connection attempt has failed yet"
-	if c, ok := p.DownCause(); ok {
-		cause = fmt.Sprintf("last connection error: %s: %s", c.Kind, c.Message)
-	}
-	return status.Errorf(status.FromContextError(ctx.Err()).Code(), "spannerme: %v while waiting for endpoint %s of group %q to connect (%s; %s)",
-		ctx.Err(), p.Endpoint(), me.Name(), p.State(), cause)
-}
-
-// notConnectedError returns err, an error of a call sent to the pool p of group me, with
-// the endpoint, the group and the pool's connection error added to its message when it is
-// UNAVAILABLE and p is not ready: gRPC fails such a call fast with a message that names
-// neither ("all SubConns are in TransientFailure", from grpcgcp's picker). The code and
-// the details are kept, so the Spanner client retries it as before. Any other err is
-// returned unchanged.
-func notConnectedError(err error, me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
-	if p.State() == connectivity.Ready {
-		return err
-	}
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable {
-		return err
-	}
-	c, ok := p.DownCause()
-	if !ok {
-		return err
-	}
-	sp := st.Proto()
-	sp.Message = fmt.Sprintf("spannerme: endpoint %s of group %q is not connected (last connection error: %s: %s): %s",
-		p.Endpoint(), me.Name(), c.Kind, c.Message, sp.GetMessage())
-	return status.ErrorProto(sp)
-}
-
 func configErr(group, endpoint string, index int, format string, args ...any) error {
 	return &ConfigError{Group: group, Endpoint: endpoint, Index: index, Problem: fmt.Sprintf(format, args...)}
 }
+
+// ConfigFileError is a mistake in a configuration file: where it is and what is wrong. Use
+// errors.As to get it. It wraps ErrInvalidConfig, and Err when not nil.
+type ConfigFileError struct {
+	// File is the path given to LoadConfig; "" for ParseConfig.
+	File string
+	// Line and Column locate the mistake (1-based); 0 when unknown (Column of a syntax
+	// error) or the mistake is the whole file's.
+	Line, Column int
+	// Field is the path of the offending field, e.g. "multiEndpoints.default.recoveryTimeout"
+	// or "multiEndpoints.default.endpoints[1]"; "" for the whole file.
+	Field string
+	// Problem says what is wrong.
+	Problem string
+	// Err is the *ConfigError of a mistake found by the same validation as
+	// NewGCPMultiEndpoint's, or nil.
+	Err error
+}
+
+func (e *ConfigFileError) Error() string {
+	if e.File == "" { // placed by line and column alone, as the decoder words it
+		return "spannerme configuration: " + (&configfile.Error{Line: e.Line, Column: e.Column, Field: e.Field, Problem: e.Problem}).Error()
+	}
+	var b strings.Builder
+	b.WriteString("spannerme configuration: ")
+	switch {
+	case e.Line > 0 && e.Column > 0:
+		fmt.Fprintf(&b, "%s:%d:%d: ", e.File, e.Line, e.Column)
+	case e.Line > 0:
+		fmt.Fprintf(&b, "%s:%d: ", e.File, e.Line)
+	default:
+		b.WriteString(e.File + ": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Problem)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidConfig and Err.
+func (e *ConfigFileError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrInvalidConfig, e.Err}
+	}
+	return []error{ErrInvalidConfig}
+}
+
+// The limits of what a ConfigFileError holds: its Field holds at most maxErrorField bytes
+// and its Problem at most maxErrorProblem; what is cut ends with a marker ("…[cut: N bytes in
+// all]"). A value of the file is quoted with at most configfile.MaxQuoted bytes of it.
+const (
+	maxErrorField   = 256
+	maxErrorProblem = 512
+)

@@ -2,8 +2,6 @@ package spannerme
 
 import (
 	"log/slog"
-	"sync"
-	"sync/atomic"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/ordered"
 )
@@ -65,27 +63,3 @@ func (e *eventQueue) pushHealth(ev HealthEvent) { e.q.Push(queuedEvent{health: &
 
 // close drops undelivered events; after it returns no callback starts. Idempotent.
 func (e *eventQueue) close() { e.q.Stop() }
-
-// broadcast wakes every waiter at once: wait returns a channel that the next signal closes.
-// wait takes no lock (it is on the call path); signal is serialized.
-type broadcast struct {
-	mu sync.Mutex // serializes signal
-	ch atomic.Pointer[chan struct{}]
-}
-
-func newBroadcast() *broadcast {
-	b := &broadcast{}
-	ch := make(chan struct{})
-	b.ch.Store(&ch)
-	return b
-}
-
-func (b *broadcast) wait() <-chan struct{} { return *b.ch.Load() }
-
-func (b *broadcast) signal() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	next := make(chan struct{})
-	old := b.ch.Swap(&next)
-	close(*old)
-}

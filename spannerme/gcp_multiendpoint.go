@@ -17,19 +17,13 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
-	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
-	"github.com/spannerme/spanner-multiendpoint/internal/judge"
+	"github.com/spannerme/spanner-multiendpoint/internal/front"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/route"
-	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
-	"github.com/spannerme/spanner-multiendpoint/internal/steer"
 )
-
-// DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
-type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption) (*grpc.ClientConn, error)
 
 // GCPMultiEndpoint is a gRPC client connection over several named MultiEndpoints (groups of
 // endpoints in priority order), with one grpcgcp channel pool per unique endpoint shared by
@@ -48,7 +42,9 @@ type DialFunc = func(ctx context.Context, target string, opts ...grpc.DialOption
 // NewGCPMultiEndpoint*, NewMultiEndpointClient*, or NewGCPMultiEndpointForSpanner for Spanner
 // clients that share it (NewClient, Configurator).
 type GCPMultiEndpoint struct {
-	snap atomic.Pointer[route.Table] // the routing snapshot; nil after Close
+	// mechanisms are the routing snapshot and the mechanisms that calls and pools reach
+	// (mechanisms.go).
+	mechanisms
 
 	dial      DialFunc
 	dialOpts  []grpc.DialOption
@@ -57,15 +53,7 @@ type GCPMultiEndpoint struct {
 	settings  Settings
 	pl        plumbing
 	log       *slog.Logger
-	obs       *observer // logs of transitions, metrics, switch history
-	// judge keeps each group's verdicts (which endpoints it may use, and why) and brownout
-	// state (internal/judge).
-	judge judge.Judge
-	// steering steers retries, resends and calls to cooling endpoints (internal/steer).
-	steering steer.Steerer
-	// tiers spreads the calls of tiered groups (Settings.Tiers); tierSettings are the
-	// validated Settings.Tiers, read and written only under updateMu.
-	tiers        route.Tiering
+	// tierSettings are the validated Settings.Tiers, read and written only under updateMu.
 	tierSettings map[string]tierConfig
 	// endpointOpts (Settings.EndpointOptions) and dialedOpts (the options each configured
 	// endpoint's pool was dialed with) are read and written only under updateMu.
@@ -73,22 +61,11 @@ type GCPMultiEndpoint struct {
 	// directed is the validated Settings.DirectedReads that apply publishes in every
 	// snapshot; read and written only under updateMu.
 	directed directedReads
-	// roTxns are the read-only transactions seen beginning, for the directed reads of the
-	// requests that name them by ID.
-	roTxns spannerreq.ReadOnlyTxns
-	// hedger hedges the streams of the groups that hedge (Settings.Hedging); closed by Close.
-	hedger hedge.Hedger
 	// configStatus is the configuration file's status, set by a ConfigWatcher; nil without.
 	configStatus atomic.Pointer[ConfigStatus]
 
-	unknown sync.Map // group name (string) -> *atomic.Int64: calls that named an unknown group
-	// unknownMu serializes the first call of each unknown name, so that exactly
-	// maxUnknownNames names are kept; unknownNames is written under it, read without it.
-	unknownMu    sync.Mutex
-	unknownNames atomic.Int64 // distinct names in unknown, at most maxUnknownNames
-	events       *eventQueue
-	waiting      atomic.Int64 // calls waiting in pickConnected
-	changed      *broadcast   // signalled when a pool's state or a group's current endpoint changes
+	unknown route.UnknownNames // calls that named an unknown group
+	waiting atomic.Int64       // calls waiting in pickConnected
 
 	// waitForReadyDefault: the dial options make grpc.WaitForReady(true) a default call
 	// option (grpc.WithDefaultCallOptions); read once at construction.
@@ -117,7 +94,7 @@ type GCPMultiEndpoint struct {
 	// fronts are the fronts given to Spanner clients (NewMultiEndpointClient*, NewClient,
 	// Configurator) not yet released, forgotten at Close; they are counted in Status.Clients
 	// and Status.Configurators.
-	fronts    map[*front]struct{}
+	fronts    map[*front.Front]struct{}
 	closeDone chan struct{} // closed when the first Close has finished
 	// closedAt and lastDefault are when Close was called and the default group's name
 	// then, for Status after Close.
@@ -252,20 +229,13 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 		groups:       make(map[string]*multiendpoint.MultiEndpoint),
 		pools:        make(map[string]*pool.Pool),
 		retired:      make(map[*pool.Pool]bool),
-		fronts:       make(map[*front]struct{}),
+		fronts:       make(map[*front.Front]struct{}),
 		stop:         make(chan struct{}),
-		events:       newEventQueue(settings.Logger, settings.OnSwitch, settings.OnHealth),
-		changed:      newBroadcast(),
+		tierSettings: s.tiers,
 
 		lazyStreams: lazyStreams,
 	}
-	gme.tiers.Init(pl.clock)
-	gme.tierSettings = s.tiers
-	gme.obs = newObserver(settings.Logger, pl.clock, newMetrics(settings.MeterProvider))
-	gme.judge.Init(judgeEnv{gme}, brownout.NewGroups(settings.Health.brownoutOn(), settings.Health.Brownout.rule()), pl.clock, pl.latency)
-	gme.steering.Init(steerEnv{gme}, &gme.roTxns, &gme.tiers, pl.clock)
-	gme.hedger.Init(hedgeEnv{gme}, &gme.roTxns, pl.clock)
-	gme.hedger.Set(s.hedging)
+	gme.initMechanisms(settings, s.hedging, pl.clock, pl.latency)
 	gme.waitForReadyDefault = pool.WaitForReady(pool.WaitForReady(false, pl.callDefaults), pool.DefaultCallOptions(gme.dialOpts))
 	gme.dialCtx, gme.cancelDial = context.WithCancel(context.Background())
 	if gme.dial == nil {
@@ -278,11 +248,11 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	defer gme.updateMu.Unlock()
 	if err := gme.apply(cfg, durationsAsWritten); err != nil { // at creation no group is kept
 		gme.events.close()
-		gme.obs.close()
+		gme.obs.Close()
 		gme.cancelDial()
 		return nil, err
 	}
-	gme.obs.metrics.observe(settings.MeterProvider, gme.metricsView)
+	gme.obs.Metrics().Observe(settings.MeterProvider, gme.metricsView)
 	return gme, nil
 }
 
@@ -299,7 +269,7 @@ func (gme *GCPMultiEndpoint) logger() *slog.Logger {
 
 // addFront registers p, the front of a Spanner client over gme, which Status counts. It
 // returns false, registering nothing, once gme is closed (or a zero value).
-func (gme *GCPMultiEndpoint) addFront(p *front) bool {
+func (gme *GCPMultiEndpoint) addFront(p *front.Front) bool {
 	gme.mu.Lock()
 	defer gme.mu.Unlock()
 	if gme.closed || gme.zero() {
@@ -311,10 +281,32 @@ func (gme *GCPMultiEndpoint) addFront(p *front) bool {
 
 // dropFront forgets p, a front whose client closed its connection; a no-op after Close,
 // which forgot every front.
-func (gme *GCPMultiEndpoint) dropFront(p *front) {
+func (gme *GCPMultiEndpoint) dropFront(p *front.Front) {
 	gme.mu.Lock()
 	delete(gme.fronts, p)
 	gme.mu.Unlock()
+}
+
+// frontConn is gme as its fronts see it (front.Conn).
+type frontConn struct{ *GCPMultiEndpoint }
+
+func (c frontConn) InvokeID(ctx context.Context, method string, args, reply any, id string, opts []grpc.CallOption) error {
+	return c.invoke(ctx, method, args, reply, id, opts)
+}
+func (c frontConn) NewStreamID(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
+	return c.newStream(ctx, desc, method, id, opts)
+}
+func (c frontConn) Add(f *front.Front) bool { return c.addFront(f) }
+func (c frontConn) Drop(f *front.Front)     { c.dropFront(f) }
+
+// newFront returns a front of kind over gme (front.New); ErrClosed after gme.Close (and on
+// a zero value).
+func newFront(gme *GCPMultiEndpoint, kind front.Kind) (*front.Front, error) {
+	f, ok := front.New(frontConn{gme}, kind)
+	if !ok {
+		return nil, ErrClosed
+	}
+	return f, nil
 }
 
 // GCPConfig returns a copy of the grpcgcp configuration every pool was dialed with, pool size
@@ -353,7 +345,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 		gme.mu.Unlock()
 		return nil
 	}
-	gme.closedAt = gme.obs.now()
+	gme.closedAt = gme.obs.Now()
 	gme.lastDefault = gme.snap.Load().DefaultNameOrEmpty()
 	gme.mu.Unlock()
 	gme.cancelDial()
@@ -361,7 +353,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 	gme.updateMu.Lock() // waits for an update in progress; later ones see closed
 	defer gme.updateMu.Unlock()
 	gme.snap.Store(nil)
-	gme.changed.signal() // waiting calls see the closed snapshot
+	gme.changed.Signal() // waiting calls see the closed snapshot
 	close(gme.stop)
 	gme.mu.Lock()
 	groups, pools := gme.groups, gme.pools
@@ -380,7 +372,7 @@ func (gme *GCPMultiEndpoint) Close() error {
 		}
 	}
 	gme.wg.Wait() // drains see stop and close their pools
-	gme.obs.close()
+	gme.obs.Close()
 	return errors.Join(errs...)
 }
 
@@ -411,8 +403,8 @@ func (gme *GCPMultiEndpoint) allPoolsLocked() []*pool.Pool {
 
 // metricsView returns what the observable metrics read; false after Close (and on a zero
 // value), when only the waiting calls are observed.
-func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
-	v := metricsView{waiting: gme.waiting.Load()}
+func (gme *GCPMultiEndpoint) metricsView() (observe.View, bool) {
+	v := observe.View{Waiting: gme.waiting.Load()}
 	if gme.zero() {
 		return v, false
 	}
@@ -422,10 +414,10 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 		return v, false
 	}
 	pools := gme.allPoolsLocked()
-	v.names = gme.namesLocked()
+	v.Names = gme.namesLocked()
 	for p := range gme.retired {
 		if n := poolName(p); n != "" && gme.pools[p.Endpoint()] == nil {
-			v.names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
+			v.Names[p.Endpoint()] = n // a configured endpoint's name, even none, wins
 		}
 	}
 	groups := make([]*multiendpoint.MultiEndpoint, 0, len(gme.groups))
@@ -433,17 +425,17 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 		groups = append(groups, me)
 	}
 	gme.mu.Unlock()
-	v.active = make(map[string]int64, len(pools))
+	v.Active = make(map[string]int64, len(pools))
 	for _, p := range pools {
-		v.active[p.Endpoint()] += p.InFlight()
+		v.Active[p.Endpoint()] += p.InFlight()
 	}
 	for _, me := range groups {
-		v.groups = append(v.groups, me.Status())
+		v.Groups = append(v.Groups, me.Status())
 	}
-	v.degraded = gme.judge.Brownouts().DegradedSet()
-	v.verdicts = gme.judge.Verdicts().All()
-	v.hedges = hedgingCounts(&gme.hedger)
-	v.scores = gme.tiers.Scores()
+	v.Degraded = gme.judge.Brownouts().DegradedSet()
+	v.Verdicts = gme.judge.Verdicts().All()
+	v.Hedges = gme.hedger.Counts()
+	v.Scores = gme.tiers.Scores()
 	return v, true
 }
 
@@ -451,26 +443,11 @@ func (gme *GCPMultiEndpoint) metricsView() (metricsView, bool) {
 // and the Configurators'. gme.mu must be held.
 func (gme *GCPMultiEndpoint) frontsLocked() (clients, configurators int) {
 	for f := range gme.fronts {
-		if f.kind == configuratorFront {
+		if f.Kind() == front.Configurator {
 			configurators++
 		} else {
 			clients++
 		}
 	}
 	return clients, configurators
-}
-
-// endpointName returns the name (EndpointOptions.Name) of the pool that serves endpoint e in
-// the routing snapshot, "" when it has none or no pool serves e. It takes no lock.
-func (gme *GCPMultiEndpoint) endpointName(e string) string { return endpointNameIn(gme.snap.Load(), e) }
-
-// endpointNameIn returns the name of the pool that serves endpoint e in s, "" when it has
-// none, no pool serves e or s is nil (closed).
-func endpointNameIn(s *route.Table, e string) string {
-	if s != nil {
-		if p := s.Pools[e]; p != nil {
-			return poolName(p)
-		}
-	}
-	return ""
 }

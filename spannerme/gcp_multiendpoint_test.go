@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 )
 
 func TestRoutingByContext(t *testing.T) {
@@ -673,7 +674,7 @@ func TestCase_F4_FlappingEndpoint(t *testing.T) {
 // 64 names are kept, each with its 8 calls, each logged once; a 65th name is counted under
 // "(other unknown names)".
 func TestUnknownGroupNamesKeptUnderConcurrentFirstCalls(t *testing.T) {
-	const names, callsPerName = maxUnknownNames, 8
+	const names, callsPerName = route.MaxUnknownNames, 8
 	addr := startServer(t, "A")
 	for round := range 50 { // the race is narrow: many rounds
 		var logs syncBuffer
@@ -695,8 +696,8 @@ func TestUnknownGroupNamesKeptUnderConcurrentFirstCalls(t *testing.T) {
 				t.Errorf("round %d: UnknownGroups[unknown-%d] = %d, want %d", round, i, n, callsPerName)
 			}
 		}
-		if len(got) != names+1 || got[otherUnknownNames] != 1 {
-			t.Errorf("round %d: %d names kept, %q = %d; want %d names and 1 other call", round, len(got)-1, otherUnknownNames, got[otherUnknownNames], names)
+		if len(got) != names+1 || got[route.OtherUnknownNames] != 1 {
+			t.Errorf("round %d: %d names kept, %q = %d; want %d names and 1 other call", round, len(got)-1, route.OtherUnknownNames, got[route.OtherUnknownNames], names)
 		}
 		if n := strings.Count(logs.String(), "unknown MultiEndpoint"); n != names {
 			t.Errorf("round %d: %d unknown names logged, want %d", round, n, names)

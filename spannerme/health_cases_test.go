@@ -23,9 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/cooldown"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 const (

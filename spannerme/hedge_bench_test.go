@@ -53,7 +53,7 @@ func BenchmarkHedgedStream(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			if h := t.gme.hedgingStatus("default"); h != nil && h.Sent != 0 {
+			if h := hedgingStatusOf(t.gme.hedger.Group("default")); h != nil && h.Sent != 0 {
 				b.Errorf("%d hedges sent", h.Sent)
 			}
 		})

@@ -271,7 +271,7 @@ func TestHedgingLeavesWritesAlone(t *testing.T) {
 	if a, b := requestShapes(off), requestShapes(got); !slices.Equal(a, b) {
 		t.Errorf("requests with hedging on:\n%v\nwant those with hedging off:\n%v", b, a)
 	}
-	if h := on.gme.hedgingStatus("default"); h.Sent != 0 || h.Hedgeable != 0 {
+	if h := hedgingStatusOf(on.gme.hedger.Group("default")); h.Sent != 0 || h.Hedgeable != 0 {
 		t.Errorf("hedging status %+v, want nothing hedgeable or sent", *h)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 )
 
 // Settings.Hedging: defaults fill the zero fields; a negative duration or a budget outside
@@ -137,12 +138,12 @@ func TestHedgingStatusAndMetrics(t *testing.T) {
 		t.Errorf("JSON round trip %+v, %v; want %+v", back, err, *h)
 	}
 	rm := collect(t, reader)
-	got := sumBy(rm, metricHedges, AttrHedgeOutcome)
+	got := sumBy(rm, observe.MetricHedges, AttrHedgeOutcome)
 	if len(got) != 4 || got["sent"] != 0 || got["won"] != 0 {
-		t.Errorf("%s by outcome: %v, want sent, won, lost and refused at 0", metricHedges, got)
+		t.Errorf("%s by outcome: %v, want sent, won, lost and refused at 0", observe.MetricHedges, got)
 	}
-	if by := sumBy(rm, metricHedges, AttrMultiEndpoint); len(by) != 1 {
-		t.Errorf("%s by group: %v, want the default group only", metricHedges, by)
+	if by := sumBy(rm, observe.MetricHedges, AttrMultiEndpoint); len(by) != 1 {
+		t.Errorf("%s by group: %v, want the default group only", observe.MetricHedges, by)
 	}
 }
 

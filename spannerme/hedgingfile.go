@@ -6,9 +6,9 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
-// hedging reads a group's hedging section into Settings.Hedging (hedging.go): delay,
+// decodeHedging reads a group's hedging section, for Settings.Hedging (hedging.go): delay,
 // minDelay and budget, each optional; an empty section ({}) hedges with the defaults.
-func (d *fileDecoder) hedging(group string, n *configfile.Node, path string) error {
+func decodeHedging(d *configfile.Decoder, n *configfile.Node, path string) (HedgingSettings, error) {
 	var h HedgingSettings
 	dur := func(dst *time.Duration) func(*configfile.Node, string) error {
 		return func(n *configfile.Node, p string) (err error) {
@@ -25,12 +25,5 @@ func (d *fileDecoder) hedging(group string, n *configfile.Node, path string) err
 			return err
 		},
 	})
-	if err != nil {
-		return err
-	}
-	if d.settings.Hedging == nil {
-		d.settings.Hedging = map[string]HedgingSettings{}
-	}
-	d.settings.Hedging[group] = h
-	return nil
+	return h, err
 }

@@ -92,11 +92,6 @@ func (h *HedgingStatus) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// hedgingStatus returns group's hedging status; nil when it does not hedge.
-func (gme *GCPMultiEndpoint) hedgingStatus(group string) *HedgingStatus {
-	return hedgingStatusOf(gme.hedger.Group(group))
-}
-
 // hedgingStatusOf returns g's status; nil for a nil g (a group that does not hedge).
 func hedgingStatusOf(g *hedge.Group) *HedgingStatus {
 	if g == nil {
@@ -107,18 +102,4 @@ func hedgingStatusOf(g *hedge.Group) *HedgingStatus {
 		Delay: s.Delay, MinDelay: s.MinDelay, Budget: s.Budget,
 		Hedgeable: c.Hedgeable, Sent: c.Sent, Won: c.Won, Lost: c.Lost, Refused: c.Refused, NoEndpoint: c.NoEndpoint,
 	}
-}
-
-// hedgingCounts returns the hedging status of every hedging group, by name; nil when none
-// hedges.
-func hedgingCounts(h *hedge.Hedger) map[string]*HedgingStatus {
-	groups := h.Groups()
-	if groups == nil {
-		return nil
-	}
-	out := make(map[string]*HedgingStatus, len(groups))
-	for name, g := range groups {
-		out[name] = hedgingStatusOf(g)
-	}
-	return out
 }

@@ -23,6 +23,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 )
 
 // newMetricReader returns an SDK meter provider whose metrics the reader collects on demand.
@@ -44,7 +45,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) metricdata.ResourceMetrics
 func find(rm metricdata.ResourceMetrics, name string) (metricdata.Metrics, bool) {
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if m.Name == name && sm.Scope.Name == meterName {
+			if m.Name == name && sm.Scope.Name == observe.MeterName {
 				return m, true
 			}
 		}
@@ -114,7 +115,7 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 	e1.Down()
 	waitServedBy(t, ctx, gme, "E2", 10*time.Second)
 	calls(7, "E2")
-	if v, ok := valueWhere(collect(t, reader), metricCurrent, attribute.String(AttrMultiEndpoint, "g"), attribute.Int(AttrEndpointPriority, 1)); !ok || v != 1 {
+	if v, ok := valueWhere(collect(t, reader), observe.MetricCurrent, attribute.String(AttrMultiEndpoint, "g"), attribute.Int(AttrEndpointPriority, 1)); !ok || v != 1 {
 		t.Errorf("failed over: current_endpoint{priority 1} = %d (%v), want 1", v, ok)
 	}
 	e1.Up()
@@ -122,39 +123,39 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 	calls(3, "E1")
 
 	rm := collect(t, reader)
-	for _, d := range metricDocs {
-		if d.Name == metricEjections || d.Name == metricFailures || d.Name == metricHedges || d.Name == metricCooldowns || d.Name == metricReroutes || d.Name == metricResends {
+	for _, d := range observe.Docs {
+		if d.Name == observe.MetricEjections || d.Name == observe.MetricFailures || d.Name == observe.MetricHedges || d.Name == observe.MetricCooldowns || d.Name == observe.MetricReroutes || d.Name == observe.MetricResends {
 			continue // nothing ejected, overloaded or retried; maybe no call failed; no group hedges
 		}
-		if d.Name == metricTier || d.Name == metricLatencyScore {
+		if d.Name == observe.MetricTier || d.Name == observe.MetricLatencyScore {
 			continue // no group has tiers (TestTiersSlowerMemberLosesItsShare reads them)
 		}
 		if _, ok := find(rm, d.Name); !ok {
 			t.Errorf("instrument %s not reported", d.Name)
 		}
 	}
-	if got := sumBy(rm, metricSwitches, AttrSwitchReason); len(got) != 2 || got["fallback"] != 1 || got["recovery"] != 1 {
+	if got := sumBy(rm, observe.MetricSwitches, AttrSwitchReason); len(got) != 2 || got["fallback"] != 1 || got["recovery"] != 1 {
 		t.Errorf("switches by reason = %v, want fallback:1, recovery:1", got)
 	}
 	g := attribute.String(AttrMultiEndpoint, "g")
 	// Back on the first endpoint: nothing current off priority 0, the one query an alert
 	// "off the first endpoint" makes.
 	for prio, want := range map[int]int64{0: 1, 1: 0} {
-		if v, ok := valueWhere(rm, metricCurrent, g, attribute.Int(AttrEndpointPriority, prio)); !ok || v != want {
+		if v, ok := valueWhere(rm, observe.MetricCurrent, g, attribute.Int(AttrEndpointPriority, prio)); !ok || v != want {
 			t.Errorf("current_endpoint{priority %d} = %d (%v), want %d", prio, v, ok, want)
 		}
 	}
 	for e, want := range map[string]int64{e1.Addr(): 1, e2.Addr(): 0} {
-		if v, ok := valueWhere(rm, metricCurrent, g, attribute.String(AttrEndpoint, e)); !ok || v != want {
+		if v, ok := valueWhere(rm, observe.MetricCurrent, g, attribute.String(AttrEndpoint, e)); !ok || v != want {
 			t.Errorf("current_endpoint{%s} = %d (%v), want %d", e, v, ok, want)
 		}
-		if v, _ := valueWhere(rm, metricEndpointState, g, attribute.String(AttrEndpoint, e), attribute.String(AttrEndpointState, "available")); v != 1 {
+		if v, _ := valueWhere(rm, observe.MetricEndpointState, g, attribute.String(AttrEndpoint, e), attribute.String(AttrEndpointState, "available")); v != 1 {
 			t.Errorf("endpoint.state{%s, available} = %d, want 1", e, v)
 		}
 	}
 	ok := attribute.Int(AttrGRPCStatusCode, int(codes.OK))
 	okCalls := map[string]int64{}
-	m, _ := find(rm, metricCalls)
+	m, _ := find(rm, observe.MetricCalls)
 	for _, dp := range int64Points(m) {
 		if v, _ := dp.Attributes.Value(ok.Key); v == ok.Value {
 			e, _ := dp.Attributes.Value(AttrEndpoint)
@@ -166,7 +167,7 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 		t.Errorf("OK calls per endpoint = %v, want >= 8 on E1 (%s), >= 7 on E2", okCalls, e1.Addr())
 	}
 	var histCount uint64
-	hm, _ := find(rm, metricDuration)
+	hm, _ := find(rm, observe.MetricDuration)
 	for _, dp := range hm.Data.(metricdata.Histogram[float64]).DataPoints {
 		histCount += dp.Count
 		if v, ok := dp.Max.Value(); ok && (v <= 0 || v > 10) {
@@ -174,16 +175,16 @@ func TestMetricsAfterFailoverAndSwitchBack(t *testing.T) {
 		}
 	}
 	var total int64
-	for _, n := range sumBy(rm, metricCalls, AttrEndpoint) {
+	for _, n := range sumBy(rm, observe.MetricCalls, AttrEndpoint) {
 		total += n
 	}
 	if int64(histCount) != total {
 		t.Errorf("duration histogram counts %d calls, the calls counter %d", histCount, total)
 	}
-	if failed := sumBy(rm, metricFailures, AttrEndpoint); failed[e2.Addr()] != 0 {
+	if failed := sumBy(rm, observe.MetricFailures, AttrEndpoint); failed[e2.Addr()] != 0 {
 		t.Errorf("failures on the healthy fallback: %v", failed)
 	}
-	if v, ok := valueWhere(rm, metricActiveCalls, attribute.String(AttrEndpoint, e1.Addr())); !ok || v != 0 {
+	if v, ok := valueWhere(rm, observe.MetricActiveCalls, attribute.String(AttrEndpoint, e1.Addr())); !ok || v != 0 {
 		t.Errorf("active calls on E1 = %d (%v), want 0 reported", v, ok)
 	}
 }
@@ -197,7 +198,7 @@ func TestMetricsCountStreams(t *testing.T) {
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), s)
 	ctx := context.Background()
 	waitServedBy(t, ctx, gme, "E1", 10*time.Second)
-	before := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)
+	before := sumBy(collect(t, reader), observe.MetricCalls, AttrGRPCStatusCode)
 	for range 3 {
 		if err := streamOnce(ctx, gme); err != nil {
 			t.Fatal(err)
@@ -215,13 +216,13 @@ func TestMetricsCountStreams(t *testing.T) {
 	}
 	cancel()
 	eventually(t, 10*time.Second, "the cancelled stream counted", func() bool {
-		return sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)["1"] == 1
+		return sumBy(collect(t, reader), observe.MetricCalls, AttrGRPCStatusCode)["1"] == 1
 	})
-	after := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)
+	after := sumBy(collect(t, reader), observe.MetricCalls, AttrGRPCStatusCode)
 	if got := after["0"] - before["0"]; got != 3 {
 		t.Errorf("OK streams counted: %d, want 3 (%v)", got, after)
 	}
-	if got := sumBy(collect(t, reader), metricFailures, AttrGRPCStatusCode); got["1"] != 1 {
+	if got := sumBy(collect(t, reader), observe.MetricFailures, AttrGRPCStatusCode); got["1"] != 1 {
 		t.Errorf("failures by code = %v, want CANCELED (1): 1", got)
 	}
 }
@@ -303,7 +304,7 @@ func TestCallMeasurementDoesNotAllocate(t *testing.T) {
 			p, me := snap.Pools["127.0.0.1:1"], snap.Default.ME
 			ctx := context.Background()
 			measure := func() {
-				start := gme.obs.callBegin(ctx, p.Endpoint(), poolName(p), me.Name())
+				start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 				p.EndCall(ctx, me.Name(), start, nil)
 			}
 			measure() // builds the attribute sets
@@ -349,18 +350,18 @@ func BenchmarkInvokeMetrics(b *testing.B) {
 	}
 }
 
-var updateREADME = flag.Bool("update-readme", false, "rewrite the metric table of docs/observability.md from metricDocs")
+var updateREADME = flag.Bool("update-readme", false, "rewrite the metric table of docs/observability.md from observe.Docs")
 
 const (
-	readmeTableStart = "<!-- metric table: generated from spannerme/metrics.go by `go test ./spannerme -run TestREADMEMetricTable -update-readme` -->"
+	readmeTableStart = "<!-- metric table: generated from internal/observe/metrics.go by `go test ./spannerme -run TestREADMEMetricTable -update-readme` -->"
 	readmeTableEnd   = "<!-- end of metric table -->"
 )
 
-// metricTable renders metricDocs as the markdown table of docs/observability.md.
+// metricTable renders observe.Docs as the markdown table of docs/observability.md.
 func metricTable() string {
 	var b strings.Builder
 	b.WriteString("| instrument | kind | unit | attributes | meaning |\n| --- | --- | --- | --- | --- |\n")
-	for _, d := range metricDocs {
+	for _, d := range observe.Docs {
 		attrs := "none"
 		if len(d.Attributes) > 0 {
 			attrs = "`" + strings.Join(d.Attributes, "`, `") + "`"
@@ -370,7 +371,7 @@ func metricTable() string {
 	return b.String()
 }
 
-// The metric table of docs/observability.md is the one generated from metricDocs, which newMetrics uses to
+// The metric table of docs/observability.md is the one generated from observe.Docs, which observe.NewMetrics uses to
 // create the instruments.
 func TestREADMEMetricTable(t *testing.T) {
 	const path = "../docs/observability.md"
@@ -397,55 +398,6 @@ func TestREADMEMetricTable(t *testing.T) {
 	t.Errorf("docs/observability.md's metric table is out of date; run go test ./spannerme -run TestREADMEMetricTable -update-readme\ngot:\n%s\nwant:\n%s", got, want)
 }
 
-// Every instrument the SDK sees is documented (name and unit), and every documented one
-// exists.
-func TestInstrumentsMatchTheirDocs(t *testing.T) {
-	reader, mp := newMetricReader()
-	m := newMetrics(mp)
-	// Make every synchronous instrument report once.
-	ctx := context.Background()
-	m.calls.Add(ctx, 1)
-	m.failures.Add(ctx, 1)
-	m.switches.Add(ctx, 1)
-	m.ejections.Add(ctx, 1)
-	m.cooldowns.Add(ctx, 1)
-	m.reroutes.Add(ctx, 1)
-	m.resends.Add(ctx, 1)
-	m.duration.Record(ctx, 1)
-	reg, err := mp.Meter(meterName).RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(m.state, 1)
-		o.ObserveInt64(m.current, 1)
-		o.ObserveInt64(m.degraded, 1)
-		o.ObserveInt64(m.verdict, 1)
-		o.ObserveInt64(m.active, 1)
-		o.ObserveInt64(m.waiting, 1)
-		o.ObserveInt64(m.hedges, 1)
-		o.ObserveInt64(m.tier, 1)
-		o.ObserveFloat64(m.latencyScore, 1)
-		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges, m.tier, m.latencyScore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Unregister()
-	rm := collect(t, reader)
-	seen := 0
-	for _, d := range metricDocs {
-		got, ok := find(rm, d.Name)
-		if !ok {
-			t.Errorf("%s: documented, not created", d.Name)
-			continue
-		}
-		seen++
-		if got.Unit != d.Unit || got.Description != d.Description {
-			t.Errorf("%s: unit %q, description %q; documented %q, %q", d.Name, got.Unit, got.Description, d.Unit, d.Description)
-		}
-	}
-	if n := len(rm.ScopeMetrics[0].Metrics); n != seen {
-		t.Errorf("%d instruments reported, %d documented", n, seen)
-	}
-}
-
 // NewMultiEndpointClient* report to Settings.MeterProvider, else to the Spanner client's
 // ClientConfig.OpenTelemetryMeterProvider.
 func TestMeterProviderFromClientConfig(t *testing.T) {
@@ -455,7 +407,7 @@ func TestMeterProviderFromClientConfig(t *testing.T) {
 	configReader, configMP := newMetricReader()
 	settingsReader, settingsMP := newMetricReader()
 	callsIn := func(r *sdkmetric.ManualReader) int64 {
-		return sumBy(collect(t, r), metricCalls, AttrMultiEndpoint)["g"]
+		return sumBy(collect(t, r), observe.MetricCalls, AttrMultiEndpoint)["g"]
 	}
 	for _, tc := range []struct {
 		name      string

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 )
 
 // logLines returns the lines of logs that contain every one of parts.
@@ -216,7 +217,7 @@ func TestEjectionHook(t *testing.T) {
 	s.OnHealth = func(ev HealthEvent) { eventsMu.Lock(); events = append(events, ev); eventsMu.Unlock() }
 	s.EndpointOptions = map[string]EndpointOptions{e1.Addr(): {Name: "psc-east4"}}
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, e1.Addr())}), s)
-	now := gme.obs.now()
+	now := gme.obs.Now()
 	p := gme.snap.Load().Pools[e1.Addr()]
 	pe := eventsOf(p)
 	pe.Health(p, health.Event{Kind: health.Ejected, Reason: health.ConsecutiveFailures, Detail: "10 failures in a row",
@@ -231,10 +232,10 @@ func TestEjectionHook(t *testing.T) {
 		t.Errorf("readmission log lines: %q\n%s", got, logs)
 	}
 	rm := collect(t, reader)
-	if got := sumBy(rm, metricEjections, AttrEjectionReason); got["consecutive failures"] != 1 {
-		t.Errorf("%s by reason = %v, want consecutive failures:1", metricEjections, got)
+	if got := sumBy(rm, observe.MetricEjections, AttrEjectionReason); got["consecutive failures"] != 1 {
+		t.Errorf("%s by reason = %v, want consecutive failures:1", observe.MetricEjections, got)
 	}
-	if got := sumBy(rm, metricEjections, AttrEndpointName); got["psc-east4"] != 1 {
-		t.Errorf("%s by %s = %v, want psc-east4:1", metricEjections, AttrEndpointName, got)
+	if got := sumBy(rm, observe.MetricEjections, AttrEndpointName); got["psc-east4"] != 1 {
+		t.Errorf("%s by %s = %v, want psc-east4:1", observe.MetricEjections, AttrEndpointName, got)
 	}
 }

@@ -10,9 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // Queries (unary ExecuteSql) in a multi-use read-only transaction, named by the ID that its

@@ -4,9 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"google.golang.org/grpc/codes"
 )
 
 // Every endpoint of group [E1 E2] answers UNAVAILABLE, so both are ejected and the group stays

@@ -20,8 +20,8 @@ import (
 )
 
 // requestShape is one kind of work the Spanner client does, and what may be done to each
-// request it sends for it: hedge (hedge.go) and resend at once after a failure before any
-// message (resend.go). A map gives the verdict per method; every captured call of a
+// request it sends for it: hedge (internal/hedge) and resend at once after a failure before any
+// message (internal/steer). A map gives the verdict per method; every captured call of a
 // method not listed must get false, and every method listed must have been seen.
 type requestShape struct {
 	name         string

@@ -1,6 +1,6 @@
 package spannerme
 
-// Resend at once (resend.go) through the Spanner client: which of its requests are resent,
+// Resend at once (internal/steer) through the Spanner client: which of its requests are resent,
 // that a stream that delivered a message never is, and that read-write work is untouched.
 
 import (

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 )
 
 // How a stream's end reaches the pool's in-flight count and the calls metric, on each path:
@@ -149,7 +151,7 @@ func TestStreamEndReported(t *testing.T) {
 				want = tc.use(t, gme, ctx, cancel)
 			}
 			eventually(t, 5*time.Second, "no stream in flight", func() bool { p, _ := poolOf(gme, e1.Addr()); return p.InFlight == 0 })
-			got := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)
+			got := sumBy(collect(t, reader), observe.MetricCalls, AttrGRPCStatusCode)
 			if got[codeAttr(want)] != n || len(got) != 1 {
 				t.Fatalf("calls counted by code: %v, want %d with code %d only", got, n, want)
 			}
@@ -175,7 +177,7 @@ func TestStreamWithContextAlreadyDone(t *testing.T) {
 	s.MeterProvider = mp
 	gme := newGME(t, o, s)
 	waitServedBy(t, context.Background(), gme, "E1", 10*time.Second)
-	before := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)["1"]
+	before := sumBy(collect(t, reader), observe.MetricCalls, AttrGRPCStatusCode)["1"]
 	const n = 50
 	desc := &grpc.StreamDesc{ServerStreams: true}
 	for range n {
@@ -190,7 +192,7 @@ func TestStreamWithContextAlreadyDone(t *testing.T) {
 		}
 	}
 	eventually(t, 10*time.Second, "no call in flight", func() bool { p, _ := poolOf(gme, e1.Addr()); return p.InFlight == 0 })
-	if got := sumBy(collect(t, reader), metricCalls, AttrGRPCStatusCode)["1"] - before; got != n {
+	if got := sumBy(collect(t, reader), observe.MetricCalls, AttrGRPCStatusCode)["1"] - before; got != n {
 		t.Fatalf("CANCELED calls counted: %d, want %d (each stream once)", got, n)
 	}
 }

@@ -1,9 +1,6 @@
 package spannerme
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/route"
 )
@@ -74,20 +71,4 @@ func tiersStatus(t *route.Tiering, st multiendpoint.Status) *TiersStatus {
 		}
 	}
 	return ts
-}
-
-// observeTiers observes the tier metrics: each endpoint's tier in each group with tiers, and
-// the latency scores.
-func (m *metrics) observeTiers(o metric.Observer, v metricsView) {
-	for _, st := range v.groups {
-		for i, tier := range st.Tiers {
-			for _, e := range tier {
-				o.ObserveInt64(m.tier, int64(i), metric.WithAttributes(append([]attribute.KeyValue{
-					attribute.String(AttrMultiEndpoint, st.Name)}, endpointAttrs(e, v.names[e])...)...))
-			}
-		}
-	}
-	for e, l := range v.scores {
-		o.ObserveFloat64(m.latencyScore, l.Seconds(), metric.WithAttributes(endpointAttrs(e, v.names[e])...))
-	}
 }

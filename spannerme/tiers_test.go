@@ -20,6 +20,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 )
 
 // tieredClient returns a Spanner client over a group "default" of three frontends in two
@@ -69,19 +70,19 @@ func TestTiersSlowerMemberLosesItsShare(t *testing.T) {
 	rm := collect(t, reader)
 	for i, want := range []int64{0, 0, 1} {
 		e := ts.Members[i].Endpoint
-		if got, ok := valueWhere(rm, metricTier, attribute.String(AttrMultiEndpoint, "default"), attribute.String(AttrEndpoint, e)); !ok || got != want {
-			t.Errorf("%s %s = %d (%v), want %d", metricTier, e, got, ok, want)
+		if got, ok := valueWhere(rm, observe.MetricTier, attribute.String(AttrMultiEndpoint, "default"), attribute.String(AttrEndpoint, e)); !ok || got != want {
+			t.Errorf("%s %s = %d (%v), want %d", observe.MetricTier, e, got, ok, want)
 		}
 	}
 	scores := map[string]float64{}
-	if m, ok := find(rm, metricLatencyScore); ok {
+	if m, ok := find(rm, observe.MetricLatencyScore); ok {
 		for _, dp := range m.Data.(metricdata.Gauge[float64]).DataPoints {
 			v, _ := dp.Attributes.Value(AttrEndpoint)
 			scores[v.AsString()] = dp.Value
 		}
 	}
 	if scores[a1.Addr()] <= scores[a2.Addr()] || scores[a2.Addr()] <= 0 {
-		t.Errorf("%s: %v, want A1's above A2's, both measured", metricLatencyScore, scores)
+		t.Errorf("%s: %v, want A1's above A2's, both measured", observe.MetricLatencyScore, scores)
 	}
 	js, err := json.Marshal(ts)
 	var back TiersStatus

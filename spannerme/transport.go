@@ -124,7 +124,7 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 	if nativeMetricsOn(t.client) {
 		t.client.DisableNativeMetrics = true
 		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics): "+
-			"its exporter would be dialed with the options of the client's connection into the GCPMultiEndpoint; "+
+			"its exporter would be dialed with the options of the client's front connection, so its calls would go to the Spanner endpoints; "+
 			"its built-in metrics still reach ClientConfig.ClientMetricsProvider")
 	}
 	//lint:ignore SA1019 the pool sizing rule reads NumChannels, as upstream's multi-endpoint client does

@@ -134,7 +134,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			if oldPools[e] != nil || fresh[e] != nil {
 				continue
 			}
-			obs := newPoolEvents(gme, e, gme.endpointOpts[e].Name)
+			obs := newPoolEvents(&gme.mechanisms, e, gme.endpointOpts[e].Name)
 			w := pool.NewWatch(e, gme.pl.clock, obs)
 			opts := pool.DialOptions(w, gme.gcpJSON, gme.dialOptionsFor(e), gme.pl.ownDialer, gme.pl.dns, gme.settings.Health.brownoutOn())
 			conn, err := gme.dial(gme.dialCtx, e, opts...)
@@ -235,7 +235,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		pools[e] = union[e]
 	}
 	gme.snap.Store(route.New(cfg.defaultName, groups, pools, gme.directed, &gme.tiers))
-	gme.changed.signal()
+	gme.changed.Signal()
 	// 5. Start monitoring the new pools; evaluate brownout again for the groups as they are
 	// now (a degraded endpoint's fallback may be gone), then every group's verdicts (an
 	// endpoint already READY that a group starts listing is Available at once).
@@ -263,7 +263,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			me.Close()
 		}
 	}
-	gme.obs.history.retain(func(name string) bool { return groups[name] != nil })
+	gme.obs.RetainHistory(func(name string) bool { return groups[name] != nil })
 	gme.judge.Brownouts().Retain(func(name string) bool { return groups[name] != nil })
 	gme.judge.Verdicts().Retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
@@ -278,8 +278,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 func (gme *GCPMultiEndpoint) onSwitch(me multiendpoint.Event) {
 	ev := switchEventOf(me)
 	fromName, toName := gme.endpointName(ev.From), gme.endpointName(ev.To)
-	gme.changed.signal()
-	gme.obs.switched(ev, toName)
+	gme.changed.Signal()
+	gme.obs.Switched(me, ev.Reason.String(), toName)
 	gme.events.push(ev, fromName, toName)
 }
 

@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/observe"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
@@ -79,7 +79,7 @@ func TestVerdictSlowEndpointsAreTheLastResort(t *testing.T) {
 			t.Errorf("%d last-resort lines for %s, want 1:\n%s", len(got), e, logs)
 		}
 		for key, want := range map[string]int64{"degraded_last_resort": 1, "degraded": 0, "usable": 0} {
-			if v, ok := valueWhere(collect(t, reader), metricVerdict, attribute.String(AttrMultiEndpoint, "g"),
+			if v, ok := valueWhere(collect(t, reader), observe.MetricVerdict, attribute.String(AttrMultiEndpoint, "g"),
 				attribute.String(AttrEndpoint, e), attribute.String(AttrVerdict, key)); !ok || v != want {
 				t.Errorf("verdict{%s, %s} = %d (%v), want %d", e, key, v, ok, want)
 			}

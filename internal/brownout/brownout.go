@@ -4,7 +4,7 @@
 // evaluation (one per latency sample), so "sustained for Window" is checked at the samples,
 // at most one sample interval late.
 //
-// Wired in spannerme (Groups, evaluated by verdicts.go): each pool's latency probes (internal/pool, latency.go:
+// Wired in spannerme (Groups, evaluated by internal/judge): each pool's latency probes (internal/pool, latency.go:
 // the same probe RPC on every endpoint, every BrownoutSettings.ProbeInterval; the median of
 // the last three) trigger an evaluation of every group that lists the endpoint, and a
 // degraded endpoint is published as not available to that group. docs/health.md, Brownout.

@@ -25,7 +25,7 @@ func (l lastResort) covers(from, to time.Time) bool {
 
 // lastResortLog is a slog.Handler in front of the run's logger that records, from spannerme's
 // verdict lines ("endpoint used as a last resort" and "no longer a last resort": one per
-// group and change, observer.go), when a group used an endpoint under rule 4. Rule 4 depends
+// group and change, internal/observe), when a group used an endpoint under rule 4. Rule 4 depends
 // on which endpoints are connected, which the plan does not know (a reset or a frontend
 // restart leaves an endpoint unconnected for a moment), so the judge of the long commit
 // failures takes the client's own account. Every record is passed on to next as it is.

@@ -80,6 +80,19 @@ func (h *Hedger) Groups() map[string]*Group {
 	return nil
 }
 
+// Counts returns the counts of every hedging group, by name; nil when none hedges.
+func (h *Hedger) Counts() map[string]Counts {
+	groups := h.Groups()
+	if groups == nil {
+		return nil
+	}
+	out := make(map[string]Counts, len(groups))
+	for name, g := range groups {
+		out[name] = g.Counts()
+	}
+	return out
+}
+
 // For returns the hedging of group for a stream of method with desc; nil when the group
 // does not hedge or the method is not hedged. It allocates nothing.
 func (h *Hedger) For(group, method string, desc *grpc.StreamDesc) *Group {

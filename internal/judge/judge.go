@@ -145,8 +145,9 @@ func (j *Judge) evaluate(me *multiendpoint.MultiEndpoint) {
 
 // ConfirmFallbacks probes at once, for the class c of calls that ejected p's endpoint, every
 // other endpoint of the groups that list it (pool.Pool.Confirm): if they fail the same way
-// (their writes too, say), they are ejected too within one probe, every connected endpoint of the group is then ejected, and the group stays
-// where it is (rule 4 of internal/verdict) instead of moving to an endpoint that fails as well.
+// (their writes too, say), they are ejected too within one probe, every connected endpoint of
+// the group is then ejected, and the group stays where it is (rule 4 of internal/verdict)
+// instead of moving to an endpoint that fails as well.
 func (j *Judge) ConfirmFallbacks(p *pool.Pool, c health.Class) {
 	s := j.env.Table()
 	if !s.Serves(p) {
@@ -164,8 +165,7 @@ func (j *Judge) ConfirmFallbacks(p *pool.Pool, c health.Class) {
 }
 
 // Publish asks for the verdicts of every group of the current snapshot after a change of
-// p's inputs (connectivity, ejection, brownout), if p is still the pool serving its endpoint
-// (verdicts.go).
+// p's inputs (connectivity, ejection, brownout), if p is still the pool serving its endpoint.
 func (j *Judge) Publish(p *pool.Pool) {
 	if !j.env.Table().Serves(p) {
 		return // closed, or a retired pool: its news concern nobody

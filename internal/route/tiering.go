@@ -57,11 +57,11 @@ func (t *Tiering) Init(clk clock.Clock) {
 	t.reg = spread.NewRegistry(spread.EndpointOptions{Clock: clk})
 }
 
-// Update publishes the pickers of the tiered groups of cfg (their state machines in groups, by name), keeping a kept
-// group's Picker when its slow start is unchanged, and forgets the endpoints no tiered group
-// lists. Called by the GCPMultiEndpoint's reconfiguration, serialized, after the groups are
-// reconfigured.
-// Each group whose tiers change (given, changed, or taken away) is logged at Info.
+// Update publishes the pickers of the tiered groups of cfg (their state machines in groups, by
+// name), keeping a kept group's Picker when its slow start is unchanged, and forgets the
+// endpoints no tiered group lists. Called by the GCPMultiEndpoint's reconfiguration,
+// serialized, after the groups are reconfigured. Each group whose tiers change (given, changed,
+// or taken away) is logged at Info.
 func (t *Tiering) Update(cfg []Group, groups map[string]*multiendpoint.MultiEndpoint, log *slog.Logger) {
 	if t.reg == nil {
 		return

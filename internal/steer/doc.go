@@ -48,9 +48,9 @@
 //
 //   - its stream ended with an error the Spanner client retries (resendOnError: UNAVAILABLE
 //     other than a lost connection, RESOURCE_EXHAUSTED with a RetryInfo delay, the INTERNAL
-//     of a reset stream) before any response message arrived (internal/pool, resend.go: never after a message; a header alone is
-//     no answer), and its context is not done;
-//   - its request is one that only reads (resendable): what hedging may send twice
+//     of a reset stream) before any response message arrived (internal/pool, resend.go:
+//     never after a message; a header alone is no answer), and its context is not done;
+//   - its request is one that only reads (Resendable): what hedging may send twice
 //     (spannerreq.ReadOnlyTxns.Hedgeable), plus a query or read that begins a read-only
 //     transaction inline;
 //   - the retry budget allows a retry (retry.Budget, gRFC A6 throttling; the failed attempt

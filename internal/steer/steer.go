@@ -24,9 +24,9 @@ import (
 type Env interface {
 	// Table returns the routing table in force; nil after Close.
 	Table() *route.Table
-	// Available returns the endpoints of group that its last verdicts find available, in
+	// AvailableEndpoints returns the endpoints of group that its last verdicts find available, in
 	// priority order.
-	Available(group string) []string
+	AvailableEndpoints(group string) []string
 	// Begin is called as a resent stream of group is sent to p; it returns the call's start
 	// time (pool.CallInfo.Start).
 	Begin(ctx context.Context, p *pool.Pool, group string) time.Time
@@ -191,7 +191,7 @@ func (s *Steerer) Steer(p *pool.Pool, me *multiendpoint.MultiEndpoint, id string
 // whose pool is connected (READY) and not retired. False when there is none (the group's
 // only available endpoint is exclude). It never waits.
 func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
-	return s.env.Table().Other(me, s.env.Available(me.Name()), exclude)
+	return s.env.Table().Other(me, s.env.AvailableEndpoints(me.Name()), exclude)
 }
 
 // NoteOverload starts (or extends) endpoint's overload cooldown (internal/cooldown) after
