@@ -24,8 +24,8 @@ import (
 // retryable); the context's error, as a gRPC status, if it ends while the call waits. A call
 // sent to an endpoint is measured (metrics) and, when ctx carries a recording span, the span
 // gets the group and the endpoint as attributes. A call that fails while its endpoint's pool
-// is not connected names the endpoint and its connection error (see route.CannotConnect,
-// route.WaitEnded and route.NotConnected), with the code unchanged: FAILED_PRECONDITION at
+// is not connected names the endpoint and its connection error (docs/failure-semantics.md,
+// "Errors that name their cause"), with the code unchanged: FAILED_PRECONDITION at
 // once when no endpoint of the group can connect and retrying will not fix it (TLS), else
 // UNAVAILABLE (retryable) or the context's code.
 // A read-only query or read routed through a group with a policy (Settings.DirectedReads) is
@@ -116,7 +116,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 		}
 		waitForReady := pool.WaitForReady(gme.waitForReadyDefault, opts)
 		if !waitForReady {
-			if err := route.CannotConnect(gme.snap.Load(), me, p); err != nil {
+			if err := route.CannotConnect(&gme.snap, me, p); err != nil {
 				p.Release()
 				return nil, nil, err
 			}
@@ -148,7 +148,7 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 // pool retired between the snapshot load and the acquire makes it retry on the newer
 // snapshot. count says whether a call naming an unknown group is counted. The name "" is
 // the default group's, as no name is. A session call (class health.Sessions) that names no
-// group follows availability (snapshot.sessionGroup).
+// group follows availability (route.Table.SessionGroup).
 func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count bool) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	name, named := FromMEContext(ctx)
 	named = named && name != ""

@@ -159,7 +159,7 @@ func TestRetryElsewhere_CountsForHealth(t *testing.T) {
 	}
 }
 
-// A first attempt of a Spanner request costs no allocation in steer and callEnded (the call
+// A first attempt of a Spanner request costs no allocation in Steerer.Steer and Steerer.CallEnded (the call
 // path's benchmarks keep their allocations; these are the parts a request ID reaches).
 func TestRetryElsewhere_FirstAttemptAllocatesNothing(t *testing.T) {
 	e1, e2 := twoFrontends(t)
@@ -178,6 +178,6 @@ func TestRetryElsewhere_FirstAttemptAllocatesNothing(t *testing.T) {
 		gme.steering.CallEnded(q, id, 0, "/grpc.testing.TestService/UnaryCall", nil)
 		q.Release()
 	}); n != 0 {
-		t.Fatalf("steer and callEnded of a first attempt allocate %v times", n)
+		t.Fatalf("Steer and CallEnded of a first attempt allocate %v times", n)
 	}
 }

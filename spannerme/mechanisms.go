@@ -25,8 +25,9 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
 )
 
-// mechanisms are the GCPMultiEndpoint's routing snapshot and mechanisms. Each field is set
-// once by the constructor, before any call; they are safe for concurrent use.
+// mechanisms are the GCPMultiEndpoint's routing snapshot and mechanisms. Each field but snap
+// is set once by the constructor (initMechanisms), before any call; snap is replaced whole at
+// every reconfiguration. All are safe for concurrent use.
 type mechanisms struct {
 	snap     atomic.Pointer[route.Table] // the routing snapshot; nil after Close
 	changed  *route.Changes              // signalled when a pool's state or a group's current endpoint changes
@@ -67,8 +68,8 @@ func (e judgeEnv) Cooling(endpoint string) bool { return e.m.steering.Cooling(en
 func (e judgeEnv) Brownout(c brownout.Change)   { e.m.obs.Brownout(c) }
 func (e judgeEnv) Changed()                     { e.m.changed.Signal() }
 
-func (e judgeEnv) VerdictChanged(group, endpoint string, was, now verdict.Reason) {
-	e.m.obs.VerdictChanged(group, endpoint, e.m.endpointName(endpoint), was, now)
+func (e judgeEnv) VerdictChanged(s *route.Table, group, endpoint string, was, now verdict.Reason) {
+	e.m.obs.VerdictChanged(group, endpoint, endpointNameIn(s, endpoint), was, now)
 }
 
 // steerEnv is what the Steerer reaches of the other mechanisms (steer.Env).
@@ -123,7 +124,7 @@ func endpointNameIn(s *route.Table, e string) string {
 }
 
 // poolEvents receives one pool's reports (pool.Observer) and hands them on: availability to
-// the groups (publish) and to the calls waiting for a change, transitions and ejections to
+// the groups (judge.Judge.Publish) and to the calls waiting for a change, transitions and ejections to
 // the observer's logs and metrics and to Settings.OnHealth, and the end of calls to the
 // metrics with the pool's own attribute sets. One per pool, made before its dial
 // (newPoolEvents). It also holds the endpoint's name, which a reload may change.
@@ -174,7 +175,7 @@ func eventsOf(p *pool.Pool) *poolEvents {
 var _ pool.Observer = (*poolEvents)(nil)
 
 // Availability publishes p's availability to the groups and wakes the waiting calls: a
-// session call waiting on the Default group picks a group by availability (sessionGroup), so
+// session call waiting on the Default group picks a group by availability (route.Table.SessionGroup), so
 // it must hear of a pool that became available even when no group switches.
 func (e *poolEvents) Availability(p *pool.Pool) {
 	e.m.judge.SampleBrownouts(p) // the fallback of the group's other endpoints may have changed

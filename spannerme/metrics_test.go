@@ -441,3 +441,25 @@ func TestMeterProviderFromClientConfig(t *testing.T) {
 		})
 	}
 }
+
+// The attribute keys this package exports are the ones internal/observe records under.
+func TestAttributeKeysAreObserves(t *testing.T) {
+	for _, k := range []struct{ face, observe string }{
+		{AttrMultiEndpoint, observe.AttrMultiEndpoint},
+		{AttrEndpoint, observe.AttrEndpoint},
+		{AttrEndpointName, observe.AttrEndpointName},
+		{AttrEndpointPriority, observe.AttrEndpointPriority},
+		{AttrEndpointState, observe.AttrEndpointState},
+		{AttrSwitchReason, observe.AttrSwitchReason},
+		{AttrVerdict, observe.AttrVerdict},
+		{AttrEjectionReason, observe.AttrEjectionReason},
+		{AttrHedgeOutcome, observe.AttrHedgeOutcome},
+		{AttrRerouteReason, observe.AttrRerouteReason},
+		{AttrResendFrom, observe.AttrResendFrom},
+		{AttrGRPCStatusCode, observe.AttrGRPCStatusCode},
+	} {
+		if k.face != k.observe {
+			t.Errorf("attribute key %q here, %q in internal/observe", k.face, k.observe)
+		}
+	}
+}

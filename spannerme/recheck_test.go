@@ -12,7 +12,7 @@ import (
 // on E1 (rule 4 of internal/verdict). When the fault ends, E1's probe under way is one that
 // started during the fault and hangs (its frontend held it), so E1's own probes would readmit
 // it only after that probe's timeout (10s) and a ProbeInterval. E2's readmission re-probes E1
-// at once (recheckEjected), so E1 is readmitted within the group's RecoveryTimeout of E2 (24ms
+// at once (judge.Judge.RecheckEjected), so E1 is readmitted within the group's RecoveryTimeout of E2 (24ms
 // measured) and the group never switches. Without the recheck the group moved to E2 RecoveryTimeout after
 // E2's readmission and back after SwitchingDelay (the chaos soak's db-unavailable, seed 21,
 // 3m: default e3->e1 at +0.6s and back at +2.0s after the heal).

@@ -95,7 +95,7 @@ func (gme *GCPMultiEndpoint) Status() Status {
 		return !a.Retired && b.Retired
 	})
 	st.Retries = gme.retryStatus()
-	st.UnknownGroups = gme.unknown.Counts()
+	gme.unknown.CountsInto(st.UnknownGroups)
 	return st
 }
 

@@ -290,7 +290,8 @@ func TestTiersLiveReload(t *testing.T) {
 	writeByRename(t, f.path, flat)
 	f.waitApplied(t, flat)
 	if r := f.gme.snap.Load().Groups["g"]; r.Spreads() {
-		members, _ := r.Members()
+		t.Fatal("after the flat file, group g still has a Picker")
+	} else if members, _ := r.Members(); len(members) != 0 {
 		t.Fatalf("after the flat file, group g still spreads its calls (%d members)", len(members))
 	}
 	f.servedBy(t, "one")

@@ -228,8 +228,8 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		}
 	}
 	gme.tiers.Update(tieredGroups(cfg), groups, gme.log)
-	// 4. Publish the final snapshot: only configured endpoints. It comes after tiers.update:
-	// newSnapshot takes each group's Picker and members from it.
+	// 4. Publish the final snapshot: only configured endpoints. It comes after Tiering.Update:
+	// route.New takes each group's Picker and members from it.
 	pools := make(map[string]*pool.Pool, len(want))
 	for e := range want {
 		pools[e] = union[e]
@@ -264,8 +264,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 		}
 	}
 	gme.obs.RetainHistory(func(name string) bool { return groups[name] != nil })
-	gme.judge.Brownouts().Retain(func(name string) bool { return groups[name] != nil })
-	gme.judge.Verdicts().Retain(func(name string) bool { return groups[name] != nil })
+	gme.judge.Retain(func(name string) bool { return groups[name] != nil })
 	for _, p := range gone {
 		gme.retire(p)
 	}

@@ -59,7 +59,6 @@ type Front struct {
 // Conn is what a Front's calls go into: the GCPMultiEndpoint's call path (InvokeID and
 // NewStreamID carry the Spanner client's request ID id), its count of fronts, and its Close.
 type Conn interface {
-	Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error
 	InvokeID(ctx context.Context, method string, args, reply any, id string, opts []grpc.CallOption) error
 	NewStreamID(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error)
 	// Add counts f; false, counting nothing, once the GCPMultiEndpoint is closed.
@@ -102,7 +101,7 @@ func New(gme Conn, kind Kind) (*Front, bool) {
 			func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 				id, ok := spannerreq.FromCallOptions(opts)
 				if !ok {
-					return gme.Invoke(ctx, method, req, reply, opts...)
+					return gme.InvokeID(ctx, method, req, reply, "", opts)
 				}
 				err := gme.InvokeID(spannerreq.WithHeader(ctx, id), method, req, reply, id, opts)
 				return spannerreq.WithError(err, id)

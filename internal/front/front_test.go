@@ -21,7 +21,6 @@ type fakeConn struct {
 	added, dropped, close int
 }
 
-func (c *fakeConn) Invoke(context.Context, string, any, any, ...grpc.CallOption) error { return nil }
 func (c *fakeConn) InvokeID(context.Context, string, any, any, string, []grpc.CallOption) error {
 	return nil
 }

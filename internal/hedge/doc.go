@@ -1,7 +1,7 @@
 // Package hedge hedges the read-only streaming reads of a GCPMultiEndpoint's groups that hedge
 // (spannerme.Settings.Hedging). A stream of a hedging group is a Stream over the stream sent to
 // the group's current endpoint (the primary). Its request, seen in SendMsg, decides whether it
-// may be hedged (hedgeable); if so, the Hedger's Scheduler sends the same request to another
+// may be hedged (spannerreq.ReadOnlyTxns.Hedgeable); if so, the Hedger's Scheduler sends the same request to another
 // available endpoint of the group (Env.Other) when the delay passes with no response message
 // yet, within the group's budget. From then on the two streams race for the first message: the
 // caller reads RecvMsg on the primary, a goroutine of the hedge's reads the hedge's first

@@ -8,6 +8,7 @@
 package judge
 
 import (
+	"slices"
 	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/brownout"
@@ -27,8 +28,9 @@ type Env interface {
 	Table() *route.Table
 	// Cooling reports whether endpoint is in an overload cooldown.
 	Cooling(endpoint string) bool
-	// VerdictChanged is told when group's verdict on endpoint changes from was to now.
-	VerdictChanged(group, endpoint string, was, now verdict.Reason)
+	// VerdictChanged is told when group's verdict on endpoint changes from was to now, in
+	// the evaluation of the routing table s.
+	VerdictChanged(s *route.Table, group, endpoint string, was, now verdict.Reason)
 	// Brownout is told of each change of an endpoint's degraded state.
 	Brownout(c brownout.Change)
 	// Changed wakes the calls waiting for a pool's state or a group's endpoint to change.
@@ -131,17 +133,17 @@ func (j *Judge) evaluate(me *multiendpoint.MultiEndpoint) {
 				me.SetEndpointAvailability(e.Endpoint, out[i].Available())
 			}
 			if was, ok := prev[e.Endpoint]; ok && was != out[i] {
-				j.env.VerdictChanged(name, e.Endpoint, was, out[i])
+				j.env.VerdictChanged(s, name, e.Endpoint, was, out[i])
 			}
 		}
 		return reasons, available
 	})
 }
 
-// What a pool's reports ask of the groups' verdicts (internal/verdict, evaluated by
-// evaluate): a new evaluation when an endpoint's connectivity or ejection
-// changes (publish) or its brownout state does (sampleBrownouts), and, at an ejection, a probe
-// of the other endpoints (confirmFallbacks).
+// What a pool's reports ask of the groups' verdicts (internal/verdict, evaluated by evaluate):
+// a new evaluation when an endpoint's connectivity or ejection changes (Publish) or its
+// brownout state does (SampleBrownouts), and, at an ejection, a probe of the other endpoints
+// (ConfirmFallbacks).
 
 // ConfirmFallbacks probes at once, for the class c of calls that ejected p's endpoint, every
 // other endpoint of the groups that list it (pool.Pool.Confirm): if they fail the same way
@@ -154,8 +156,12 @@ func (j *Judge) ConfirmFallbacks(p *pool.Pool, c health.Class) {
 		return
 	}
 	confirmed := map[*pool.Pool]bool{p: true}
-	for _, r := range s.Listing(p.Endpoint()) {
-		for _, e := range r.ME.Status().Endpoints {
+	for _, r := range s.ByName {
+		eps := r.ME.Status().Endpoints
+		if !lists(eps, p.Endpoint()) {
+			continue
+		}
+		for _, e := range eps {
 			if q := s.Pools[e.Endpoint]; q != nil && !confirmed[q] {
 				confirmed[q] = true
 				q.Confirm(c)
@@ -174,7 +180,7 @@ func (j *Judge) Publish(p *pool.Pool) {
 }
 
 // SampleBrownouts evaluates the brownout rule at a latency sample or an availability change
-// of p (sampleBrownout) and, when an endpoint's degraded state changed, every group's
+// of p (SampleBrownout) and, when an endpoint's degraded state changed, every group's
 // verdicts. Called on a pool's goroutines with no lock held.
 func (j *Judge) SampleBrownouts(p *pool.Pool) {
 	if changes := j.SampleBrownout(j.env.Table(), p); len(changes) > 0 {
@@ -233,12 +239,21 @@ func (j *Judge) RecheckEjected(p *pool.Pool) {
 		return
 	}
 	asked := map[*pool.Pool]bool{p: true}
-	for _, r := range s.Listing(p.Endpoint()) {
-		for _, e := range r.ME.Status().Endpoints {
+	for _, r := range s.ByName {
+		eps := r.ME.Status().Endpoints
+		if !lists(eps, p.Endpoint()) {
+			continue
+		}
+		for _, e := range eps {
 			if q := s.Pools[e.Endpoint]; q != nil && !asked[q] && q.Ejected() {
 				asked[q] = true
 				q.Recheck()
 			}
 		}
 	}
+}
+
+// lists reports whether eps, a group's endpoints, include endpoint.
+func lists(eps []multiendpoint.EndpointStatus, endpoint string) bool {
+	return slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == endpoint })
 }

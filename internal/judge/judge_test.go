@@ -23,7 +23,7 @@ type closedEnv struct{ told []string }
 
 func (e *closedEnv) Table() *route.Table { return nil }
 func (e *closedEnv) Cooling(string) bool { return false }
-func (e *closedEnv) VerdictChanged(g, ep string, _, _ verdict.Reason) {
+func (e *closedEnv) VerdictChanged(_ *route.Table, g, ep string, _, _ verdict.Reason) {
 	e.told = append(e.told, "verdict "+g+" "+ep)
 }
 func (e *closedEnv) Brownout(c brownout.Change) { e.told = append(e.told, "brownout "+c.Endpoint) }

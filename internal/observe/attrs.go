@@ -4,8 +4,8 @@
 // attribute keys under the same names.
 package observe
 
-// Attribute keys of the metrics and of the trace attributes; spannerme exports them under
-// the same names, with what each means.
+// Attribute keys of the metrics and of the trace attributes. spannerme exports each under the
+// same name, documented there, as its public API (a test there holds the values equal).
 const (
 	// AttrMultiEndpoint is the group (MultiEndpoint) name, on metrics and on the call's span.
 	AttrMultiEndpoint = "spannerme.multiendpoint"

@@ -121,7 +121,7 @@ func NewMetrics(mp metric.MeterProvider) *Metrics {
 				return metric.WithUnit(d.Unit), metric.WithDescription(d.Description)
 			}
 		}
-		panic("spannerme: no MetricDoc for " + name) // a programming error, caught by every test
+		panic("spannerme: no metricDoc for " + name) // a programming error, caught by every test
 	}
 	counter := func(name string) metric.Int64Counter {
 		u, d := doc(name)

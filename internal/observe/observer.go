@@ -26,8 +26,8 @@ import (
 //   - each pool, through its events (spannerme's poolEvents): connection attempts that fail while
 //     the endpoint is down, the endpoint up and down, ejections and readmissions, the end of
 //     calls;
-//   - the groups (switched): a group's current endpoint changed;
-//   - the call path (callBegin, callEnd).
+//   - the groups (Switched): a group's current endpoint changed;
+//   - the call path (CallBegin, CallEnd).
 //
 // Its methods are safe for concurrent use, take no lock across a user callback (log lines
 // go through a queue delivered on a goroutine of the observer's own) and never block.
@@ -206,7 +206,7 @@ func (o *Observer) CallBegin(ctx context.Context, endpoint, name, group string) 
 	return time.Time{}
 }
 
-// CallEnd records the end of a call that callBegin measured from start, with its error
+// CallEnd records the end of a call that CallBegin measured from start, with its error
 // (nil: OK), under the attribute sets a.
 func (o *Observer) CallEnd(ctx context.Context, a *CallAttrs, start time.Time, err error) {
 	code := codes.OK

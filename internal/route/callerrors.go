@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -68,14 +69,15 @@ func NotConnected(err error, me *multiendpoint.MultiEndpoint, p *pool.Pool) erro
 // client nor gax retries, so the Spanner client's session creation fails with it and the caller
 // sees it) naming the group, each endpoint and its connection error, when no endpoint of me is
 // available and every one of them has failed its connection attempts since it was last ready
-// with an error that retrying does not fix (permanentConnError); s is the routing table in
-// force (nil: closed). Nil otherwise: the call waits, or goes to gRPC, as before. It allocates
+// with an error that retrying does not fix (permanentConnError); snap holds the routing
+// table in force (nil: closed), loaded only for such an error. Nil otherwise: the call waits, or goes to gRPC, as before. It allocates
 // nothing unless p's own error is such an error (then it reads the group's status, under the
 // group's lock).
-func CannotConnect(s *Table, me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
+func CannotConnect(snap *atomic.Pointer[Table], me *multiendpoint.MultiEndpoint, p *pool.Pool) error {
 	if c, ok := p.DownCause(); !ok || !permanentConnError(c.Kind) {
 		return nil
 	}
+	s := snap.Load()
 	if s == nil {
 		return nil
 	}

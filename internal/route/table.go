@@ -139,17 +139,6 @@ func (s *Table) DefaultNameOrEmpty() string {
 // (closed) and for a retired pool, whose news concern nobody.
 func (s *Table) Serves(p *pool.Pool) bool { return s != nil && s.Pools[p.Endpoint()] == p }
 
-// Listing returns the routes of the groups of s that list endpoint, by name.
-func (s *Table) Listing(endpoint string) []*Route {
-	var out []*Route
-	for _, r := range s.ByName {
-		if slices.ContainsFunc(r.ME.Status().Endpoints, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == endpoint }) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // Other returns the acquired pool of another endpoint of group me than exclude: the first of
 // available (the group's endpoints its last verdicts find available, in priority order)
 // whose pool in s is connected (READY) and not retired. False when there is none, when s is

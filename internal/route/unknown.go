@@ -64,13 +64,10 @@ func (u *UnknownNames) counter(name string) (c *atomic.Int64, fresh bool) {
 	return c, true
 }
 
-// Counts returns the calls counted per name (OtherUnknownNames for the rest); empty, not nil,
-// when none.
-func (u *UnknownNames) Counts() map[string]int64 {
-	out := map[string]int64{}
+// CountsInto sets into[name] to the calls counted per name (OtherUnknownNames for the rest).
+func (u *UnknownNames) CountsInto(into map[string]int64) {
 	u.counts.Range(func(k, v any) bool {
-		out[k.(string)] = v.(*atomic.Int64).Load()
+		into[k.(string)] = v.(*atomic.Int64).Load()
 		return true
 	})
-	return out
 }

@@ -37,7 +37,9 @@ type Env interface {
 	Resent(group, from, to string)
 	// Cooling is told when endpoint's overload cooldown starts (or is extended into a new one)
 	// for length; fromInfo says whether the length is the server's RetryInfo delay, repeats
-	// how many cooldowns in a row the endpoint has had. Called with no lock held.
+	// how many cooldowns in a row the endpoint has had. Called with no lock held. The
+	// connection must evaluate its groups' verdicts again (they read Steerer.Cooling) and wake
+	// the calls waiting for a change; so must Cooled.
 	Cooling(endpoint string, length time.Duration, fromInfo bool, repeats int)
 	// Cooled is told when endpoint's cooldown of length ends, on the cooldown's timer.
 	Cooled(endpoint string, length time.Duration)
@@ -191,7 +193,11 @@ func (s *Steerer) Steer(p *pool.Pool, me *multiendpoint.MultiEndpoint, id string
 // whose pool is connected (READY) and not retired. False when there is none (the group's
 // only available endpoint is exclude). It never waits.
 func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
-	return s.env.Table().Other(me, s.env.AvailableEndpoints(me.Name()), exclude)
+	t := s.env.Table()
+	if t == nil || t.Group(me.Name()) != me {
+		return nil, false // closed, or a group an update replaced: no verdicts to read
+	}
+	return t.Other(me, s.env.AvailableEndpoints(me.Name()), exclude)
 }
 
 // NoteOverload starts (or extends) endpoint's overload cooldown (internal/cooldown) after
