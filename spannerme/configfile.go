@@ -159,10 +159,12 @@ func configReadError(path string, err error) error {
 // It is bounded: content over 1 MiB, more than 100,000 values (every mapping, list, key and
 // scalar counts one; a YAML alias, *name, counts as the values of its anchor), more than
 // 1000 groups, 100 endpoints in a group, 1000 distinct endpoints in all or 1000 entries in
-// the endpoints section is refused. Its time and memory are linear in len(data). An
-// error quotes at most 80 bytes of any value of the file, and its Field and Problem hold at
-// most 256 and 512 bytes, each ending with "…[cut: N bytes in all]" when cut. It is safe for
-// concurrent use and does not keep data.
+// the endpoints section is refused. Its time and memory are linear in len(data). Content
+// that is one value or a list (an access token, a password, a key: a path pointed at the
+// wrong file) is "not a configuration file", with its kind and length and none of it quoted.
+// Any other error quotes at most 80 bytes of any value of the file, and its Field and Problem
+// hold at most 256 and 512 bytes, each ending with "…[cut: N bytes in all]" when cut. It is
+// safe for concurrent use and does not keep data.
 func ParseConfig(data []byte) (*FileConfig, error) {
 	c, _, err := parseConfigFile(data, "")
 	return c, err

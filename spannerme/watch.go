@@ -120,8 +120,13 @@ func (s *fileSnapshot) same(o *fileSnapshot) bool {
 // other make one reload, and a reload of content equal to the configuration in force does
 // nothing. A changed file is applied only once it has stopped changing: two reads
 // WatchOptions.Settle apart must find the same size, modification time and SHA-256
-// (docs/configuration.md says how to write the file safely). Content equal to the last
-// content the parser refused is refused again without being parsed.
+// (docs/configuration.md says how to write the file safely); meanwhile ConfigStatus.Pending
+// shows the edit waiting, and one warning is logged when it has waited more than 5 Settle
+// intervals (a file replaced more often than Settle is never applied). Content equal to the
+// last content the parser refused is refused again without being parsed. Only a regular file
+// (or a symlink to one) is read, opened without blocking: a named pipe, a directory, a device
+// or a socket at the path is refused, naming its kind, and each read is bounded by
+// WatchOptions.ReadTimeout.
 //
 // Each reload applies the groups, endpoints, durations and Default as UpdateMultiEndpoints
 // does, with the file's EndpointOptions for pools it dials, and replaces the directed read
