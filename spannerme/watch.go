@@ -421,12 +421,14 @@ func (w *ConfigWatcher) readFile() (*fileSnapshot, error) {
 		err  error
 	}
 	done := make(chan result, 1) // never blocks the reader, whoever has stopped waiting
-	var abandoned atomic.Bool
+	// settled is set by whichever comes first: the reader with its result, or this read
+	// giving up on it (then the reader, finishing, reads again unless the watcher is closed).
+	var settled atomic.Bool
 	go func() {
 		data, fi, err := w.readFn(w.path)
 		w.reading.Store(false)
 		done <- result{data, fi, err}
-		if abandoned.Load() { // its result is lost: read again (unless closed)
+		if !settled.CompareAndSwap(false, true) { // given up on: its result is lost
 			w.schedule(&w.debounce, w.opts.Debounce, w.read)
 		}
 	}()
@@ -437,11 +439,13 @@ func (w *ConfigWatcher) readFile() (*fileSnapshot, error) {
 	select {
 	case r = <-done:
 	case <-timeout:
-		abandoned.Store(true)
-		return nil, fmt.Errorf("spannerme configuration: %s: reading the file took longer than %v (WatchOptions.ReadTimeout)",
-			w.path, w.opts.ReadTimeout)
+		if settled.CompareAndSwap(false, true) {
+			return nil, fmt.Errorf("spannerme configuration: %s: reading the file took longer than %v (WatchOptions.ReadTimeout)",
+				w.path, w.opts.ReadTimeout)
+		}
+		r = <-done // the reader finished meanwhile: its result is here
 	case <-w.stop:
-		abandoned.Store(true)
+		settled.Store(true)
 		return nil, errWatcherClosed
 	}
 	if r.err != nil {
