@@ -163,6 +163,7 @@ func TestCheckRefusesAFIFO(t *testing.T) {
 	start := time.Now()
 	out, errOut, code := cli(t, nil, "check", "--config", fifo, "--database", "projects/p/instances/i/databases/d", "--timeout", "2s")
 	took := time.Since(start)
+	t.Logf("check of a FIFO: exit %d after %v", code, took)
 	if code != exitBadArgs || out != "" || !strings.Contains(errOut, fifo+": not a regular file but a named pipe (FIFO)") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 2 and the FIFO named", code, out, errOut)
 	}
