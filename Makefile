@@ -58,12 +58,13 @@ race:
 
 ## fuzz: each native fuzz target for FUZZTIME (10m by default), one after the other, each with
 ##       -parallel FUZZPARALLEL (1 by default): the configuration parser (YAML, JSON), endpoint
-##       parsing, the request classifiers. A crasher is written to the package's
-##       testdata/fuzz/<target>/ and fails the run; `make test` runs every seed.
+##       parsing, the request classifiers, the command line's escaping of text (terminal and
+##       JSON). A crasher is written to the package's testdata/fuzz/<target>/ and fails the
+##       run; `make test` runs every seed.
 FUZZTIME ?= 10m
 FUZZPARALLEL ?= 1
 FUZZ_TARGETS = ./spannerme:FuzzParseConfigYAML ./spannerme:FuzzParseConfigJSON ./spannerme:FuzzEndpoint \
-	./internal/spannerreq:FuzzRequestClassifiers
+	./internal/spannerreq:FuzzRequestClassifiers ./cmd/spannerme:FuzzTerminalText
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t##*:}; \
 		echo "$(GO) test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg"; \

@@ -1,11 +1,11 @@
 package spannerme
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -34,35 +34,40 @@ type FileConfig struct {
 
 // LoadConfig reads and parses the configuration file at path, YAML or JSON, as ParseConfig
 // does; a file whose name ends in ".json" (in any case) is read as JSON whatever its first
-// character. It reads at most 1 MiB and one byte more: a larger file is refused. Errors:
-// the read error (wrapping fs.ErrNotExist for a missing file), or a *ConfigFileError naming
-// the file, the line and the field. It is safe for concurrent use.
+// character. It is LoadConfigContext with a deadline of 10 seconds for reading the file.
+// Errors and concurrency: LoadConfigContext's.
 func LoadConfig(path string) (*FileConfig, error) {
-	data, err := readConfigFile(path)
+	ctx, cancel := context.WithTimeout(context.Background(), configfile.ReadTimeout)
+	defer cancel()
+	return LoadConfigContext(ctx, path)
+}
+
+// LoadConfigContext is LoadConfig with ctx bounding the read of the file: it returns when ctx
+// ends, whatever the read is doing (a read stuck on a network or FUSE file system finishes
+// in its own goroutine). The file must be a regular file (or a symlink to one): it is opened
+// without blocking and anything else (a named pipe, a directory, a device, a socket) is
+// refused, naming its kind. It reads at most 1 MiB and one byte more: a larger file is
+// refused. Errors: a *ConfigFileError naming the file (and the line and field of a mistake
+// in it) for a file that is not a regular file, is too large, or is not a valid
+// configuration; the read error otherwise (wrapping fs.ErrNotExist for a missing file, and
+// ctx's error when ctx ended first). It is safe for concurrent use.
+func LoadConfigContext(ctx context.Context, path string) (*FileConfig, error) {
+	data, _, err := configfile.ReadFileContext(ctx, path)
 	if err != nil {
-		return nil, err
+		return nil, configReadError(path, err)
 	}
 	c, _, err := parseConfigFile(data, path)
 	return c, err
 }
 
-func readConfigFile(path string) ([]byte, error) {
-	data, _, err := readConfigFileInfo(path)
-	return data, err
-}
-
-// readConfigFileInfo reads the file at path, at most configfile.MaxSize bytes (a larger file
-// is a *ConfigFileError), and returns its content with its size and modification time as the
-// opened file had them.
-func readConfigFileInfo(path string) ([]byte, os.FileInfo, error) {
-	data, fi, err := configfile.ReadFile(path)
+// configReadError is the error of LoadConfig and of a watcher for err, an error of
+// configfile.ReadFile: a *ConfigFileError for a file refused by its kind or size, else err
+// prefixed.
+func configReadError(path string, err error) error {
 	if fe := (*configfile.Error)(nil); errors.As(err, &fe) {
-		return nil, nil, &ConfigFileError{File: path, Problem: fe.Problem}
+		return &ConfigFileError{File: path, Problem: fe.Problem}
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("spannerme configuration: %w", err)
-	}
-	return data, fi, nil
+	return fmt.Errorf("spannerme configuration: %w", err)
 }
 
 // ParseConfig parses a configuration file's content, YAML or JSON. Content whose first
@@ -81,10 +86,12 @@ func readConfigFileInfo(path string) ([]byte, os.FileInfo, error) {
 // It is bounded: content over 1 MiB, more than 100,000 values (every mapping, list, key and
 // scalar counts one; a YAML alias, *name, counts as the values of its anchor), more than
 // 1000 groups, 100 endpoints in a group, 1000 distinct endpoints in all or 1000 entries in
-// the endpoints section is refused. Its time and memory are linear in len(data). An
-// error quotes at most 80 bytes of any value of the file, and its Field and Problem hold at
-// most 256 and 512 bytes, each ending with "…[cut: N bytes in all]" when cut. It is safe for
-// concurrent use and does not keep data.
+// the endpoints section is refused. Its time and memory are linear in len(data). Content
+// that is one value or a list (an access token, a password, a key: a path pointed at the
+// wrong file) is "not a configuration file", with its kind and length and none of it quoted.
+// Any other error quotes at most 80 bytes of any value of the file, and its Field and Problem
+// hold at most 256 and 512 bytes, each ending with "…[cut: N bytes in all]" when cut. It is
+// safe for concurrent use and does not keep data.
 func ParseConfig(data []byte) (*FileConfig, error) {
 	c, _, err := parseConfigFile(data, "")
 	return c, err
@@ -113,6 +120,9 @@ func parseConfigData(data []byte, isJSON bool) (*FileConfig, *parsedFile, error)
 	}
 	sum := sha256.Sum256(data)
 	d := &fileDecoder{Decoder: dec}
+	if err := dec.Root(root); err != nil {
+		return nil, nil, err
+	}
 	if err := d.decode(root); err != nil {
 		return nil, nil, err
 	}

@@ -95,7 +95,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{name: "empty", in: " \n", want: "the file is empty"},
 		{name: "syntax", in: "default: d\nmultiEndpoints: [\n", line: 2, want: "not valid YAML"},
-		{name: "not a mapping", in: "- a\n", line: 1, want: "want a mapping"},
+		{name: "not a mapping", in: "- a\n", line: 0, want: "not a configuration file: its content (4 bytes) is a list of 1 item"},
 		{name: "unknown top field", in: head + "defualt: x\n", line: 5, field: "defualt", want: "unknown field (did you mean default?)"},
 		{name: "unknown group field", in: head + "    recoveryTime: 2s\n", line: 5, field: "multiEndpoints.d.recoveryTime", want: "did you mean recoveryTimeout?"},
 		{name: "far from any field", in: head + "zzzzzzzzz: 1\n", line: 5, field: "zzzzzzzzz", want: "known fields: default, endpoints, multiEndpoints, poolSize, sessionAffinity, settings"},

@@ -65,6 +65,28 @@ type ConfigStatus struct {
 	// leaves out asks for its default: dropping poolSize or sessionAffinity lists it too.
 	// Empty when none.
 	RestartNeeded []string `json:"restartNeeded,omitempty"`
+	// Pending is the edit waiting to settle: content that differs from the configuration in
+	// force, read but not applied yet because it has not stayed the same for
+	// WatchOptions.Settle (an edit still being written, or a file replaced more often than
+	// that). nil when no edit is waiting. An edit that waits more than 5 Settle intervals is
+	// also logged (Warn), once.
+	Pending *PendingEdit `json:"pending,omitempty"`
+}
+
+// PendingEdit is an edit of a watched configuration file waiting to settle
+// (ConfigStatus.Pending).
+type PendingEdit struct {
+	// Since is when the watcher first read changed content after the configuration in force
+	// (or the last error); the edit has been waiting since then.
+	Since time.Time `json:"since"`
+	// LastReadAt is when the latest version was read, and Hash its hex SHA-256.
+	LastReadAt time.Time `json:"lastReadAt"`
+	Hash       string    `json:"hash"`
+	// Versions counts the different contents read since Since (1: the edit is waiting its
+	// first Settle interval; more: the file changed again before it settled).
+	Versions int `json:"versions"`
+	// Why says in words why it is not applied yet.
+	Why string `json:"why"`
 }
 
 func (s *ConfigStatus) clone() *ConfigStatus {
@@ -73,5 +95,9 @@ func (s *ConfigStatus) clone() *ConfigStatus {
 	}
 	c := *s
 	c.RestartNeeded = append([]string(nil), s.RestartNeeded...)
+	if s.Pending != nil {
+		p := *s.Pending
+		c.Pending = &p
+	}
 	return &c
 }

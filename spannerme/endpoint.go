@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // gRPC name-resolver schemes accepted as endpoint targets
@@ -22,7 +23,7 @@ func normalizeEndpoint(e string) (normalized, problem string) {
 	if e == "" {
 		return "", "empty endpoint"
 	}
-	if strings.TrimSpace(e) != e || strings.ContainsAny(e, " \t\r\n") {
+	if strings.IndexFunc(e, unicode.IsSpace) >= 0 {
 		return "", "endpoint contains white space"
 	}
 	for _, s := range targetSchemes {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
 // WatchOptions tunes WatchConfig. The zero value is ready to use.
@@ -35,10 +38,20 @@ type WatchOptions struct {
 	// old one, or a Kubernetes ConfigMap's symlink swap) is applied Settle after the read
 	// that first sees it. Zero or negative means 1s.
 	Settle time.Duration
-	// Logger receives applied configurations (Info), rejected edits (Error) and changes that
-	// need a restart (Warn). Nil means the GCPMultiEndpoint's Settings.Logger.
+	// ReadTimeout bounds each read of the file: a read that has not finished by then (a
+	// network or FUSE file system that does not answer) fails the reload with an error in
+	// ConfigStatus.LastError, and until it finishes every later read fails at once, so that
+	// at most one goroutine waits on the file system. Zero or negative means 10s.
+	ReadTimeout time.Duration
+	// Logger receives applied configurations (Info), rejected edits (Error), changes that
+	// need a restart and edits that wait to settle for more than 5 Settle intervals (Warn).
+	// Nil means the GCPMultiEndpoint's Settings.Logger.
 	Logger *slog.Logger
 }
+
+// pendingWarnAfter is how many Settle intervals an edit may wait to settle before the
+// watcher logs a warning (once per edit).
+const pendingWarnAfter = 5
 
 // ConfigWatcher applies a configuration file to a GCPMultiEndpoint each time the file
 // changes (WatchConfig). Its methods are safe for concurrent use.
@@ -59,6 +72,11 @@ type ConfigWatcher struct {
 	debounce, resync, settle clock.Timer
 	reads                    sync.WaitGroup // reads in progress (read)
 
+	// readFn reads the file: configfile.ReadFile, or a test's. It runs in a goroutine of its
+	// own (readFile), at most one at a time: reading is set while one runs.
+	readFn  func(path string) ([]byte, os.FileInfo, error)
+	reading atomic.Bool
+
 	readMu sync.Mutex // one read at a time; guards candidate and refused
 	// candidate is the changed content last read, not applied yet: it is applied once a
 	// read Settle later finds it the same.
@@ -67,6 +85,8 @@ type ConfigWatcher struct {
 	// error: the same content read again is refused without being parsed again.
 	refused    string
 	refusedErr error
+	// warned is set once the edit waiting to settle (status.Pending) has been logged.
+	warned bool
 
 	mu     sync.Mutex // guards status
 	status ConfigStatus
@@ -100,8 +120,13 @@ func (s *fileSnapshot) same(o *fileSnapshot) bool {
 // other make one reload, and a reload of content equal to the configuration in force does
 // nothing. A changed file is applied only once it has stopped changing: two reads
 // WatchOptions.Settle apart must find the same size, modification time and SHA-256
-// (docs/configuration.md says how to write the file safely). Content equal to the last
-// content the parser refused is refused again without being parsed.
+// (docs/configuration.md says how to write the file safely); meanwhile ConfigStatus.Pending
+// shows the edit waiting, and one warning is logged when it has waited more than 5 Settle
+// intervals (a file replaced more often than Settle is never applied). Content equal to the
+// last content the parser refused is refused again without being parsed. Only a regular file
+// (or a symlink to one) is read, opened without blocking: a named pipe, a directory, a device
+// or a socket at the path is refused, naming its kind, and each read is bounded by
+// WatchOptions.ReadTimeout.
 //
 // Each reload applies the groups, endpoints, durations and Default as UpdateMultiEndpoints
 // does, with the file's EndpointOptions for pools it dials, and replaces the directed read
@@ -129,6 +154,12 @@ func WatchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions) (*Config
 
 // watchConfig is WatchConfig with the clock of its timers and of the settle rule.
 func watchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions, clk clock.Clock) (*ConfigWatcher, error) {
+	return watchConfigWith(gme, path, opts, clk, configfile.ReadFile)
+}
+
+// watchConfigWith is watchConfig with the function that reads the file.
+func watchConfigWith(gme *GCPMultiEndpoint, path string, opts WatchOptions, clk clock.Clock,
+	readFn func(string) ([]byte, os.FileInfo, error)) (*ConfigWatcher, error) {
 	if gme == nil {
 		return nil, errors.New("spannerme: WatchConfig: nil GCPMultiEndpoint")
 	}
@@ -141,8 +172,11 @@ func watchConfig(gme *GCPMultiEndpoint, path string, opts WatchOptions, clk cloc
 	if opts.Settle <= 0 {
 		opts.Settle = time.Second
 	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = configfile.ReadTimeout
+	}
 	w := &ConfigWatcher{gme: gme, path: path, base: filepath.Base(path), opts: opts, log: opts.Logger, clk: clk,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), readFn: readFn}
 	if w.log == nil {
 		w.log = gme.logger() // slog's default for a zero-value GCPMultiEndpoint
 	}
@@ -181,8 +215,11 @@ func (w *ConfigWatcher) Status() ConfigStatus {
 	return *w.status.clone()
 }
 
-// Close stops watching and waits until a reload in progress has finished. The configuration
-// in force stays. Close is idempotent; it returns fsnotify's error from closing the watch.
+// Close stops watching and waits until a reload in progress has finished; a read of the file
+// in progress is not waited for (it finishes alone, and nothing is applied after Close), so
+// Close returns within the time an update of the GCPMultiEndpoint takes, whatever the file
+// system does. The configuration in force stays. Close is idempotent; it returns fsnotify's
+// error from closing the watch.
 func (w *ConfigWatcher) Close() error {
 	var err error
 	w.stopOnce.Do(func() {
@@ -266,8 +303,12 @@ func (w *ConfigWatcher) read() {
 // content becomes the candidate, applied when a read Settle later finds it the same.
 func (w *ConfigWatcher) check() {
 	snap, err := w.readFile()
+	if errors.Is(err, errWatcherClosed) {
+		return
+	}
 	if err != nil {
 		w.candidate = nil
+		w.setPending(nil)
 		_ = w.fail(err)
 		return
 	}
@@ -280,15 +321,18 @@ func (w *ConfigWatcher) check() {
 	switch {
 	case inForce:
 		w.candidate = nil
+		w.setPending(nil)
 		w.publish()
 		return
 	case snap.hash == w.refused:
 		w.candidate = nil
+		w.setPending(nil)
 		_ = w.fail(w.refusedErr) // logged only if another error came between
 		return
 	}
 	if c := w.candidate; c == nil || !c.same(snap) {
 		w.candidate = snap
+		w.setPending(snap)
 		w.schedule(&w.settle, w.opts.Settle, w.read)
 		return
 	}
@@ -297,7 +341,53 @@ func (w *ConfigWatcher) check() {
 		return
 	}
 	w.candidate = nil
+	w.setPending(nil)
 	_ = w.apply(snap)
+}
+
+// setPending records snap, a changed content just read, as the edit waiting to settle, or
+// clears the edit waiting (nil), w.readMu held. An edit that has waited more than
+// pendingWarnAfter Settle intervals is logged, once.
+func (w *ConfigWatcher) setPending(snap *fileSnapshot) {
+	w.mu.Lock()
+	if snap == nil {
+		changed := w.status.Pending != nil
+		w.status.Pending, w.warned = nil, false
+		w.mu.Unlock()
+		if changed {
+			w.publish()
+		}
+		return
+	}
+	p := w.status.Pending
+	if p == nil {
+		p = &PendingEdit{Since: snap.readAt}
+	} else {
+		c := *p
+		p = &c
+	}
+	p.Hash, p.LastReadAt = snap.hash, snap.readAt
+	p.Versions++
+	waited := snap.readAt.Sub(p.Since)
+	if p.Versions == 1 {
+		p.Why = fmt.Sprintf("changed content read at %s; applied if it is the same %v later (WatchOptions.Settle)",
+			snap.readAt.Format(time.TimeOnly), w.opts.Settle)
+	} else {
+		p.Why = fmt.Sprintf("the file changed again before it stayed the same for %v (WatchOptions.Settle): "+
+			"%d versions read in %v; a version is applied once it stays the same for %v",
+			w.opts.Settle, p.Versions, waited.Round(time.Millisecond), w.opts.Settle)
+	}
+	w.status.Pending = p
+	warn := !w.warned && waited > pendingWarnAfter*w.opts.Settle
+	if warn {
+		w.warned = true
+	}
+	w.mu.Unlock()
+	if warn { // logged before the status is published, as in apply
+		w.log.Warn("spannerme: a configuration edit is waiting to settle: the file keeps changing, and no version of it is applied until one stays the same for WatchOptions.Settle",
+			"path", w.path, "since", p.Since, "waited", waited.Round(time.Millisecond), "versions", p.Versions, "settle", w.opts.Settle)
+	}
+	w.publish()
 }
 
 // concerns reports whether ev may have changed the file: an event on its name, or on a
@@ -307,12 +397,61 @@ func (w *ConfigWatcher) concerns(ev fsnotify.Event) bool {
 	return b == w.base || strings.HasPrefix(b, "..")
 }
 
-// readFile reads the file (readConfigFileInfo) and hashes it.
+// errWatcherClosed is readFile's error when the watcher was closed during the read.
+var errWatcherClosed = errors.New("spannerme: the configuration watcher is closed")
+
+// readFile reads the file (w.readFn, configfile.ReadFile: a regular file only, opened without
+// blocking) in a goroutine of its own, and hashes it. It returns when the read has finished,
+// ReadTimeout has passed, or the watcher is closed, whichever comes first. A read that has
+// not finished goes on alone, and until it finishes every read fails at once: at most one
+// goroutine ever waits on the file system.
 func (w *ConfigWatcher) readFile() (*fileSnapshot, error) {
-	data, fi, err := readConfigFileInfo(w.path)
-	if err != nil {
-		return nil, err
+	select {
+	case <-w.stop:
+		return nil, errWatcherClosed
+	default:
 	}
+	if !w.reading.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("spannerme configuration: %s: an earlier read of the file has not returned yet "+
+			"(a file system that does not answer); the file is read again once it has", w.path)
+	}
+	type result struct {
+		data []byte
+		fi   os.FileInfo
+		err  error
+	}
+	done := make(chan result, 1) // never blocks the reader, whoever has stopped waiting
+	// settled is set by whichever comes first: the reader with its result, or this read
+	// giving up on it (then the reader, finishing, reads again unless the watcher is closed).
+	var settled atomic.Bool
+	go func() {
+		data, fi, err := w.readFn(w.path)
+		w.reading.Store(false)
+		done <- result{data, fi, err}
+		if !settled.CompareAndSwap(false, true) { // given up on: its result is lost
+			w.schedule(&w.debounce, w.opts.Debounce, w.read)
+		}
+	}()
+	timeout := make(chan struct{})
+	t := w.clk.AfterFunc(w.opts.ReadTimeout, func() { close(timeout) })
+	defer t.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timeout:
+		if settled.CompareAndSwap(false, true) {
+			return nil, fmt.Errorf("spannerme configuration: %s: reading the file took longer than %v (WatchOptions.ReadTimeout)",
+				w.path, w.opts.ReadTimeout)
+		}
+		r = <-done // the reader finished meanwhile: its result is here
+	case <-w.stop:
+		settled.Store(true)
+		return nil, errWatcherClosed
+	}
+	if r.err != nil {
+		return nil, configReadError(w.path, r.err)
+	}
+	data, fi := r.data, r.fi
 	sum := sha256.Sum256(data)
 	return &fileSnapshot{data: data, hash: hex.EncodeToString(sum[:]), size: fi.Size(), modTime: fi.ModTime(),
 		readAt: w.clk.Now()}, nil

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
 // watchConfigYAML is a configuration file with one group "g" of the given endpoints.
@@ -69,6 +70,12 @@ func newWatchFixture(t *testing.T, path string) *watchFixture {
 // watcher's clock clk.
 func newWatchFixtureOn(t *testing.T, path string, opts WatchOptions, clk clock.Clock) *watchFixture {
 	t.Helper()
+	return newWatchFixtureWith(t, path, opts, clk, configfile.ReadFile)
+}
+
+// newWatchFixtureWith is newWatchFixtureOn with the watcher's function that reads the file.
+func newWatchFixtureWith(t *testing.T, path string, opts WatchOptions, clk clock.Clock, readFn func(string) ([]byte, os.FileInfo, error)) *watchFixture {
+	t.Helper()
 	f := &watchFixture{path: path, log: &syncBuffer{}}
 	for _, name := range []string{"one", "two", "three"} {
 		f.eps = append(f.eps, startEndpoint(t, name))
@@ -84,7 +91,7 @@ func newWatchFixtureOn(t *testing.T, path string, opts WatchOptions, clk clock.C
 	settings.Logger = fastSettings(nil).Logger
 	f.gme = newGME(t, fc.Options, settings)
 	opts.Logger = slog.New(slog.NewTextHandler(f.log, nil))
-	f.w, err = watchConfig(f.gme, path, opts, clk)
+	f.w, err = watchConfigWith(f.gme, path, opts, clk, readFn)
 	if err != nil {
 		t.Fatal(err)
 	}

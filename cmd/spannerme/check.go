@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -125,20 +126,27 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			"Checks every endpoint of every group: name resolution, TCP connect, TLS handshake, gRPC ready,\n"+
 			"one Spanner call (GetSession of a session that does not exist; NOT_FOUND is an answer) and the\n"+
 			"database (a session created, SELECT 1 in it, the session deleted; nothing is written).\n"+
-			"--timeout bounds each endpoint's check. Exit status: 0 when every group has a working endpoint\n"+
+			"--timeout bounds reading the configuration file, and each endpoint's check. Exit status: 0 when every group has a working endpoint\n"+
 			"(every step passed), 1 when a group has none, 2 on a bad configuration file or bad flags.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	fc, err := c.parse(fs, args, stderr)
+	fc, err := c.parse(ctx, fs, args, stderr)
 	if err != nil {
 		return badArgs(err)
 	}
 	rep := check(ctx, &c, fc)
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
+		// Every string escaped as JSON allows: a server's text or a group's name drives no
+		// terminal (jsonSafe), and the output stays valid JSON with the same values.
+		var out bytes.Buffer
+		enc := json.NewEncoder(&out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "spannerme check: %v\n", err)
+			fmt.Fprintf(stderr, "spannerme check: %s\n", printable(err.Error()))
+			return exitFailed
+		}
+		if _, err := stdout.Write(jsonSafe(out.Bytes())); err != nil {
+			fmt.Fprintf(stderr, "spannerme check: %s\n", printable(err.Error()))
 			return exitFailed
 		}
 	} else {

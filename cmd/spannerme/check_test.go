@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
@@ -141,5 +145,29 @@ func TestCheckDatabaseStepEmulator(t *testing.T) {
 	out, _, code := cli(t, nil, "check", "--config", cfg, "--database", "projects/nope/instances/nope/databases/nope", "--plaintext", "--no-auth")
 	if want := e.Addr() + ": database: the database does not exist"; code != exitFailed || !strings.Contains(out, want) || !strings.Contains(out, "FAILED: no working endpoint in group d.") {
 		t.Errorf("table: exit %d; want 1 and %q", code, want)
+	}
+}
+
+// A configuration path that is a named pipe with no writer: check refuses it at once, naming
+// its kind, with exit status 2, well within its --timeout (opening a FIFO used to wait for a
+// writer for good).
+func TestCheckRefusesAFIFO(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no named pipes in the file system")
+	}
+	fifo := filepath.Join(t.TempDir(), "spannerme.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	binary(t) // built before the clock starts
+	start := time.Now()
+	out, errOut, code := cli(t, nil, "check", "--config", fifo, "--database", "projects/p/instances/i/databases/d", "--timeout", "2s")
+	took := time.Since(start)
+	t.Logf("check of a FIFO: exit %d after %v", code, took)
+	if code != exitBadArgs || out != "" || !strings.Contains(errOut, fifo+": not a regular file but a named pipe (FIFO)") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 2 and the FIFO named", code, out, errOut)
+	}
+	if took > 2*time.Second {
+		t.Errorf("check took %v, want less than its --timeout 2s", took)
 	}
 }

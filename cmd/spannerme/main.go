@@ -89,14 +89,15 @@ func (c *common) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.database, "database", "", "the database, projects/P/instances/I/databases/D (required)")
 	fs.BoolVar(&c.plaintext, "plaintext", false, "no TLS (for the emulator or a plaintext test server); needs --no-auth")
 	fs.BoolVar(&c.noAuth, "no-auth", false, "no credentials (for the emulator); default: Application Default Credentials")
-	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit, reading the configuration file included")
 }
 
 var databasePath = regexp.MustCompile(`^projects/[^/]+/instances/[^/]+/databases/[^/]+$`)
 
-// parse parses the flags and loads the configuration file. A non-nil error has been
+// parse parses the flags and loads the configuration file, within --timeout (a file that
+// is not a regular file is refused at once, naming its kind). A non-nil error has been
 // printed; the caller exits with exitBadArgs (or exitOK for -h).
-func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*spannerme.FileConfig, error) {
+func (c *common) parse(ctx context.Context, fs *flag.FlagSet, args []string, stderr io.Writer) (*spannerme.FileConfig, error) {
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -125,7 +126,9 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*span
 		fmt.Fprintf(stderr, "spannerme %s: %s\n", fs.Name(), printable(err.Error()))
 		return nil, err
 	}
-	fc, err := spannerme.LoadConfig(c.config)
+	readCtx, cancel := context.WithTimeout(ctx, c.timeout)
+	fc, err := spannerme.LoadConfigContext(readCtx, c.config)
+	cancel()
 	if err != nil {
 		fmt.Fprintf(stderr, "spannerme %s: %s\n", fs.Name(), printable(err.Error()))
 		return nil, err
@@ -137,9 +140,9 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (*span
 		// settles "not on GCE" for the process, so it is done only without credentials:
 		// Application Default Credentials on GCE and GKE come from the metadata server, which
 		// the credentials look-up asks only on GCE (cloud.google.com/go/auth, DetectDefault).
-		ctx, cancel := context.WithCancel(context.Background())
+		ended, cancel := context.WithCancel(context.Background())
 		cancel()
-		metadata.OnGCEWithContext(ctx)
+		metadata.OnGCEWithContext(ended)
 	}
 	return fc, nil
 }

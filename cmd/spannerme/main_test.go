@@ -441,7 +441,7 @@ func TestParseKeepsGCEDetectionForCredentials(t *testing.T) {
 		var c common
 		fs := flag.NewFlagSet("check", flag.ContinueOnError)
 		c.register(fs, time.Second)
-		if _, err := c.parse(fs, strings.Fields(args), io.Discard); err != nil {
+		if _, err := c.parse(context.Background(), fs, strings.Fields(args), io.Discard); err != nil {
 			fmt.Println("parse:", err)
 			return
 		}

@@ -10,8 +10,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"cloud.google.com/go/spanner"
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
@@ -32,17 +32,19 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c.register(fs, 30*time.Second)
 	group := fs.String("group", "", "the group (MultiEndpoint) to query through; default: the file's default group")
 	sql := fs.String("sql", "", "the SQL query (required)")
+	maxRows := fs.Int("max-rows", defaultMaxRows, "the most rows printed; the rows after them are counted, not printed, until the query ends")
 	connectTimeout := fs.Duration("connect-timeout", 3*time.Second,
 		"how long the group may take to have an available endpoint; past it the query stops and says why each endpoint is not available")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spannerme query --config FILE --database D [--group NAME] --sql \"SELECT 1\" [flags]\n\n"+
-			"Runs one query through a group, as an application would, and prints the rows and the endpoint\n"+
+			"Runs one query through a group, as an application would, and prints the rows as they come\n"+
+			"(the first --max-rows of them; the columns' widths are those of the first rows) and the endpoint\n"+
 			"that served them. Only the group's endpoints are dialed. When no endpoint of the group is\n"+
 			"available within --connect-timeout, the query stops and prints why, endpoint by endpoint.\n"+
 			"Exit status: 0 on success, 1 when the query fails, 2 on a bad configuration file or bad flags.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	fc, err := c.parse(fs, args, stderr)
+	fc, err := c.parse(ctx, fs, args, stderr)
 	if err != nil {
 		return badArgs(err)
 	}
@@ -55,6 +57,10 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if _, ok := fc.Options.MultiEndpoints[*group]; !ok {
 		fmt.Fprintf(stderr, "spannerme query: --group %q is not a group of %s\n", *group, printable(c.config))
+		return exitBadArgs
+	}
+	if *maxRows <= 0 {
+		fmt.Fprintln(stderr, "spannerme query: --max-rows must be positive")
 		return exitBadArgs
 	}
 	if *connectTimeout <= 0 {
@@ -87,10 +93,16 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			stopQuery(errNoEndpoint)
 		}
 	}()
-	n, err := printRows(stdout, client.Single().Query(spannerme.NewMEContext(qctx, *group), spanner.Statement{SQL: *sql}))
+	rows, err := printRows(stdout, client.Single().Query(spannerme.NewMEContext(qctx, *group), spanner.Statement{SQL: *sql}), *maxRows, widthWait)
 	stopQuery(nil)
 	<-watched
+	if rows.left > 0 {
+		fmt.Fprintf(stdout, "(%d more rows left out by --max-rows %d)\n", rows.left, *maxRows)
+	}
 	if err != nil {
+		if rows.total() > 0 {
+			fmt.Fprintf(stdout, "(%d rows before the error)\n", rows.total())
+		}
 		why := spannerme.Explain(err, gme.Status())
 		if errors.Is(context.Cause(qctx), errNoEndpoint) {
 			fmt.Fprintf(stderr, "spannerme query: stopped: no endpoint of group %q was available within --connect-timeout %v\n", printable(*group), *connectTimeout)
@@ -115,7 +127,7 @@ func runQuery(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	last := served.last()
-	fmt.Fprintf(stdout, "(%d rows; served by endpoint %s of group %s, whose current endpoint is %s)\n", n,
+	fmt.Fprintf(stdout, "(%d rows; served by endpoint %s of group %s, whose current endpoint is %s)\n", rows.total(),
 		printable(labeled(last, names[last])), printable(*group), printable(labeled(current, names[current])))
 	return exitOK
 }
@@ -144,38 +156,162 @@ func (s *servedBy) last() string {
 	return s.endpoint
 }
 
-// printRows writes the rows as a table with a header and returns how many there were.
-func printRows(w io.Writer, it *spanner.RowIterator) (int, error) {
-	defer it.Stop()
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	n := 0
-	for {
-		row, err := it.Next()
-		if err == iterator.Done {
-			break
-		}
-		if err != nil {
-			return n, err
-		}
-		if n == 0 {
-			names := make([]string, 0, row.Size())
-			for _, c := range row.ColumnNames() {
-				names = append(names, printable(c))
-			}
-			fmt.Fprintln(tw, strings.Join(names, "\t"))
-		}
-		cells := make([]string, row.Size())
-		for i := range cells {
-			var v spanner.GenericColumnValue
-			if err := row.Column(i, &v); err != nil {
-				return n, err
-			}
-			cells[i] = printable(formatValue(v.Value))
-		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
-		n++
+// defaultMaxRows is --max-rows's default: what a terminal's scrollback holds (xterm keeps
+// 1024 lines).
+const defaultMaxRows = 1000
+
+// The columns' widths are those of the header and the first widthRows rows, or of the rows
+// that came within widthWait of the first one, whichever comes first; the rows after them are
+// printed as they come, a cell wider than its column pushing the rest of its row right.
+const (
+	widthRows = 50
+	widthWait = 250 * time.Millisecond
+)
+
+// rowCount counts a query's rows: printed, and left out by --max-rows.
+type rowCount struct{ printed, left int }
+
+func (c rowCount) total() int { return c.printed + c.left }
+
+// printRows prints it's rows as a table with a header, as they come (widthRows, widthWait),
+// at most maxRows of them: the rest are counted, not kept. It reads until the query ends, and
+// prints the rows that came before an error before returning it. It stops the iterator.
+func printRows(w io.Writer, it *spanner.RowIterator, maxRows int, wait time.Duration) (rowCount, error) {
+	type next struct {
+		header, cells []string // header: the first row's only
+		err           error
 	}
-	return n, tw.Flush()
+	rows := make(chan next, 64)
+	go func() { // the iterator's goroutine: Next blocks until a row comes
+		defer close(rows)
+		defer it.Stop()
+		for first := true; ; first = false {
+			row, err := it.Next()
+			if err == iterator.Done {
+				return
+			}
+			if err != nil {
+				rows <- next{err: err}
+				return
+			}
+			var r next
+			if first {
+				for _, c := range row.ColumnNames() {
+					r.header = append(r.header, printable(c))
+				}
+			}
+			r.cells = make([]string, row.Size())
+			for i := range r.cells {
+				var v spanner.GenericColumnValue
+				if err := row.Column(i, &v); err != nil {
+					rows <- next{err: err}
+					return
+				}
+				r.cells[i] = printable(formatValue(v.Value))
+			}
+			rows <- r
+		}
+	}()
+
+	t := &streamTable{w: w}
+	var n rowCount
+	var err error
+	var settle <-chan time.Time
+	for {
+		select {
+		case r, ok := <-rows:
+			switch {
+			case !ok:
+				return n, errors.Join(err, t.flush())
+			case r.err != nil:
+				err = r.err // the channel closes next
+			case n.printed >= maxRows:
+				n.left++
+			default:
+				if r.header != nil {
+					t.header = r.header
+					timer := time.NewTimer(wait)
+					defer timer.Stop()
+					settle = timer.C
+				}
+				n.printed++
+				if werr := t.add(r.cells); werr != nil && err == nil {
+					err = werr
+				}
+			}
+		case <-settle:
+			settle = nil
+			if werr := t.flush(); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
+}
+
+// streamTable prints a table whose columns' widths are set by its first rows: it keeps up to
+// widthRows rows until flush, then prints each row as it is added.
+type streamTable struct {
+	w       io.Writer
+	header  []string
+	kept    [][]string
+	widths  []int // set by flush
+	flushed bool
+}
+
+// add prints cells, or keeps them until the widths are set.
+func (t *streamTable) add(cells []string) error {
+	if t.flushed {
+		return t.line(cells)
+	}
+	t.kept = append(t.kept, cells)
+	if len(t.kept) >= widthRows {
+		return t.flush()
+	}
+	return nil
+}
+
+// flush sets the widths from the header and the rows kept, and prints them; later, nothing.
+func (t *streamTable) flush() error {
+	if t.flushed || t.header == nil {
+		return nil
+	}
+	t.flushed = true
+	for _, r := range append([][]string{t.header}, t.kept...) {
+		for i, c := range r {
+			if i == len(t.widths) {
+				t.widths = append(t.widths, 0)
+			}
+			t.widths[i] = max(t.widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	if err := t.line(t.header); err != nil {
+		return err
+	}
+	for _, r := range t.kept {
+		if err := t.line(r); err != nil {
+			return err
+		}
+	}
+	t.kept = nil
+	return nil
+}
+
+// line prints one row, each cell but the last padded to its column's width and 2 spaces.
+func (t *streamTable) line(cells []string) error {
+	var b strings.Builder
+	for i, c := range cells {
+		b.WriteString(c)
+		if i < len(cells)-1 {
+			pad := 2
+			if i < len(t.widths) {
+				pad += max(t.widths[i]-utf8.RuneCountInString(c), 0)
+			}
+			b.WriteString(strings.Repeat(" ", pad))
+		}
+	}
+	b.WriteByte('\n')
+	_, err := io.WriteString(t.w, b.String())
+	return err
 }
 
 // formatValue prints a Spanner value: strings as they are (Spanner sends INT64 and

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,29 +68,6 @@ func (e *Error) Error() string {
 
 // Q quotes a value from the file for an error, bounded to MaxQuoted bytes.
 func Q(s string) string { return bounded.Quote(s, MaxQuoted) }
-
-// ReadFile reads the file at path, at most MaxSize bytes (a larger file is an *Error), and
-// returns its content with its size and modification time as the opened file had them.
-// Errors: the operating system's (wrapping fs.ErrNotExist for a missing file), or an *Error.
-func ReadFile(path string) ([]byte, os.FileInfo, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(data) > MaxSize {
-		return nil, nil, &Error{Problem: fmt.Sprintf("larger than %d bytes", MaxSize)}
-	}
-	return data, fi, nil
-}
 
 // Decoder reads one file's node tree. It records where each decoded field is (Node), to
 // place mistakes found after decoding. Not safe for concurrent use.
@@ -199,6 +175,41 @@ func Join(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// Root checks that root, the node Parse returned, is a mapping of fields. Content that is
+// one value (an access token, "DB_PASSWORD=hunter2", a PEM key: a path pointed at the wrong
+// file) or a list is not a configuration file: the *Error names what it is and the file's
+// length, and quotes none of it.
+func (d *Decoder) Root(root *Node) error {
+	n := Resolve(root)
+	if n != nil && n.Kind == yaml.MappingNode {
+		return nil
+	}
+	return &Error{Problem: fmt.Sprintf("not a configuration file: its content (%d bytes) is %s, not a mapping of fields "+
+		"(default, multiEndpoints, ...); none of it is quoted here", len(d.data), contentKind(n))}
+}
+
+// contentKind says what a file's root node is, without its value.
+func contentKind(n *Node) string {
+	switch {
+	case n == nil:
+		return "nothing"
+	case n.Kind == yaml.SequenceNode:
+		if len(n.Content) == 1 {
+			return "a list of 1 item"
+		}
+		return fmt.Sprintf("a list of %d items", len(n.Content))
+	case n.Kind != yaml.ScalarNode:
+		return "nothing but comments"
+	case n.Tag == "!!null":
+		return "nothing (null)"
+	case n.Tag == "!!bool":
+		return "one true or false value"
+	case n.Tag == "!!int" || n.Tag == "!!float":
+		return "one number"
+	}
+	return "one text value"
 }
 
 // Mapping decodes a mapping node field by field: unknown and repeated keys are errors.

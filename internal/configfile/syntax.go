@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -71,6 +72,10 @@ func (c *yamlCounter) size(n *yaml.Node) int {
 	return total
 }
 
+// quotedAnchor is the quoted anchor name in the parser's "unknown anchor 'x' referenced" and
+// "anchor 'x' value contains itself".
+var quotedAnchor = regexp.MustCompile(`anchor '.*' (referenced|value)`)
+
 // yamlSyntaxError turns the parser's error ("yaml: line 3: ...") into a *Error.
 // When the parser stopped at a character that cannot start a token or at a tab, and a line
 // indented with a tab is the error's line or the next one (the parser's line can be the one
@@ -78,6 +83,9 @@ func (c *yamlCounter) size(n *yaml.Node) int {
 // https://yaml.org/spec/1.2.2/#61-indentation-spaces), and the parser's words do not say so.
 func yamlSyntaxError(data []byte, err error) error {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	// The parser quotes an anchor's name, whole: a file that is one secret starting with
+	// '*' (an alias) would be echoed. The line still places it.
+	msg = quotedAnchor.ReplaceAllString(msg, "anchor $1")
 	e := &Error{Problem: "not valid YAML: " + msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if i := strings.Index(rest, ":"); i > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -283,4 +284,105 @@ func pngDecode(b []byte) (image.Image, error) { return png.Decode(bytes.NewReade
 func refreshing(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "Cannot find context with specified id") || strings.Contains(msg, "Execution context was destroyed")
+}
+
+// framedPage is a page that frames src in an iframe and records when the frame has loaded
+// (window.frameLoaded): the framing test page of TestStatusPageInBrowserCannotBeFramed.
+const framedPage = `<!DOCTYPE html><html><head><title>framing</title></head><body>
+<iframe id="f" src="%s" width="800" height="400" onload="window.frameLoaded = true"></iframe></body></html>`
+
+// frameShows returns what the iframe of framedPage shows, once it has loaded: "framed" when
+// its document is the status page (#summary), else what the browser put in its place.
+const frameShows = `(() => {
+	const f = document.getElementById('f');
+	try {
+		const d = f.contentDocument;
+		if (!d) return 'no document (cross-origin: the error page of the browser)';
+		return d.getElementById('summary') ? 'framed' : 'not the page: ' + d.URL;
+	} catch (e) { return 'blocked: ' + e.name; }
+})()`
+
+// Chromium loads the page under its Content-Security-Policy: the page's inline styles apply
+// (the summary line's alarm background), the page is served with the CSP. A framing test
+// page of the same origin (which could read the frame's document if it loaded) cannot frame
+// the page; the same page framing a copy served without the security headers can, so the
+// test would see a page that loads in the frame.
+func TestStatusPageInBrowserCannotBeFramed(t *testing.T) {
+	chromium := findChromium(t)
+	now := time.Now()
+	st := spannerme.Status{At: now, Started: now.Add(-time.Minute), Default: "default",
+		Groups: []spannerme.GroupStatus{{Name: "default", Current: "127.0.0.1:2", Endpoints: []spannerme.EndpointStatus{
+			{Endpoint: "127.0.0.1:1", State: spannerme.Unavailable, Since: now.Add(-10 * time.Second)},
+			{Endpoint: "127.0.0.1:2", Priority: 1, State: spannerme.Available, Since: now.Add(-time.Minute)}}}},
+		Pools: []spannerme.PoolStatus{{Endpoint: "127.0.0.1:1", Connectivity: "TRANSIENT_FAILURE"}, {Endpoint: "127.0.0.1:2", Connectivity: "READY"}}}
+	page := Handler(cannedSource(st))
+	mux := http.NewServeMux()
+	mux.Handle("/status/", http.StripPrefix("/status", page))
+	mux.HandleFunc("/unprotected/", func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		page.ServeHTTP(rec, r)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(rec.Body.Bytes()) // the same page, without its headers
+	})
+	mux.HandleFunc("/frame", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, framedPage, r.URL.Query().Get("src"))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	res, err := http.Get(srv.URL + "/status/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got := res.Header.Get("Content-Security-Policy"); got != CSP {
+		t.Fatalf("the page is served with CSP %q, want %q", got, CSP)
+	}
+
+	browser := newBrowser(t, chromium)
+	if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/status/")); err != nil {
+		t.Fatalf("opening the page: %v", err)
+	}
+	bg, err := chromedp.Run(browser, chromedp.Evaluate[string](`getComputedStyle(document.getElementById('summary')).backgroundColor`))
+	if err != nil {
+		t.Fatalf("reading the summary line's style: %v", err)
+	}
+	if bg != "rgb(255, 235, 233)" {
+		t.Errorf("the summary line's background is %q under the CSP, want the page's inline style, rgb(255, 235, 233)", bg)
+	}
+
+	shown := func(src string) string {
+		t.Helper()
+		if err := chromedp.Do(browser, chromedp.Navigate(srv.URL+"/frame?src="+src)); err != nil {
+			t.Fatalf("opening the framing page: %v", err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			loaded, err := chromedp.Run(browser, chromedp.Evaluate[bool](`window.frameLoaded === true`))
+			if err != nil {
+				t.Fatalf("reading the framing page: %v", err)
+			}
+			if loaded {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the frame of %s did not load within 30s", src)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the browser, bounded by the deadline
+		}
+		what, err := chromedp.Run(browser, chromedp.Evaluate[string](frameShows))
+		if err != nil {
+			t.Fatalf("reading the frame: %v", err)
+		}
+		return what
+	}
+	if what := shown("/unprotected/"); what != "framed" {
+		t.Fatalf("the page served without its headers shows %q in the frame, want it framed: the test could not see a framed page", what)
+	}
+	if what := shown("/status/"); what == "framed" {
+		t.Error("the status page was framed")
+	} else {
+		t.Logf("the frame of the status page shows: %s", what)
+	}
 }

@@ -25,8 +25,8 @@ import (
 // answer 503 naming the group (a configuration mistake that never heals by itself). A
 // GCPMultiEndpoint just created is not ready until an endpoint of each group has connected.
 //
-// The body is text/plain, sent with Cache-Control: no-store and X-Content-Type-Options:
-// nosniff (it quotes connection errors, whose text comes from outside the process). It answers GET and HEAD (HEAD:
+// The body is text/plain, sent with the headers of SecurityHeaders (CSP included: it quotes
+// connection errors, whose text comes from outside the process). It answers GET and HEAD (HEAD:
 // the status and headers, no body); any other method gets 405 with an Allow header. It
 // calls src.Status once per request and keeps nothing between requests; it is safe for
 // concurrent use when src.Status is. A nil src (or one holding a nil pointer) is served as
@@ -45,6 +45,7 @@ type readyHandler struct {
 }
 
 func (h readyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -52,8 +53,6 @@ func (h readyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	code, body := h.judge(h.src.Status())
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	if r.Method == http.MethodGet {
 		_, _ = w.Write([]byte(body))

@@ -10,6 +10,11 @@
 //	mux.Handle("/spannerme/", http.StripPrefix("/spannerme", statuspage.Handler(gme)))
 //	go http.ListenAndServe("127.0.0.1:8081", mux) // an admin port, not the service's
 //
+// Every answer carries a Content-Security-Policy that lets the page load and run nothing and
+// be framed by no page (CSP, SecurityHeaders). A page served on loopback is still readable
+// by another site through DNS rebinding unless the Host header is checked: wrap the handlers
+// in AllowHosts.
+//
 // What it costs and shows: each request builds a full Status (src.Status is called once per
 // request, and every open page asks again every 2 seconds); the handler starts no goroutine
 // and keeps nothing between requests. It has no authentication of its own and shows group
@@ -63,7 +68,10 @@ type Source interface {
 //
 // It answers GET and HEAD (HEAD: the same headers, no body); any other method gets 405
 // Method Not Allowed with an Allow header. If the status cannot be encoded or the page
-// rendered, it answers 500 with the error's text, and nothing else is written.
+// rendered, it answers 500 with the error's text, and nothing else is written. Every answer
+// carries the headers of SecurityHeaders: a Content-Security-Policy (CSP) that lets the page
+// load nothing and run no script, and that no page may frame it. It does not check the
+// request's Host header: wrap it in AllowHosts for that.
 //
 // It calls src.Status once per request and keeps nothing between requests; it takes no
 // lock of its own and is safe for concurrent use when src.Status is (GCPMultiEndpoint.Status
@@ -93,6 +101,7 @@ func isNil(src Source) bool {
 type statusHandler struct{ src Source }
 
 func (h statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	SecurityHeaders(w.Header())
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -115,11 +124,26 @@ func (h statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body.Bytes())
 	}
+}
+
+// CSP is the Content-Security-Policy of every answer of Handler and Ready: the page loads
+// nothing (no script, image, font or connection), styles itself only with its own inline
+// CSS, and no page may frame it (no clickjacking).
+const CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+
+// SecurityHeaders sets, in h, the headers that Handler and Ready send with every answer:
+// Content-Security-Policy (CSP), X-Frame-Options: DENY (frame-ancestors for browsers
+// without CSP), X-Content-Type-Options: nosniff, Cache-Control: no-store and
+// Referrer-Policy: no-referrer. For a handler of your own beside them.
+func SecurityHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", CSP)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "no-referrer")
 }
 
 // wantsJSON reports whether the request asks for JSON rather than the page.
@@ -146,13 +170,17 @@ var statusPage = template.Must(template.New("status").Funcs(template.FuncMap{
 	},
 	"lower":    strings.ToLower,
 	"subtract": func(a, b int) int { return a - b },
-	"cut":      func(v any) string { return bounded.Text(fmt.Sprint(v), maxCellText) },
+	"cut":      cutText,
 }).Parse(statusPageHTML))
 
-// maxCellText bounds, in bytes, what a page cell shows of text that comes from a server or a
-// configuration file (a connection error, why an endpoint is not available, a configuration
-// file's error); what is cut ends with "…[cut: N bytes in all]".
+// maxCellText bounds, in bytes, what a page cell (or attribute) shows of any text: what comes
+// from a server, a configuration file or a call (a connection error, a group's or
+// endpoint's name, a group name no group has); what is cut ends with "…[cut: N bytes in
+// all]".
 const maxCellText = 1024
+
+// cutText is the page's one cut of a text cell: fmt.Sprint(v) cut to maxCellText bytes.
+func cutText(v any) string { return bounded.Text(fmt.Sprint(v), maxCellText) }
 
 // pageView is what the page template shows: spannerme.Status, arranged for reading.
 type pageView struct {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -490,5 +492,75 @@ func TestStatusPageCooldownText(t *testing.T) {
 	}
 	if got := v.Pools[1].Health; got != "healthy" {
 		t.Errorf("a past cooldown shows: %q", got)
+	}
+}
+
+// Every text cell goes through the same cut: a group name no group has (from a call), a
+// group's and an endpoint's name, the file's path and its pending edit's reason.
+func TestStatusPageCutsEveryTextCell(t *testing.T) {
+	long := func(c string) string { return strings.Repeat(c, 5000) }
+	h := Handler(cannedSource{At: time.Now(), Default: long("g"),
+		Groups: []spannerme.GroupStatus{{Name: long("g"), Current: long("e"), Endpoints: []spannerme.EndpointStatus{
+			{Endpoint: long("e"), Name: long("n"), State: spannerme.Available}}}},
+		Pools:         []spannerme.PoolStatus{{Endpoint: long("e"), Name: long("n"), Connectivity: "READY"}},
+		UnknownGroups: map[string]int64{long("u"): 3},
+		Config: &spannerme.ConfigStatus{Path: long("p"), Applied: 1,
+			Pending: &spannerme.PendingEdit{Since: time.Now(), Versions: 2, Why: long("w")}}})
+	_, page := get(t, h, http.MethodGet, "/", "")
+	for _, c := range []string{"g", "e", "n", "u", "p", "w"} {
+		if strings.Contains(page, long(c)[:maxCellText+1]) {
+			t.Errorf("the page shows more than %d bytes of the %q text", maxCellText, c)
+		}
+		if !strings.Contains(page, long(c)[:maxCellText]+"…[cut: 5000 bytes in all]") {
+			t.Errorf("the page does not show the %q text cut", c)
+		}
+	}
+	if !strings.Contains(page, `id="config-pending"`) {
+		t.Error("the page does not show the edit waiting to settle")
+	}
+}
+
+// A watched configuration file replaced by a 46-byte token file: the page and its JSON show
+// the rejection, and not the token.
+func TestStatusPageNeverShowsAShortSecret(t *testing.T) {
+	const token = "ya29.a0AfB_byDq3kT9mZx7Lp2Wv8Rn4Hs6Jc1Yu5Ge0Qo"
+	e := startEndpoint(t, "E1")
+	path := filepath.Join(t.TempDir(), "spannerme.yaml")
+	if err := os.WriteFile(path, []byte("default: g\nmultiEndpoints: {g: {endpoints: ['"+e.Addr()+"']}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := spannerme.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gme := newGME(t, fc.Options, fastSettings())
+	w, err := spannerme.WatchConfig(gme, path, spannerme.WatchOptions{Debounce: 10 * time.Millisecond, Settle: 20 * time.Millisecond,
+		Resync: -1, Logger: fastSettings().Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for w.Status().LastError == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the token file was not refused within 20s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a real watcher, bounded by the deadline
+	}
+	h := Handler(gme)
+	_, page := get(t, h, http.MethodGet, "/", "")
+	_, doc := get(t, h, http.MethodGet, "/?format=json", "")
+	if !strings.Contains(page, "not a configuration file") || !strings.Contains(doc, "not a configuration file") {
+		t.Errorf("the page or its JSON does not show the rejection:\n%s", page)
+	}
+	if strings.Contains(page, token) || strings.Contains(doc, token) || strings.Contains(page, token[:20]) {
+		t.Error("the page or its JSON shows the token")
 	}
 }

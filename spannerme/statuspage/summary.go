@@ -9,7 +9,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
-// summary says in one line whether all is well, or what is wrong and where, most serious
+// summary says in one line whether all is well (each name in it cut as a page cell is), or what is wrong and where, most serious
 // first: the GCPMultiEndpoint closed; groups with no available endpoint; groups off their
 // first endpoint; endpoints not available to a group that uses them as a standby; a
 // rejected configuration edit. ok is true when there is nothing to say.
@@ -25,7 +25,7 @@ func summary(st spannerme.Status, names map[string]string, rejected bool) (text 
 			if e.State == spannerme.Available {
 				available++
 			} else {
-				notAvailable = append(notAvailable, labelOf(names, e.Endpoint))
+				notAvailable = append(notAvailable, cutText(labelOf(names, e.Endpoint)))
 			}
 			if e.Endpoint == g.Current {
 				current = e.Priority
@@ -33,11 +33,11 @@ func summary(st spannerme.Status, names map[string]string, rejected bool) (text 
 		}
 		switch {
 		case available == 0:
-			down = append(down, fmt.Sprintf("group %s has no available endpoint", g.Name))
+			down = append(down, fmt.Sprintf("group %s has no available endpoint", cutText(g.Name)))
 		case current != 0:
-			off = append(off, fmt.Sprintf("group %s is on %s (priority %d), not its first endpoint", g.Name, labelOf(names, g.Current), current))
+			off = append(off, fmt.Sprintf("group %s is on %s (priority %d), not its first endpoint", cutText(g.Name), cutText(labelOf(names, g.Current)), current))
 		case len(notAvailable) > 0:
-			standby = append(standby, fmt.Sprintf("group %s: standby %s not available", g.Name, strings.Join(notAvailable, ", ")))
+			standby = append(standby, fmt.Sprintf("group %s: standby %s not available", cutText(g.Name), strings.Join(notAvailable, ", ")))
 		}
 	}
 	problems := append(append(down, off...), standby...)
