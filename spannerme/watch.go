@@ -1,8 +1,6 @@
 package spannerme
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,10 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
@@ -72,15 +68,14 @@ type ConfigWatcher struct {
 	debounce, resync, settle clock.Timer
 	reads                    sync.WaitGroup // reads in progress (read)
 
-	// readFn reads the file: configfile.ReadFile, or a test's. It runs in a goroutine of its
-	// own (readFile), at most one at a time: reading is set while one runs.
-	readFn  func(path string) ([]byte, os.FileInfo, error)
-	reading atomic.Bool
+	// reader reads the file (configfile.ReadFile, or a test's) in a goroutine of its own, at
+	// most one at a time, each bounded by ReadTimeout (readFile).
+	reader configfile.Reader
 
 	readMu sync.Mutex // one read at a time; guards candidate and refused
 	// candidate is the changed content last read, not applied yet: it is applied once a
 	// read Settle later finds it the same.
-	candidate *fileSnapshot
+	candidate *configfile.Snapshot
 	// refused is the SHA-256 of the last content refused by the parser, and refusedErr its
 	// error: the same content read again is refused without being parsed again.
 	refused    string
@@ -94,20 +89,6 @@ type ConfigWatcher struct {
 
 // maxStatusError bounds the text of ConfigStatus.LastError (and of the log line), in bytes.
 const maxStatusError = 1024
-
-// fileSnapshot is one read of the configuration file.
-type fileSnapshot struct {
-	data    []byte
-	hash    string // hex SHA-256 of data
-	size    int64
-	modTime time.Time
-	readAt  time.Time
-}
-
-// same reports whether s and o are the same content: size, modification time and hash.
-func (s *fileSnapshot) same(o *fileSnapshot) bool {
-	return s.size == o.size && s.modTime.Equal(o.modTime) && s.hash == o.hash
-}
 
 // WatchConfig reads the configuration file at path (LoadConfig), applies it to gme, and
 // then applies it again each time it changes, until the ConfigWatcher's Close (gme.Close does
@@ -176,7 +157,8 @@ func watchConfigWith(gme *GCPMultiEndpoint, path string, opts WatchOptions, clk 
 		opts.ReadTimeout = configfile.ReadTimeout
 	}
 	w := &ConfigWatcher{gme: gme, path: path, base: filepath.Base(path), opts: opts, log: opts.Logger, clk: clk,
-		stop: make(chan struct{}), done: make(chan struct{}), readFn: readFn}
+		stop: make(chan struct{}), done: make(chan struct{}),
+		reader: configfile.Reader{Path: path, Read: readFn, Timeout: opts.ReadTimeout, Clock: clk}}
 	if w.log == nil {
 		w.log = gme.logger() // slog's default for a zero-value GCPMultiEndpoint
 	}
@@ -313,7 +295,7 @@ func (w *ConfigWatcher) check() {
 		return
 	}
 	w.mu.Lock()
-	inForce := snap.hash == w.status.Hash
+	inForce := snap.Hash == w.status.Hash
 	if inForce {
 		w.status.LastError = nil
 	}
@@ -324,19 +306,19 @@ func (w *ConfigWatcher) check() {
 		w.setPending(nil)
 		w.publish()
 		return
-	case snap.hash == w.refused:
+	case snap.Hash == w.refused:
 		w.candidate = nil
 		w.setPending(nil)
 		_ = w.fail(w.refusedErr) // logged only if another error came between
 		return
 	}
-	if c := w.candidate; c == nil || !c.same(snap) {
+	if c := w.candidate; c == nil || !c.Same(snap) {
 		w.candidate = snap
 		w.setPending(snap)
 		w.schedule(&w.settle, w.opts.Settle, w.read)
 		return
 	}
-	if wait := w.candidate.readAt.Add(w.opts.Settle).Sub(snap.readAt); wait > 0 {
+	if wait := w.candidate.ReadAt.Add(w.opts.Settle).Sub(snap.ReadAt); wait > 0 {
 		w.schedule(&w.settle, wait, w.read) // read again too soon (an event): wait the rest
 		return
 	}
@@ -348,7 +330,7 @@ func (w *ConfigWatcher) check() {
 // setPending records snap, a changed content just read, as the edit waiting to settle, or
 // clears the edit waiting (nil), w.readMu held. An edit that has waited more than
 // pendingWarnAfter Settle intervals is logged, once.
-func (w *ConfigWatcher) setPending(snap *fileSnapshot) {
+func (w *ConfigWatcher) setPending(snap *configfile.Snapshot) {
 	w.mu.Lock()
 	if snap == nil {
 		changed := w.status.Pending != nil
@@ -361,17 +343,17 @@ func (w *ConfigWatcher) setPending(snap *fileSnapshot) {
 	}
 	p := w.status.Pending
 	if p == nil {
-		p = &PendingEdit{Since: snap.readAt}
+		p = &PendingEdit{Since: snap.ReadAt}
 	} else {
 		c := *p
 		p = &c
 	}
-	p.Hash, p.LastReadAt = snap.hash, snap.readAt
+	p.Hash, p.LastReadAt = snap.Hash, snap.ReadAt
 	p.Versions++
-	waited := snap.readAt.Sub(p.Since)
+	waited := snap.ReadAt.Sub(p.Since)
 	if p.Versions == 1 {
 		p.Why = fmt.Sprintf("changed content read at %s; applied if it is the same %v later (WatchOptions.Settle)",
-			snap.readAt.Format(time.TimeOnly), w.opts.Settle)
+			snap.ReadAt.Format(time.TimeOnly), w.opts.Settle)
 	} else {
 		p.Why = fmt.Sprintf("the file changed again before it stayed the same for %v (WatchOptions.Settle): "+
 			"%d versions read in %v; a version is applied once it stays the same for %v",
@@ -400,69 +382,34 @@ func (w *ConfigWatcher) concerns(ev fsnotify.Event) bool {
 // errWatcherClosed is readFile's error when the watcher was closed during the read.
 var errWatcherClosed = errors.New("spannerme: the configuration watcher is closed")
 
-// readFile reads the file (w.readFn, configfile.ReadFile: a regular file only, opened without
-// blocking) in a goroutine of its own, and hashes it. It returns when the read has finished,
+// readFile reads the file (configfile.Reader: a regular file only, opened without blocking,
+// in a goroutine of its own) and hashes it. It returns when the read has finished,
 // ReadTimeout has passed, or the watcher is closed, whichever comes first. A read that has
 // not finished goes on alone, and until it finishes every read fails at once: at most one
-// goroutine ever waits on the file system.
-func (w *ConfigWatcher) readFile() (*fileSnapshot, error) {
-	select {
-	case <-w.stop:
+// goroutine ever waits on the file system; when it finishes, the file is read again.
+func (w *ConfigWatcher) readFile() (*configfile.Snapshot, error) {
+	snap, err := w.reader.Snap(w.stop, func() { w.schedule(&w.debounce, w.opts.Debounce, w.read) })
+	switch {
+	case err == nil:
+		return snap, nil
+	case errors.Is(err, configfile.ErrStopped):
 		return nil, errWatcherClosed
-	default:
-	}
-	if !w.reading.CompareAndSwap(false, true) {
+	case errors.Is(err, configfile.ErrBusy):
 		return nil, fmt.Errorf("spannerme configuration: %s: an earlier read of the file has not returned yet "+
 			"(a file system that does not answer); the file is read again once it has", w.path)
+	case errors.Is(err, configfile.ErrTimeout):
+		return nil, fmt.Errorf("spannerme configuration: %s: reading the file took longer than %v (WatchOptions.ReadTimeout)",
+			w.path, w.opts.ReadTimeout)
 	}
-	type result struct {
-		data []byte
-		fi   os.FileInfo
-		err  error
-	}
-	done := make(chan result, 1) // never blocks the reader, whoever has stopped waiting
-	// settled is set by whichever comes first: the reader with its result, or this read
-	// giving up on it (then the reader, finishing, reads again unless the watcher is closed).
-	var settled atomic.Bool
-	go func() {
-		data, fi, err := w.readFn(w.path)
-		w.reading.Store(false)
-		done <- result{data, fi, err}
-		if !settled.CompareAndSwap(false, true) { // given up on: its result is lost
-			w.schedule(&w.debounce, w.opts.Debounce, w.read)
-		}
-	}()
-	timeout := make(chan struct{})
-	t := w.clk.AfterFunc(w.opts.ReadTimeout, func() { close(timeout) })
-	defer t.Stop()
-	var r result
-	select {
-	case r = <-done:
-	case <-timeout:
-		if settled.CompareAndSwap(false, true) {
-			return nil, fmt.Errorf("spannerme configuration: %s: reading the file took longer than %v (WatchOptions.ReadTimeout)",
-				w.path, w.opts.ReadTimeout)
-		}
-		r = <-done // the reader finished meanwhile: its result is here
-	case <-w.stop:
-		settled.Store(true)
-		return nil, errWatcherClosed
-	}
-	if r.err != nil {
-		return nil, configReadError(w.path, r.err)
-	}
-	data, fi := r.data, r.fi
-	sum := sha256.Sum256(data)
-	return &fileSnapshot{data: data, hash: hex.EncodeToString(sum[:]), size: fi.Size(), modTime: fi.ModTime(),
-		readAt: w.clk.Now()}, nil
+	return nil, configReadError(w.path, err)
 }
 
 // apply parses snap and applies it, and records the result. A parse error makes snap's
 // content the refused one.
-func (w *ConfigWatcher) apply(snap *fileSnapshot) error {
-	fc, parsed, err := parseConfigFile(snap.data, w.path)
+func (w *ConfigWatcher) apply(snap *configfile.Snapshot) error {
+	fc, parsed, err := parseConfigFile(snap.Data, w.path)
 	if err != nil {
-		w.refused, w.refusedErr = snap.hash, err
+		w.refused, w.refusedErr = snap.Hash, err
 		return w.fail(err)
 	}
 	stale, err := w.gme.updateFromFile(parsed)
@@ -523,42 +470,3 @@ func (w *ConfigWatcher) publish() {
 	w.mu.Unlock()
 	w.gme.configStatus.Store(s)
 }
-
-// restartNeeded lists what fc asks for that differs from what gme was created with.
-func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
-	var out []string
-	want, have := fc.Settings.withDefaults(), gme.settings
-	off := func(d time.Duration) time.Duration { return max(d, -1) }
-	for _, f := range []struct {
-		name       string
-		want, have any
-	}{
-		{"drainTimeout", want.DrainTimeout, have.DrainTimeout},
-		{"keepaliveTime", off(want.KeepaliveTime), off(have.KeepaliveTime)},
-		{"keepaliveTimeout", want.KeepaliveTimeout, have.KeepaliveTimeout},
-		{"keepaliveWithoutCalls", want.KeepaliveWithoutCalls, have.KeepaliveWithoutCalls},
-		{"minConnectTimeout", want.MinConnectTimeout, have.MinConnectTimeout},
-		{"reconnectMaxDelay", want.ReconnectMaxDelay, have.ReconnectMaxDelay},
-		{"switchingJitter", want.SwitchingJitter, have.SwitchingJitter},
-		{"health", want.Health.comparable(), have.Health.comparable()},
-	} {
-		if f.want != f.have {
-			out = append(out, "settings."+f.name)
-		}
-	}
-	// The pools were made from the creator's GRPCgcpConfig filled in by effectiveAPIConfig;
-	// fill the file's in the same way (an absent poolSize or sessionAffinity means the
-	// default, not "unchanged"), so dropping a setting counts like changing it.
-	wantPool := effectiveAPIConfig(fc.Options.GRPCgcpConfig, gme.pl.poolMin, gme.pl.poolMax).GetChannelPool()
-	havePool := gme.gcpConfig.GetChannelPool()
-	if wantPool.GetMinSize() != havePool.GetMinSize() || wantPool.GetMaxSize() != havePool.GetMaxSize() {
-		out = append(out, "poolSize")
-	}
-	if hasAffinity(fc.Options.GRPCgcpConfig) != hasAffinity(gme.gcpConfig) {
-		out = append(out, "sessionAffinity")
-	}
-	return out
-}
-
-// hasAffinity reports whether c binds calls to channels (SessionAffinityConfig).
-func hasAffinity(c *pb.ApiConfig) bool { return len(c.GetMethod()) > 0 }

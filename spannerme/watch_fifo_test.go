@@ -191,7 +191,7 @@ func TestWatchCloseDoesNotWaitForAStuckRead(t *testing.T) {
 	}
 	close(b.release)
 	// The stuck read returns into a closed watcher: it schedules nothing, applies nothing.
-	eventually(t, 20*time.Second, "the stuck read to return", func() bool { return !f.w.reading.Load() })
+	eventually(t, 20*time.Second, "the stuck read to return", func() bool { return !f.w.reader.Reading() })
 	if s := f.w.Status(); s.Hash != before.Hash || s.Applied != before.Applied || s.Pending != nil {
 		t.Errorf("status %+v after Close; want it unchanged", s)
 	}
