@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
+	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -201,3 +202,44 @@ func (s Settings) parse() (parsedSettings, error) {
 	}
 	return parsedSettings{Settings: s.withDefaults(), endpointOpts: eo, directed: dr, hedging: h, tiers: tiers}, nil
 }
+
+// restartFields lists the settings and pool settings that want (a file's Settings and
+// GRPCgcpConfig) asks for and that differ from have (what a GCPMultiEndpoint was created
+// with: its Settings, its effective GRPCgcpConfig, and the pool sizes of its ClientConfig).
+func restartFields(want, have Settings, wantGcp, haveGcp *pb.ApiConfig, poolMin, poolMax uint32) []string {
+	var out []string
+	want = want.withDefaults()
+	off := func(d time.Duration) time.Duration { return max(d, -1) }
+	for _, f := range []struct {
+		name       string
+		want, have any
+	}{
+		{"drainTimeout", want.DrainTimeout, have.DrainTimeout},
+		{"keepaliveTime", off(want.KeepaliveTime), off(have.KeepaliveTime)},
+		{"keepaliveTimeout", want.KeepaliveTimeout, have.KeepaliveTimeout},
+		{"keepaliveWithoutCalls", want.KeepaliveWithoutCalls, have.KeepaliveWithoutCalls},
+		{"minConnectTimeout", want.MinConnectTimeout, have.MinConnectTimeout},
+		{"reconnectMaxDelay", want.ReconnectMaxDelay, have.ReconnectMaxDelay},
+		{"switchingJitter", want.SwitchingJitter, have.SwitchingJitter},
+		{"health", want.Health.comparable(), have.Health.comparable()},
+	} {
+		if f.want != f.have {
+			out = append(out, "settings."+f.name)
+		}
+	}
+	// The pools were made from the creator's GRPCgcpConfig filled in by effectiveAPIConfig;
+	// fill the file's in the same way (an absent poolSize or sessionAffinity means the
+	// default, not "unchanged"), so dropping a setting counts like changing it.
+	wantPool := effectiveAPIConfig(wantGcp, poolMin, poolMax).GetChannelPool()
+	havePool := haveGcp.GetChannelPool()
+	if wantPool.GetMinSize() != havePool.GetMinSize() || wantPool.GetMaxSize() != havePool.GetMaxSize() {
+		out = append(out, "poolSize")
+	}
+	if hasAffinity(wantGcp) != hasAffinity(haveGcp) {
+		out = append(out, "sessionAffinity")
+	}
+	return out
+}
+
+// hasAffinity reports whether c binds calls to channels (SessionAffinityConfig).
+func hasAffinity(c *pb.ApiConfig) bool { return len(c.GetMethod()) > 0 }

@@ -8,7 +8,6 @@ import (
 
 	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
-	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/grpc"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
@@ -417,42 +416,3 @@ func initialState(p *pool.Pool) multiendpoint.State {
 	}
 	return multiendpoint.Recovering
 }
-
-// restartNeeded lists what fc asks for that differs from what gme was created with.
-func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
-	var out []string
-	want, have := fc.Settings.withDefaults(), gme.settings
-	off := func(d time.Duration) time.Duration { return max(d, -1) }
-	for _, f := range []struct {
-		name       string
-		want, have any
-	}{
-		{"drainTimeout", want.DrainTimeout, have.DrainTimeout},
-		{"keepaliveTime", off(want.KeepaliveTime), off(have.KeepaliveTime)},
-		{"keepaliveTimeout", want.KeepaliveTimeout, have.KeepaliveTimeout},
-		{"keepaliveWithoutCalls", want.KeepaliveWithoutCalls, have.KeepaliveWithoutCalls},
-		{"minConnectTimeout", want.MinConnectTimeout, have.MinConnectTimeout},
-		{"reconnectMaxDelay", want.ReconnectMaxDelay, have.ReconnectMaxDelay},
-		{"switchingJitter", want.SwitchingJitter, have.SwitchingJitter},
-		{"health", want.Health.comparable(), have.Health.comparable()},
-	} {
-		if f.want != f.have {
-			out = append(out, "settings."+f.name)
-		}
-	}
-	// The pools were made from the creator's GRPCgcpConfig filled in by effectiveAPIConfig;
-	// fill the file's in the same way (an absent poolSize or sessionAffinity means the
-	// default, not "unchanged"), so dropping a setting counts like changing it.
-	wantPool := effectiveAPIConfig(fc.Options.GRPCgcpConfig, gme.pl.poolMin, gme.pl.poolMax).GetChannelPool()
-	havePool := gme.gcpConfig.GetChannelPool()
-	if wantPool.GetMinSize() != havePool.GetMinSize() || wantPool.GetMaxSize() != havePool.GetMaxSize() {
-		out = append(out, "poolSize")
-	}
-	if hasAffinity(fc.Options.GRPCgcpConfig) != hasAffinity(gme.gcpConfig) {
-		out = append(out, "sessionAffinity")
-	}
-	return out
-}
-
-// hasAffinity reports whether c binds calls to channels (SessionAffinityConfig).
-func hasAffinity(c *pb.ApiConfig) bool { return len(c.GetMethod()) > 0 }

@@ -470,3 +470,8 @@ func (w *ConfigWatcher) publish() {
 	w.mu.Unlock()
 	w.gme.configStatus.Store(s)
 }
+
+// restartNeeded lists what fc asks for that differs from what gme was created with.
+func restartNeeded(gme *GCPMultiEndpoint, fc *FileConfig) []string {
+	return restartFields(fc.Settings, gme.settings, fc.Options.GRPCgcpConfig, gme.gcpConfig, gme.pl.poolMin, gme.pl.poolMax)
+}
