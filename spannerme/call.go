@@ -162,9 +162,14 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		case named && name != s.DefaultName:
 			if g, ok := s.Groups[name]; ok {
 				r = g
-			} else if count {
-				gme.noteUnknown(name)
-				count = false
+			} else {
+				if count {
+					gme.noteUnknown(name)
+					count = false
+				}
+				if gme.settings.RejectUnknownGroups {
+					return nil, nil, route.UnknownGroup(name, s)
+				}
 			}
 		case !named && class == health.Sessions:
 			r = s.SessionGroup()

@@ -1,8 +1,17 @@
 package route
 
 import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 )
 
 // MaxUnknownNames bounds how many distinct unknown group names UnknownNames remembers; calls
@@ -73,4 +82,49 @@ func (u *UnknownNames) Counts() map[string]int64 {
 		return true
 	})
 	return out
+}
+
+// UnknownGroup is the error of a call that named group name, which table s does not configure,
+// when such calls are refused (spannerme's Settings.RejectUnknownGroups): InvalidArgument, which
+// the Spanner client does not retry, naming the group, the groups there are (sorted) and the
+// nearest of them when one is a likely misspelling.
+func UnknownGroup(name string, s *Table) error {
+	groups := make([]string, 0, len(s.Groups)+1)
+	for g := range s.Groups {
+		groups = append(groups, g)
+	}
+	if s.DefaultName != "" && s.Groups[s.DefaultName] == nil {
+		groups = append(groups, s.DefaultName)
+	}
+	sort.Strings(groups)
+	hint := ""
+	if near := nearest(name, groups); near != "" {
+		hint = fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	return status.Errorf(codes.InvalidArgument,
+		"spannerme: the call names MultiEndpoint %q, which is not configured%s; the groups are %s (Settings.RejectUnknownGroups refuses such calls instead of sending them to the default group)",
+		name, hint, strings.Join(quoteAll(groups), ", "))
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
+}
+
+// nearest returns the element of names fewest edits away from name (configfile.EditDistance),
+// if at most 2 edits and at most half of name's length away; "" when none.
+func nearest(name string, names []string) string {
+	if len(name) > 64 { // no likely misspelling; and the distance is quadratic
+		return ""
+	}
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := configfile.EditDistance(name, n); d < bestD && 2*d <= len(name) {
+			best, bestD = n, d
+		}
+	}
+	return best
 }
