@@ -82,9 +82,21 @@ func (gme *GCPMultiEndpoint) callClass(method string, args any) health.Class {
 	return c
 }
 
-// errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a
-// closed ClientConn.
-var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
+// errClosedCall is returned to calls made after Close: CANCELED, the code gRPC uses for a call
+// on a closed ClientConn, with ErrClosed's text, and errors.Is(err, ErrClosed) true through the
+// Spanner client's wrapping (*spanner.Error and apierror.APIError unwrap to it).
+var errClosedCall error = closedCallError{}
+
+// closedCallError is a gRPC status error (CANCELED) that is ErrClosed for errors.Is.
+type closedCallError struct{}
+
+func (closedCallError) Error() string { return closedCallStatus.Err().Error() }
+
+func (closedCallError) GRPCStatus() *status.Status { return closedCallStatus }
+
+func (closedCallError) Is(target error) bool { return target == ErrClosed }
+
+var closedCallStatus = status.New(codes.Canceled, ErrClosed.Error())
 
 // pickConnected returns the acquired pool of the current endpoint of ctx's group, once that
 // pool is not connecting. A pool that is connecting (CONNECTING or IDLE) does not take the

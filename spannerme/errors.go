@@ -17,7 +17,9 @@ var ErrInvalidConfig = multiendpoint.ErrInvalidConfig
 // ErrClosed is returned by UpdateMultiEndpoints and NewClient after Close (and on a
 // zero-value GCPMultiEndpoint). Calls made then, those of every Spanner client over the
 // GCPMultiEndpoint included, fail with a gRPC status CANCELED carrying the same text, which
-// the Spanner client does not retry: a closed GCPMultiEndpoint does not reopen.
+// the Spanner client does not retry: a closed GCPMultiEndpoint does not reopen. For such a
+// call's error (a *spanner.Error from a Spanner client), errors.Is(err, ErrClosed) is true and
+// spanner.ErrCode(err) is codes.Canceled.
 var ErrClosed = errors.New("spannerme: GCPMultiEndpoint is closed")
 
 // ConfigError describes one configuration mistake; use errors.As to get it. It wraps
