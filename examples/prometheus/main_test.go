@@ -40,7 +40,7 @@ func TestPrometheusRecipeServesAlertSeries(t *testing.T) {
 	defer cancel()
 	sp := spannermetest.NewSpannerTB(t, "CREATE TABLE Greetings (Id INT64 NOT NULL) PRIMARY KEY (Id)")
 	east, west := spannermetest.NewEndpointTB(t, sp.Addr()), spannermetest.NewEndpointTB(t, sp.Addr())
-	a, err := newApp(ctx, sp.Database(), []string{east.Addr(), west.Addr()}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
+	a, err := newApp(ctx, sp.Database(), []namedEndpoint{{"psc-east4", east.Addr()}, {"psc-west2", west.Addr()}}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +63,8 @@ func TestPrometheusRecipeServesAlertSeries(t *testing.T) {
 		`spannerme_client_calls_total{`,
 		`spannerme_client_call_duration_seconds_bucket{`,
 		`spannerme_multiendpoint="default"`,
+		`spannerme_endpoint_name="psc-east4"`,
+		`spannerme_endpoint_name="psc-west2"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -130,7 +132,7 @@ func TestAlertRulesQueryServedSeries(t *testing.T) {
 	defer cancel()
 	sp := spannermetest.NewSpannerTB(t, "CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)")
 	e := spannermetest.NewEndpointTB(t, sp.Addr())
-	a, err := newApp(ctx, sp.Database(), []string{e.Addr()}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
+	a, err := newApp(ctx, sp.Database(), []namedEndpoint{{"psc-east4", e.Addr()}}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
