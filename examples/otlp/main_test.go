@@ -10,10 +10,10 @@ import (
 	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
-	"go.uber.org/goleak"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
