@@ -2,6 +2,7 @@ package route
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,32 +97,38 @@ func UnknownGroup(name string, s *Table) error {
 	if s.DefaultName != "" && s.Groups[s.DefaultName] == nil {
 		groups = append(groups, s.DefaultName)
 	}
-	sort.Strings(groups)
-	hint := ""
-	if near := nearest(name, groups); near != "" {
-		hint = fmt.Sprintf(" (did you mean %q?)", near)
-	}
 	return status.Errorf(codes.InvalidArgument,
 		"spannerme: the call names MultiEndpoint %q, which is not configured%s; the groups are %s (Settings.RejectUnknownGroups refuses such calls instead of sending them to the default group)",
-		name, hint, strings.Join(quoteAll(groups), ", "))
+		name, DidYouMean(name, groups), QuotedList(groups))
 }
 
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
+// DidYouMean returns ` (did you mean "X"?)` for the name X of names nearest to name when it is
+// a likely misspelling (Nearest), else "".
+func DidYouMean(name string, names []string) string {
+	if near := Nearest(name, names); near != "" {
+		return fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	return ""
+}
+
+// QuotedList returns names sorted, quoted and comma-separated. names is not modified.
+func QuotedList(names []string) string {
+	out := make([]string, len(names))
+	for i, s := range names {
 		out[i] = strconv.Quote(s)
 	}
-	return out
+	sort.Strings(out)
+	return strings.Join(out, ", ")
 }
 
-// nearest returns the element of names fewest edits away from name (configfile.EditDistance),
+// Nearest returns the element of names fewest edits away from name (configfile.EditDistance),
 // if at most 2 edits and at most half of name's length away; "" when none.
-func nearest(name string, names []string) string {
+func Nearest(name string, names []string) string {
 	if len(name) > 64 { // no likely misspelling; and the distance is quadratic
 		return ""
 	}
 	best, bestD := "", 3
-	for _, n := range names {
+	for _, n := range slices.Sorted(slices.Values(names)) { // ties: the first by name
 		if d := configfile.EditDistance(name, n); d < bestD && 2*d <= len(name) {
 			best, bestD = n, d
 		}
