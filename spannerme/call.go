@@ -198,6 +198,11 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 // (route.UnknownNames keeps the first route.MaxUnknownNames names).
 func (gme *GCPMultiEndpoint) noteUnknown(name string) {
 	if gme.unknown.Note(name) {
+		if gme.settings.RejectUnknownGroups {
+			gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it fails (Settings.RejectUnknownGroups; logged once per name)",
+				"multiendpoint", name)
+			return
+		}
 		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
 			"multiendpoint", name, "default", gme.snap.Load().DefaultNameOrEmpty())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.opentelemetry.io/otel/attribute"
@@ -49,6 +50,8 @@ func TestRejectUnknownGroups(t *testing.T) {
 	s := fastSettings(nil)
 	s.MeterProvider = mp
 	s.RejectUnknownGroups = true
+	logs := &syncBuffer{}
+	s.Logger = fastSettings(logs).Logger
 	gme := newGME(t, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(0, 0, a.Addr()), "west": group(0, 0, b.Addr())}), s)
 	ctx := context.Background()
@@ -66,6 +69,12 @@ func TestRejectUnknownGroups(t *testing.T) {
 	}
 	if n, _ := valueWhere(collect(t, r), observe.MetricUnknownGroups, attribute.String(observe.AttrMultiEndpoint, "wset")); n != 1 {
 		t.Errorf("%s{wset} = %d, want 1", observe.MetricUnknownGroups, n)
+	}
+	eventually(t, 5*time.Second, "the WARN line of the refused name", func() bool {
+		return strings.Contains(logs.String(), "it fails (Settings.RejectUnknownGroups")
+	})
+	if strings.Contains(logs.String(), "uses the default one") {
+		t.Errorf("a refused call logged as sent to the default group:\n%s", logs)
 	}
 	// A name far from every group gets no suggestion.
 	if _, err := call(NewMEContext(ctx, "analytics"), gme); status.Code(err) != codes.InvalidArgument || strings.Contains(err.Error(), "did you mean") {
