@@ -18,7 +18,7 @@ EMULATOR_STATUS = $(GO) run ./internal/cmd/emulator-status
 # running count and its tests passed/failed/skipped, then "N passed, N failed, N skipped".
 TEST_PROGRESS = $(GO) run ./internal/cmd/test-progress -go '$(GO)' --
 
-.PHONY: all check demo chaos emulator test race lint fmt vet staticcheck fuzz bench bench-client bench-compare ci
+.PHONY: all check demo chaos emulator test race lint fmt vet staticcheck fuzz bench bench-client bench-compare compat ci
 
 all: ci
 
@@ -110,5 +110,21 @@ bench-compare:
 	$(GO) run $(BENCHSTAT) -col /client $(BENCH_OUT)
 	@echo "raw results: $(BENCH_OUT)"
 
-## ci: what CI runs (.ci/run): lint, then every test under -race.
-ci: lint race
+## compat: the differential suite on spannertest against the oldest supported Spanner client
+##         (SPANNER_OLDEST; the README names the range), in a temporary copy of the module (the
+##         working tree, without .git) whose go.mod is moved to that version by go get.
+SPANNER_OLDEST ?= v1.95.0
+compat:
+	@set -e; dir=$$(mktemp -d); trap 'chmod -R u+w "$$dir"; rm -rf "$$dir"' EXIT; \
+	tar --exclude=./.git -cf - . | tar -xf - -C "$$dir"; cd "$$dir"; \
+	echo "cloud.google.com/go/spanner@$(SPANNER_OLDEST) in $$dir"; \
+	$(GO) get cloud.google.com/go/spanner@$(SPANNER_OLDEST); \
+	$(GO) list -m cloud.google.com/go/spanner; \
+	$(GO) build ./...; \
+	if ! $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run 'TestDifferential/spannertest' -v ./integration_test > compat.out 2>&1; then \
+		cat compat.out; exit 1; fi; \
+	grep -E '^(--- |ok)|cells' compat.out
+
+## ci: what CI runs (.ci/run): lint, then every test under -race, then the oldest supported
+##     Spanner client (compat).
+ci: lint race compat

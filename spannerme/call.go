@@ -82,10 +82,6 @@ func (gme *GCPMultiEndpoint) callClass(method string, args any) health.Class {
 	return c
 }
 
-// errClosedCall is returned to calls made after Close, with the code gRPC uses for a call on a
-// closed ClientConn.
-var errClosedCall = status.Error(codes.Canceled, ErrClosed.Error())
-
 // pickConnected returns the acquired pool of the current endpoint of ctx's group, once that
 // pool is not connecting. A pool that is connecting (CONNECTING or IDLE) does not take the
 // call: gRPC would hold it until the connection attempt ends, up to MinConnectTimeout, even
@@ -162,9 +158,14 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		case named && name != s.DefaultName:
 			if g, ok := s.Groups[name]; ok {
 				r = g
-			} else if count {
-				gme.noteUnknown(name)
-				count = false
+			} else {
+				if count {
+					gme.noteUnknown(name)
+					count = false
+				}
+				if gme.settings.RejectUnknownGroups {
+					return nil, nil, route.UnknownGroup(name, s)
+				}
 			}
 		case !named && class == health.Sessions:
 			r = s.SessionGroup()
@@ -180,7 +181,12 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 // noteUnknown counts a call that named a group that is not configured, logging the name once
 // (route.UnknownNames keeps the first route.MaxUnknownNames names).
 func (gme *GCPMultiEndpoint) noteUnknown(name string) {
-	if gme.unknown.Note(name) {
+	if !gme.unknown.Note(name) {
+		return
+	}
+	if gme.settings.RejectUnknownGroups {
+		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it fails (Settings.RejectUnknownGroups; logged once per name)", "multiendpoint", name)
+	} else {
 		gme.log.Warn("spannerme: call names an unknown MultiEndpoint; it uses the default one (logged once per name)",
 			"multiendpoint", name, "default", gme.snap.Load().DefaultNameOrEmpty())
 	}

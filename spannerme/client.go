@@ -302,12 +302,12 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 			*config, *opts = tr.client, spannerClientOptions(tr, fr)
 			return
 		}
-		code := codes.FailedPrecondition
+		refusal := status.Error(codes.FailedPrecondition, err.Error())
 		if errors.Is(err, ErrClosed) {
-			code = codes.Canceled
+			refusal = errClosedCall
 		}
 		gme.logger().Error("spannerme: Configurator: the Spanner client will fail every call", "err", err)
-		pool, perr := front.NewRefused(status.Error(code, err.Error()))
+		pool, perr := front.NewRefused(refusal)
 		if perr != nil { // grpc.NewClient of a passthrough target does not fail
 			gme.logger().Error("spannerme: Configurator", "err", perr)
 			return

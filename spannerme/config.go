@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 )
 
 // DialFunc dials one endpoint's channel pool; it is grpcgcp.GCPMultiEndpointOptions.DialFunc.
@@ -103,12 +104,13 @@ func parseConfig(o *grpcgcp.GCPMultiEndpointOptions) (*config, error) {
 	if o.Default == "" {
 		return nil, configErr("", "", -1, "Default is empty; it must name one of the MultiEndpoints")
 	}
-	if _, ok := o.MultiEndpoints[o.Default]; !ok {
-		return nil, configErr(o.Default, "", -1, "Default names a MultiEndpoint that is not configured")
-	}
 	names := make([]string, 0, len(o.MultiEndpoints))
 	for name := range o.MultiEndpoints {
 		names = append(names, name)
+	}
+	if _, ok := o.MultiEndpoints[o.Default]; !ok {
+		return nil, configErr(o.Default, "", -1, "Default names a MultiEndpoint that is not configured%s; the MultiEndpoints are %s",
+			route.DidYouMean(o.Default, names), route.QuotedList(names))
 	}
 	sort.Strings(names)
 	c := &config{defaultName: o.Default}

@@ -38,7 +38,7 @@ func TestParseConfigExamples(t *testing.T) {
 	}
 	c := parsed[0]
 	wantGroups := map[string]*multiendpoint.MultiEndpointOptions{
-		"default": {Endpoints: []string{"psc-east4.p.googleapis.com:443", "10.20.0.5:443"}, RecoveryTimeout: 2 * time.Second, SwitchingDelay: 10 * time.Second},
+		"default": {Endpoints: []string{"psc-east4.p.googleapis.com:443", "10.20.0.5:443"}, RecoveryTimeout: 2 * time.Second, SwitchingDelay: 30 * time.Second},
 		"west":    {Endpoints: []string{"psc-west2.p.googleapis.com:443", "psc-east4.p.googleapis.com:443"}, RecoveryTimeout: 2 * time.Second},
 	}
 	if !reflect.DeepEqual(c.Options.MultiEndpoints, wantGroups) || c.Options.Default != "default" {

@@ -130,8 +130,8 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 		t.Fatalf("Status.Retries %+v: want at least 5 overload skips", st.Retries)
 	}
 	rm := collect(t, reader)
-	if got := sumBy(rm, observe.MetricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 1 {
-		t.Errorf("cooldowns metric by endpoint = %v, want 1 for E1", got)
+	if got := sumBy(rm, observe.MetricCooldowns, AttrEndpoint); got[e1.Addr()] != 1 || len(got) != 2 || got[e2.Addr()] != 0 {
+		t.Errorf("cooldowns metric by endpoint = %v, want 1 for E1 and 0 for E2 (present from its pool's start)", got)
 	}
 	if got := sumBy(rm, observe.MetricReroutes, AttrRerouteReason); got[steer.RerouteOverload] != st.Retries.OverloadSkipped {
 		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, steer.RerouteOverload, st.Retries.OverloadSkipped)

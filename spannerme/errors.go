@@ -7,6 +7,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/internal/route"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error returned by NewGCPMultiEndpoint,
@@ -17,8 +18,15 @@ var ErrInvalidConfig = multiendpoint.ErrInvalidConfig
 // ErrClosed is returned by UpdateMultiEndpoints and NewClient after Close (and on a
 // zero-value GCPMultiEndpoint). Calls made then, those of every Spanner client over the
 // GCPMultiEndpoint included, fail with a gRPC status CANCELED carrying the same text, which
-// the Spanner client does not retry: a closed GCPMultiEndpoint does not reopen.
+// the Spanner client does not retry: a closed GCPMultiEndpoint does not reopen. For such a
+// call's error (a *spanner.Error from a Spanner client), errors.Is(err, ErrClosed) is true and
+// spanner.ErrCode(err) is codes.Canceled.
 var ErrClosed = errors.New("spannerme: GCPMultiEndpoint is closed")
+
+// errClosedCall is returned to calls made after Close (route.ClosedCall): CANCELED, the code
+// gRPC uses for a call on a closed ClientConn, with ErrClosed's text, and errors.Is(err,
+// ErrClosed) true through the Spanner client's wrapping.
+var errClosedCall = route.ClosedCall(ErrClosed)
 
 // ConfigError describes one configuration mistake; use errors.As to get it. It wraps
 // ErrInvalidConfig. Its text names the group and the endpoint, as in

@@ -408,6 +408,9 @@ func (gme *GCPMultiEndpoint) metricsView() (observe.View, bool) {
 	if gme.zero() {
 		return v, false
 	}
+	if u := (map[string]int64{}); gme.unknown.CountsInto(u) > 0 {
+		v.Unknown = u
+	}
 	gme.mu.Lock()
 	if gme.closed {
 		gme.mu.Unlock()

@@ -162,6 +162,7 @@ func (e *poolEvents) name() string {
 func (e *poolEvents) rename(name string) {
 	if e.name() != name {
 		e.label.Store(&endpointLabel{name: name})
+		e.m.obs.Metrics().EndpointSeries(e.endpoint, name)
 	}
 }
 

@@ -124,11 +124,11 @@ func TestCase_F23_ClosedClientSaysClosed(t *testing.T) {
 				t.Errorf("pool %s is %s after Close", p.Endpoint, p.Connectivity)
 			}
 		}
-		if _, err := call(ctx, gme); status.Code(err) != codes.Canceled || !strings.Contains(err.Error(), ErrClosed.Error()) {
-			t.Errorf("unary call: %v; want CANCELED %q", err, ErrClosed)
+		if _, err := call(ctx, gme); status.Code(err) != codes.Canceled || !strings.Contains(err.Error(), ErrClosed.Error()) || !errors.Is(err, ErrClosed) {
+			t.Errorf("unary call: %v; want CANCELED %q, errors.Is ErrClosed", err, ErrClosed)
 		}
-		if err := streamOnce(ctx, gme); status.Code(err) != codes.Canceled {
-			t.Errorf("stream: %v; want CANCELED", err)
+		if err := streamOnce(ctx, gme); status.Code(err) != codes.Canceled || !errors.Is(err, ErrClosed) {
+			t.Errorf("stream: %v; want CANCELED, errors.Is ErrClosed", err)
 		}
 		err := gme.UpdateMultiEndpoints(options("g", map[string]*multiendpoint.MultiEndpointOptions{"g": group(0, 0, "127.0.0.1:1")}))
 		if !errors.Is(err, ErrClosed) || strings.Count(err.Error(), "spannerme:") != 1 {

@@ -132,6 +132,15 @@ type Settings struct {
 	// with the emulator (SPANNER_EMULATOR_HOST). A bad entry, or a configured group whose
 	// endpoints are not its tiers flattened, is a *ConfigError naming the group and endpoint.
 	Tiers map[string]TierSettings
+	// RejectUnknownGroups fails a call whose context names a group that is not configured
+	// (NewMEContext with a misspelled name, say) with codes.InvalidArgument, which the Spanner
+	// client does not retry, and a message naming the group and the groups there are, instead
+	// of routing it to the default group. False (the zero value) routes such calls to the
+	// default group as upstream does. Either way the call is counted in
+	// Status().UnknownGroups and the spannerme.client.unknown_group_calls metric, and the
+	// first call naming each name is logged (docs/production.md, "Unknown group names").
+	// Read when the GCPMultiEndpoint is created.
+	RejectUnknownGroups bool
 }
 
 // validate returns a *ConfigError naming the first invalid field.

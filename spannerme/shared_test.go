@@ -473,7 +473,8 @@ func TestConfigurator_SeveralConnectorsAtOnce(t *testing.T) {
 	}
 }
 
-// After gme.Close every shared client fails at once with CANCELED and ErrClosed's text (the
+// After gme.Close every shared client fails at once with CANCELED and ErrClosed's text,
+// errors.Is(err, ErrClosed) (the
 // Spanner client does not retry it), whatever its deadline; NewClient returns ErrClosed; the
 // clients of a Configurator configured before or after gme.Close fail the same way; closing
 // the clients then is harmless.
@@ -497,8 +498,8 @@ func TestShared_ClientAfterGMEClose(t *testing.T) {
 		t.Helper()
 		start := time.Now()
 		_, err := countAccounts(ctx, c)
-		if spanner.ErrCode(err) != codes.Canceled || !strings.Contains(err.Error(), ErrClosed.Error()) {
-			t.Errorf("%s after gme.Close: %v, want CANCELED with %q", what, err, ErrClosed)
+		if spanner.ErrCode(err) != codes.Canceled || !strings.Contains(err.Error(), ErrClosed.Error()) || !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after gme.Close: %v (errors.Is ErrClosed: %v), want CANCELED with %q, errors.Is ErrClosed", what, err, errors.Is(err, ErrClosed), ErrClosed)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s after gme.Close took %v, want at once", what, d)

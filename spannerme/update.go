@@ -151,6 +151,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 				CallEnded: func(p *pool.Pool, c pool.CallInfo, method string, err error) {
 					gme.steering.CallEnded(p, c.Tag, c.Class, method, err)
 				}})
+			gme.obs.Metrics().EndpointSeries(e, gme.endpointOpts[e].Name)
 		}
 	}
 	// 2. Create new groups. An endpoint whose pool is already READY starts Available (F2);

@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"fmt"
 	"os"
 	"sort"
@@ -39,10 +40,25 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// defaultConfig is the demo's own configuration (demo-config.yaml), built into the binary so
+// that it runs from any directory.
+//
+//go:embed demo-config.yaml
+var defaultConfig []byte
+
+// embeddedName is how errors name defaultConfig.
+const embeddedName = "the embedded demo-config.yaml"
+
+// loadConfig reads the configuration file at path; "" means the embedded default.
 func loadConfig(path string) (*fileConfig, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
+	b := defaultConfig
+	if path == "" {
+		path = embeddedName
+	} else {
+		var err error
+		if b, err = os.ReadFile(path); err != nil {
+			return nil, err
+		}
 	}
 	var c fileConfig
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {

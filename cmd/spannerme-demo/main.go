@@ -1,7 +1,7 @@
 // Command spannerme-demo runs the main job of spannerme on an embedded default: an in-memory
 // Spanner (or, with -emulator, the real Cloud Spanner emulator), three fake PSC endpoints on
 // loopback (psc-east4, psc-east4-fallback, psc-west2) in front of it, and one Spanner client
-// configured from testdata/demo-config.yaml. Under a steady read/write load it prints a live
+// configured from demo-config.yaml (built into the binary; -config reads another). Under a steady read/write load it prints a live
 // timeline and plays a story: east4 goes down (failover), a query is routed to "west", the
 // configuration changes at runtime, east4 comes back (switch-back after SwitchingDelay). It
 // ends with a summary and exits 1 if any application call failed or any acknowledged write
@@ -44,7 +44,7 @@ func parseFlags(args []string, out io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("spannerme-demo", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&f.config, "config", "testdata/demo-config.yaml", "MultiEndpoint configuration (YAML); endpoint names are mapped to fake PSC endpoints on 127.0.0.1")
+	fs.StringVar(&f.config, "config", "", "MultiEndpoint configuration (YAML); endpoint names are mapped to fake PSC endpoints on 127.0.0.1 (\"\": the embedded demo-config.yaml, so the binary runs from any directory)")
 	fs.BoolVar(&f.emulator, "emulator", false, "use the real Cloud Spanner emulator (emulator_main from the gcloud SDK, or $SPANNER_EMULATOR_BIN) instead of the in-memory Spanner")
 	fs.DurationVar(&f.phase, "phase", 3*time.Second, "how long each calm part of the story lasts")
 	fs.IntVar(&f.readers, "readers", 4, "goroutines running queries through the default MultiEndpoint")

@@ -37,7 +37,7 @@ func runDemo(t *testing.T, args ...string) (*summary, string) {
 // once the output says the demo is over.
 func runDemoWatched(t *testing.T, watch func(out *testutil.SyncBuffer), args ...string) (*summary, string) {
 	t.Helper()
-	f, err := parseFlags(append([]string{"-config", "../../testdata/demo-config.yaml", "-phase", "700ms",
+	f, err := parseFlags(append([]string{"-phase", "700ms",
 		"-recovery-timeout", "300ms", "-switching-delay", "500ms", "-http", ""}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestLoadConfig(t *testing.T) {
-	c, err := loadConfig("../../testdata/demo-config.yaml")
+	c, err := loadConfig("") // the embedded default
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +177,23 @@ func TestLoadConfig(t *testing.T) {
 		if _, err := loadConfig(p); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// The summary names each setting that differs from the defaults, with what the default would
+// give, and nothing when none differs.
+func TestSummaryNamesNonDefaultSettings(t *testing.T) {
+	var b strings.Builder
+	(&summary{reconnectMax: 500 * time.Millisecond, switchingDelay: 2 * time.Second, recoveryTimeout: time.Second}).printNonDefaults(&b)
+	for _, want := range []string{"ReconnectMaxDelay 500ms (-reconnect-max-delay; default 5s", "up to 4.5s longer",
+		"SwitchingDelay 2s (recommended 30s", "RecoveryTimeout 1s (recommended 2s"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	(&summary{reconnectMax: defaultReconnectMax, switchingDelay: recommendedSwitchDelay, recoveryTimeout: recommendedRecovery}).printNonDefaults(&b)
+	if b.Len() != 0 {
+		t.Errorf("defaults reported as differing:\n%s", b.String())
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -51,7 +52,7 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	}
 	for _, want := range []string{"psc-east4:443", "psc-east4-fallback:443", "psc-west2:443"} {
 		if eps[want] == nil {
-			return nil, fmt.Errorf("%s: the story needs endpoint %s", f.config, want)
+			return nil, fmt.Errorf("%s: the story needs endpoint %s", cmp.Or(f.config, embeddedName), want)
 		}
 	}
 	east, fallback, west := eps["psc-east4:443"], eps["psc-east4-fallback:443"], eps["psc-west2:443"]
@@ -99,7 +100,8 @@ func run(ctx context.Context, f *flags, w io.Writer, logger *slog.Logger) (*summ
 	}
 	ld := startLoad(ctx, client, accounts, f.readers, f.writers)
 	tl := startTimeline(ctx, out, gme, eps, names, nameOf, ld)
-	sum := &summary{backend: be.Name}
+	sum := &summary{backend: be.Name, recoveryTimeout: def.RecoveryTimeout, switchingDelay: def.SwitchingDelay,
+		reconnectMax: f.reconnectMax}
 	story := func() error {
 		sleep := func(d time.Duration) error {
 			select {

@@ -11,6 +11,7 @@ type summary struct {
 	backend                         string
 	failover, switchBack            time.Duration
 	recoveryTimeout, switchingDelay time.Duration
+	reconnectMax                    time.Duration // Settings.ReconnectMaxDelay (-reconnect-max-delay)
 	routedServedByWest              bool
 	routedErr                       error
 	reconfigured                    bool
@@ -23,6 +24,40 @@ type summary struct {
 // application call, every acknowledged write present exactly once.
 func (s *summary) ok() bool {
 	return s.storyErr == nil && s.load.failed() == 0 && s.verifyErr == nil && s.routedServedByWest && s.reconfigured
+}
+
+// The defaults the demo's settings are compared with: spannerme's ReconnectMaxDelay when zero,
+// and the RecoveryTimeout and SwitchingDelay that docs/production.md recommends (upstream's
+// zero values mean "at once", which no deployment should use).
+const (
+	defaultReconnectMax    = 5 * time.Second
+	recommendedRecovery    = 2 * time.Second
+	recommendedSwitchDelay = 30 * time.Second
+)
+
+// printNonDefaults says which of the demo's settings differ from the defaults (they make the
+// story quick) and what the defaults would give.
+func (s *summary) printNonDefaults(out io.Writer) {
+	var lines []string
+	if s.reconnectMax > 0 && s.reconnectMax != defaultReconnectMax {
+		lines = append(lines, fmt.Sprintf("ReconnectMaxDelay %v (-reconnect-max-delay; default %v: a recovered endpoint is noticed up to %v later, so the quick switch-back would take up to %v longer)",
+			s.reconnectMax, defaultReconnectMax, defaultReconnectMax, (defaultReconnectMax-s.reconnectMax).Round(time.Millisecond)))
+	}
+	if s.switchingDelay != recommendedSwitchDelay {
+		lines = append(lines, fmt.Sprintf("SwitchingDelay %v (recommended %v, docs/production.md: the switch-back would come about %v after the endpoint is up)",
+			s.switchingDelay, recommendedSwitchDelay, recommendedSwitchDelay))
+	}
+	if s.recoveryTimeout != recommendedRecovery {
+		lines = append(lines, fmt.Sprintf("RecoveryTimeout %v (recommended %v: the failover would come about %v after the fault)",
+			s.recoveryTimeout, recommendedRecovery, recommendedRecovery))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "  differs from the defaults, to keep the story short:")
+	for _, l := range lines {
+		fmt.Fprintln(out, "    "+l)
+	}
 }
 
 func (s *summary) print(out io.Writer) {
@@ -49,6 +84,7 @@ func (s *summary) print(out io.Writer) {
 	if s.storyErr != nil {
 		fmt.Fprintf(out, "  story:              FAILED: %v\n", s.storyErr)
 	}
+	s.printNonDefaults(out)
 	if s.ok() {
 		fmt.Fprintln(out, "  result:             OK")
 	} else {

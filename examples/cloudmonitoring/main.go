@@ -39,11 +39,12 @@ const exportInterval = 60 * time.Second
 func main() {
 	project := flag.String("project", "", "the Google Cloud project the metrics are written to (required)")
 	database := flag.String("database", "", "projects/P/instances/I/databases/D (required)")
-	endpoints := flag.String("endpoints", "", "the default group's endpoints, in priority order, comma-separated (required)")
+	endpoints := flag.String("endpoints", "", "the default group's endpoints, in priority order, comma-separated, each as name=host:port (the name labels the metrics) or host:port (required)")
 	flag.Parse()
 	if *project == "" || *database == "" || *endpoints == "" {
 		log.Fatal("-project, -database and -endpoints are required")
 	}
+	addrs, names := parseEndpoints(*endpoints)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -63,11 +64,11 @@ func main() {
 	client, _, err := spannerme.NewMultiEndpointClientWithSettings(ctx, *database, spanner.ClientConfig{},
 		&grpcgcp.GCPMultiEndpointOptions{
 			MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
-				"default": {Endpoints: strings.Split(*endpoints, ","), RecoveryTimeout: 2 * time.Second, SwitchingDelay: 30 * time.Second},
+				"default": {Endpoints: addrs, RecoveryTimeout: 2 * time.Second, SwitchingDelay: 30 * time.Second},
 			},
 			Default: "default",
 		},
-		spannerme.Settings{MeterProvider: mp})
+		spannerme.Settings{MeterProvider: mp, EndpointOptions: names}) // names label the metrics
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -90,4 +91,23 @@ func newMeterProvider(project string, interval time.Duration, opts ...option.Cli
 	return sdkmetric.NewMeterProvider(
 		sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exporter, sdkmetric.WithInterval(interval))),
 	), nil
+}
+
+// parseEndpoints reads -endpoints: comma-separated entries, each name=host:port or host:port.
+// It returns the addresses in order and the names of those that have one (spannerme's
+// EndpointOptions.Name: it labels the metrics spannerme.endpoint.name).
+func parseEndpoints(s string) ([]string, map[string]spannerme.EndpointOptions) {
+	var addrs []string
+	names := map[string]spannerme.EndpointOptions{}
+	for _, e := range strings.Split(s, ",") {
+		name, addr, named := strings.Cut(strings.TrimSpace(e), "=")
+		if !named {
+			addr, name = name, ""
+		}
+		addrs = append(addrs, addr)
+		if name != "" {
+			names[addr] = spannerme.EndpointOptions{Name: name}
+		}
+	}
+	return addrs, names
 }

@@ -102,3 +102,14 @@ func TestCloudMonitoringRecipeSendsCurrentEndpoint(t *testing.T) {
 		t.Errorf("no current_endpoint series for %s with priority 0 among %d series: %v", e.Addr(), len(fake.series), types)
 	}
 }
+
+// -endpoints gives each endpoint a name (name=host:port) or none (host:port), in order.
+func TestParseEndpointsNames(t *testing.T) {
+	addrs, names := parseEndpoints("psc-east4=10.0.0.5:443, psc-west2.p.googleapis.com:443")
+	if len(addrs) != 2 || addrs[0] != "10.0.0.5:443" || addrs[1] != "psc-west2.p.googleapis.com:443" {
+		t.Errorf("addresses %q", addrs)
+	}
+	if len(names) != 1 || names["10.0.0.5:443"].Name != "psc-east4" {
+		t.Errorf("names %+v, want 10.0.0.5:443 named psc-east4 only", names)
+	}
+}

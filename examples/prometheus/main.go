@@ -48,7 +48,9 @@ func main() {
 	east, west := newEndpoint(sp.Addr()), newEndpoint(sp.Addr())
 	defer east.Close()
 	defer west.Close()
-	endpoints := []string{east.Addr(), west.Addr()} // e.g. psc-east4:443, psc-west2:443
+	// Each endpoint with its name: names label the metrics (spannerme_endpoint_name), the logs
+	// and the status page, so that an alert says "psc-east4", not an address.
+	endpoints := []namedEndpoint{{"psc-east4", east.Addr()}, {"psc-west2", west.Addr()}} // e.g. psc-east4:443, psc-west2:443
 
 	app, err := newApp(ctx, sp.Database(), endpoints, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
 	if err != nil {
@@ -76,9 +78,16 @@ type app struct {
 	mp     *sdkmetric.MeterProvider
 }
 
-// newApp creates the client with its metrics going to a Prometheus registry of its own, and
-// the mux serving them.
-func newApp(ctx context.Context, database string, endpoints []string, config spanner.ClientConfig, opts ...option.ClientOption) (*app, error) {
+// namedEndpoint is an endpoint (host:port) and its name (EndpointOptions.Name).
+type namedEndpoint struct{ Name, Addr string }
+
+// newApp creates the client over endpoints, in priority order, with its metrics going to a
+// Prometheus registry of its own, and the mux serving them.
+func newApp(ctx context.Context, database string, endpoints []namedEndpoint, config spanner.ClientConfig, opts ...option.ClientOption) (*app, error) {
+	addrs, names := make([]string, len(endpoints)), make(map[string]spannerme.EndpointOptions, len(endpoints))
+	for i, e := range endpoints {
+		addrs[i], names[e.Addr] = e.Addr, spannerme.EndpointOptions{Name: e.Name}
+	}
 	// The exporter is a Reader: Prometheus pulls, nothing is pushed.
 	registry := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
@@ -90,11 +99,12 @@ func newApp(ctx context.Context, database string, endpoints []string, config spa
 	client, gme, err := spannerme.NewMultiEndpointClientWithSettings(ctx, database, config,
 		&grpcgcp.GCPMultiEndpointOptions{
 			MultiEndpoints: map[string]*multiendpoint.MultiEndpointOptions{
-				"default": {Endpoints: endpoints, RecoveryTimeout: 2 * time.Second, SwitchingDelay: 30 * time.Second},
+				"default": {Endpoints: addrs, RecoveryTimeout: 2 * time.Second, SwitchingDelay: 30 * time.Second},
 			},
 			Default: "default",
 		},
-		spannerme.Settings{MeterProvider: mp}, // spannerme's instruments; see docs/observability.md
+		// spannerme's instruments (docs/observability.md), labelled with the endpoints' names.
+		spannerme.Settings{MeterProvider: mp, EndpointOptions: names},
 		opts...)
 	if err != nil {
 		_ = mp.Shutdown(ctx)

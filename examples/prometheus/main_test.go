@@ -40,7 +40,7 @@ func TestPrometheusRecipeServesAlertSeries(t *testing.T) {
 	defer cancel()
 	sp := spannermetest.NewSpannerTB(t, "CREATE TABLE Greetings (Id INT64 NOT NULL) PRIMARY KEY (Id)")
 	east, west := spannermetest.NewEndpointTB(t, sp.Addr()), spannermetest.NewEndpointTB(t, sp.Addr())
-	a, err := newApp(ctx, sp.Database(), []string{east.Addr(), west.Addr()}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
+	a, err := newApp(ctx, sp.Database(), []namedEndpoint{{"psc-east4", east.Addr()}, {"psc-west2", west.Addr()}}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +63,8 @@ func TestPrometheusRecipeServesAlertSeries(t *testing.T) {
 		`spannerme_client_calls_total{`,
 		`spannerme_client_call_duration_seconds_bucket{`,
 		`spannerme_multiendpoint="default"`,
+		`spannerme_endpoint_name="psc-east4"`,
+		`spannerme_endpoint_name="psc-west2"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -106,9 +108,10 @@ func lineOf(body, s string) string {
 }
 
 // The alert rules parse, every rule has an alert name, an expression and a summary, and
-// every metric and label they query is one that /metrics serves (the ejection counter only
-// appears once an endpoint was ejected: it is checked by its name in spannerme's metric
-// table, docs/observability.md). docs/production.md holds the file verbatim.
+// every metric and label they query is one that /metrics serves (the ejections counter is
+// served at 0 from the pool's start; the unknown-group counter only appears at the first call
+// naming an unknown group: it is checked by its name in spannerme's metric table,
+// docs/observability.md). docs/production.md holds the file verbatim.
 func TestAlertRulesQueryServedSeries(t *testing.T) {
 	raw, err := os.ReadFile("alerts.yaml")
 	if err != nil {
@@ -129,7 +132,7 @@ func TestAlertRulesQueryServedSeries(t *testing.T) {
 	defer cancel()
 	sp := spannermetest.NewSpannerTB(t, "CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)")
 	e := spannermetest.NewEndpointTB(t, sp.Addr())
-	a, err := newApp(ctx, sp.Database(), []string{e.Addr()}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
+	a, err := newApp(ctx, sp.Database(), []namedEndpoint{{"psc-east4", e.Addr()}}, spannermetest.ClientConfig(), spannermetest.ClientOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +151,9 @@ func TestAlertRulesQueryServedSeries(t *testing.T) {
 			t.Errorf("rule %+v lacks an alert name, an expression or a summary", r)
 		}
 		for _, n := range names.FindAllString(r.Expr, -1) {
-			// The ejection counter and its reason label appear once an endpoint is ejected:
-			// the metric table must name them instead.
-			if doc, ok := map[string]string{"spannerme_endpoint_ejections_total": "`spannerme.endpoint.ejections`",
-				"spannerme_ejection_reason": "`spannerme.ejection.reason`"}[n]; ok {
+			// The unknown-group counter appears at the first call naming an unknown group:
+			// the metric table must name it instead.
+			if doc, ok := map[string]string{"spannerme_client_unknown_group_calls_total": "`spannerme.client.unknown_group_calls`"}[n]; ok {
 				if !strings.Contains(string(observability), doc) {
 					t.Errorf("%s: %s is not in the metric table", r.Alert, doc)
 				}

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/codes"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/hedge"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/verdict"
@@ -44,6 +45,7 @@ const (
 	MetricActiveCalls    = "spannerme.client.active_calls"
 	MetricWaitingCalls   = "spannerme.client.waiting_calls"
 	MetricHedges         = "spannerme.multiendpoint.hedges"
+	MetricUnknownGroups  = "spannerme.client.unknown_group_calls"
 	InstrumentObsCounter = "Int64ObservableCounter"
 	MetricTier           = "spannerme.endpoint.tier"
 	MetricLatencyScore   = "spannerme.endpoint.latency_score"
@@ -85,6 +87,8 @@ var Docs = []MetricDoc{
 		"calls waiting for their endpoint's pool to finish connecting (or for their group to switch)"},
 	{MetricHedges, InstrumentObsCounter, "{hedge}", []string{AttrMultiEndpoint, AttrHedgeOutcome},
 		"hedged streaming reads of groups that hedge, by outcome: sent, won (the caller read the hedge), lost (cancelled: the first stream answered first), refused (by the budget)"},
+	{MetricUnknownGroups, InstrumentObsCounter, "{call}", []string{AttrMultiEndpoint},
+		"calls that named a group that is not configured, by the name they gave (the first 64 names; calls naming further ones count under \"(other unknown names)\"): sent to the default group, or failed when Settings.RejectUnknownGroups is set"},
 	{MetricTier, InstrumentGauge, "{tier}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
 		"the tier of each endpoint of each group with tiers (0: the top tier); absent for groups without tiers"},
 	{MetricLatencyScore, InstrumentFloatGauge, "s", []string{AttrEndpoint, AttrEndpointName},
@@ -103,7 +107,7 @@ type Metrics struct {
 	duration                             metric.Float64Histogram
 	state, current, degraded, verdict    metric.Int64ObservableGauge
 	active, waiting                      metric.Int64ObservableUpDownCounter
-	hedges                               metric.Int64ObservableCounter
+	hedges, unknownGroups                metric.Int64ObservableCounter
 	tier                                 metric.Int64ObservableGauge
 	latencyScore                         metric.Float64ObservableGauge
 
@@ -148,6 +152,8 @@ func NewMetrics(mp metric.MeterProvider) *Metrics {
 	}
 	u, d := doc(MetricHedges)
 	m.hedges, _ = meter.Int64ObservableCounter(MetricHedges, u, d)
+	u, d = doc(MetricUnknownGroups)
+	m.unknownGroups, _ = meter.Int64ObservableCounter(MetricUnknownGroups, u, d)
 	u, d = doc(MetricLatencyScore)
 	m.latencyScore, _ = meter.Float64ObservableGauge(MetricLatencyScore, u, d)
 	u, d = doc(MetricDuration)
@@ -163,8 +169,10 @@ func fillNoop(m *Metrics) {
 			*c = noop.Int64Counter{}
 		}
 	}
-	if m.hedges == nil {
-		m.hedges = noop.Int64ObservableCounter{}
+	for _, c := range []*metric.Int64ObservableCounter{&m.hedges, &m.unknownGroups} {
+		if *c == nil {
+			*c = noop.Int64ObservableCounter{}
+		}
 	}
 	if m.duration == nil {
 		m.duration = noop.Float64Histogram{}
@@ -199,6 +207,9 @@ type View struct {
 	Verdicts map[string]map[string]verdict.Reason
 	// Scores holds the latency score of each endpoint of a group with tiers that has one.
 	Scores map[string]time.Duration
+	// Unknown holds the calls that named a group that is not configured, by the name they
+	// gave (route.UnknownNames.Counts: at most route.MaxUnknownNames names and the rest).
+	Unknown map[string]int64
 }
 
 // Observe registers the callback of the observable instruments, which reads view at each
@@ -245,8 +256,11 @@ func (m *Metrics) Observe(mp metric.MeterProvider, view func() (View, bool)) {
 			}
 		}
 		m.observeTiers(o, v)
+		for name, n := range v.Unknown {
+			o.ObserveInt64(m.unknownGroups, n, metric.WithAttributes(attribute.String(AttrMultiEndpoint, name)))
+		}
 		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges, m.tier, m.latencyScore)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges, m.tier, m.latencyScore, m.unknownGroups)
 	if err != nil {
 		return // the provider reports it; the synchronous instruments still work
 	}
@@ -298,6 +312,31 @@ func (m *Metrics) switched(group, reason, to, toName string) {
 	m.switches.Add(context.Background(), 1, metric.WithAttributes(append([]attribute.KeyValue{
 		attribute.String(AttrMultiEndpoint, group), attribute.String(AttrSwitchReason, reason)},
 		endpointAttrs(to, toName)...)...))
+}
+
+// EjectionReasons are the values of AttrEjectionReason (health.Reason's String of each
+// reason), each endpoint's ejections series is created at 0 under each of them.
+var EjectionReasons = func() []string {
+	var out []string
+	for r := health.ConsecutiveFailures; r <= health.ProbeFailed; r++ {
+		out = append(out, r.String())
+	}
+	return out
+}()
+
+// EndpointSeries creates the per-endpoint counters of endpoint, named name ("" for none), at
+// 0: its ejections under each of EjectionReasons, and its cooldowns. Called when its pool is
+// made and when it is renamed, so that a series exists before its first event and a rule
+// such as increase(spannerme_endpoint_ejections_total[10m]) > 0 sees the first one (a
+// series that appears already at 1 has no increase). Adding 0 to a counter changes no value.
+func (m *Metrics) EndpointSeries(endpoint, name string) {
+	ctx := context.Background()
+	ep := endpointAttrs(endpoint, name)
+	for _, r := range EjectionReasons {
+		m.ejections.Add(ctx, 0, metric.WithAttributes(append(append([]attribute.KeyValue(nil), ep...),
+			attribute.String(AttrEjectionReason, r))...))
+	}
+	m.cooldowns.Add(ctx, 0, metric.WithAttributes(ep...))
 }
 
 // ejected counts an ejection of endpoint, named name ("" for none).

@@ -66,8 +66,9 @@ func TestInstrumentsMatchTheirDocs(t *testing.T) {
 		o.ObserveInt64(m.hedges, 1)
 		o.ObserveInt64(m.tier, 1)
 		o.ObserveFloat64(m.latencyScore, 1)
+		o.ObserveInt64(m.unknownGroups, 1)
 		return nil
-	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges, m.tier, m.latencyScore)
+	}, m.state, m.current, m.degraded, m.verdict, m.active, m.waiting, m.hedges, m.tier, m.latencyScore, m.unknownGroups)
 	if err != nil {
 		t.Fatal(err)
 	}

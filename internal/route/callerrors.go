@@ -100,3 +100,21 @@ func CannotConnect(snap *atomic.Pointer[Table], me *multiendpoint.MultiEndpoint,
 		"spannerme: group %q cannot connect, and retrying will not fix it (check the transport settings: TLS or plaintext, the authority, the certificates): %s",
 		me.Name(), strings.Join(causes, "; "))
 }
+
+// ClosedCall returns the error of calls made after the GCPMultiEndpoint's Close: a gRPC
+// status CANCELED (the code gRPC uses for a call on a closed ClientConn) with closed's text,
+// for which errors.Is(err, closed) is true, also through the Spanner client's wrapping
+// (*spanner.Error and apierror.APIError unwrap to it).
+func ClosedCall(closed error) error {
+	return closedCall{closed: closed, st: status.New(codes.Canceled, closed.Error())}
+}
+
+// closedCall is a gRPC status error (CANCELED) that is its sentinel for errors.Is.
+type closedCall struct {
+	closed error
+	st     *status.Status
+}
+
+func (e closedCall) Error() string              { return e.st.Err().Error() }
+func (e closedCall) GRPCStatus() *status.Status { return e.st }
+func (e closedCall) Is(target error) bool       { return target == e.closed }

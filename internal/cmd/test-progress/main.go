@@ -12,6 +12,13 @@
 // "376 passed, 0 failed, 2 skipped in 41 packages (3m31s)". Lines that are not test2json
 // events (go test's own errors) are printed as they come.
 //
+// While nothing has been printed for -quiet (20s by default), it prints a line saying what
+// runs: each package with a test running, its longest-running test and how long, and its
+// tests passed so far ("... 2m35s: running github.com/x/spannerme: TestSoak (1m40s), 212
+// passed so far"), so that a package that runs for minutes is not taken for a hang. go test
+// streams one package's events at a time (the others' come when it is done), so the line
+// names what go test has reported so far.
+//
 // Its exit status is go test's. The event format is cmd/test2json's (go doc test2json).
 package main
 
@@ -29,19 +36,22 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
 func main() {
 	goBin := flag.String("go", "go", "the go command")
+	quiet := flag.Duration("quiet", 20*time.Second, "print what runs after this long without a line (0: never)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	os.Exit(run(ctx, *goBin, flag.Args(), os.Stdout, os.Stderr))
+	os.Exit(run(ctx, *goBin, flag.Args(), os.Stdout, os.Stderr, *quiet))
 }
 
-// run runs go test -json with args and reports on stdout; it returns go test's exit status.
-func run(ctx context.Context, goBin string, args []string, stdout, stderr io.Writer) int {
+// run runs go test -json with args and reports on stdout, with a line saying what runs after
+// quiet without one (0: never); it returns go test's exit status.
+func run(ctx context.Context, goBin string, args []string, stdout, stderr io.Writer, quiet time.Duration) int {
 	total := countPackages(ctx, goBin, args)
 	cmd := exec.CommandContext(ctx, goBin, append([]string{"test", "-json"}, args...)...)
 	cmd.Stderr = stderr
@@ -55,7 +65,25 @@ func run(ctx context.Context, goBin string, args []string, stdout, stderr io.Wri
 		return 1
 	}
 	p := newProgress(stdout, total)
+	stopBeats := make(chan struct{})
+	beats := sync.WaitGroup{}
+	if quiet > 0 {
+		beats.Go(func() {
+			tick := time.NewTicker(min(quiet/4, time.Second*5))
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopBeats:
+					return
+				case now := <-tick.C:
+					p.heartbeat(now, quiet)
+				}
+			}
+		})
+	}
 	p.read(out)
+	close(stopBeats)
+	beats.Wait()
 	err = cmd.Wait()
 	p.summary()
 	var exit *exec.ExitError
@@ -111,19 +139,73 @@ type pkgState struct {
 	failedOutput            strings.Builder             // the output of its failed tests
 	pkgOutput               strings.Builder             // output outside any test
 	closing                 string                      // go test's closing line for it
+	running                 map[string]time.Time        // top-level tests running, by name: when they started
 }
 
-// progress turns events into lines. Not safe for concurrent use.
+// progress turns events into lines. Its methods are safe for concurrent use (read and
+// heartbeat run on two goroutines).
 type progress struct {
-	w                       io.Writer
+	mu                      sync.Mutex // guards every field below
+	w                       io.Writer  // stamps last at each write
 	total, done             int
 	passed, failed, skipped int
 	pkgs                    map[string]*pkgState
 	start                   time.Time
+	last                    time.Time        // when a line was last written
+	now                     func() time.Time // time.Now; a test's clock in tests
 }
 
 func newProgress(w io.Writer, total int) *progress {
-	return &progress{w: w, total: total, pkgs: map[string]*pkgState{}, start: time.Now()}
+	p := &progress{total: total, pkgs: map[string]*pkgState{}, now: time.Now}
+	p.w = stampWriter{w, p}
+	p.start = p.now()
+	p.last = p.start
+	return p
+}
+
+// stampWriter records the time of each write in p.last; p.mu is held by its callers.
+type stampWriter struct {
+	w io.Writer
+	p *progress
+}
+
+func (s stampWriter) Write(b []byte) (int, error) {
+	s.p.last = s.p.now()
+	return s.w.Write(b)
+}
+
+// heartbeat prints what runs if nothing was printed for quiet before now: each package with
+// a top-level test running (by name), its longest-running test and how long it has run, and
+// its tests passed so far.
+func (p *progress) heartbeat(now time.Time, quiet time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.last) < quiet {
+		return
+	}
+	names := make([]string, 0, len(p.pkgs))
+	for n, s := range p.pkgs {
+		if len(s.running) > 0 {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		s := p.pkgs[n]
+		test, since := "", now
+		for t, at := range s.running {
+			if at.Before(since) || (at.Equal(since) && t < test) {
+				test, since = t, at
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s (%s), %d passed so far", n, test, now.Sub(since).Round(time.Second), s.passed))
+	}
+	what := "waiting for go test (building, or a package's events held until the one before it ends)"
+	if len(parts) > 0 {
+		what = "running " + strings.Join(parts, "; ")
+	}
+	fmt.Fprintf(p.w, "... %s: %s\n", now.Sub(p.start).Round(time.Second), what)
 }
 
 // read handles every line of r.
@@ -133,18 +215,20 @@ func (p *progress) read(r io.Reader) {
 	for sc.Scan() {
 		line := sc.Bytes()
 		var ev event
+		p.mu.Lock()
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &ev) != nil || ev.Action == "" {
 			fmt.Fprintf(p.w, "%s\n", line)
-			continue
+		} else {
+			p.handle(ev)
 		}
-		p.handle(ev)
+		p.mu.Unlock()
 	}
 }
 
 func (p *progress) pkg(name string) *pkgState {
 	s := p.pkgs[name]
 	if s == nil {
-		s = &pkgState{testOutput: map[string]*strings.Builder{}}
+		s = &pkgState{testOutput: map[string]*strings.Builder{}, running: map[string]time.Time{}}
 		p.pkgs[name] = s
 	}
 	return s
@@ -161,6 +245,10 @@ func (p *progress) handle(ev event) {
 	}
 	s := p.pkg(ev.Package)
 	switch {
+	case ev.Test != "" && ev.Action == "run":
+		if !strings.Contains(ev.Test, "/") {
+			s.running[ev.Test] = p.now()
+		}
 	case ev.Test != "" && ev.Action == "output":
 		b := s.testOutput[ev.Test]
 		if b == nil {
@@ -171,6 +259,7 @@ func (p *progress) handle(ev event) {
 	case ev.Test != "" && (ev.Action == "pass" || ev.Action == "fail" || ev.Action == "skip"):
 		out := s.testOutput[ev.Test]
 		delete(s.testOutput, ev.Test)
+		delete(s.running, ev.Test)
 		sub := strings.Contains(ev.Test, "/") // subtests count in their parent
 		switch ev.Action {
 		case "pass":
@@ -253,6 +342,8 @@ func (p *progress) finish(ev event, s *pkgState) {
 
 // summary prints the count of every test.
 func (p *progress) summary() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	fmt.Fprintf(p.w, "%d passed, %d failed, %d skipped in %d packages (%s)\n",
 		p.passed, p.failed, p.skipped, p.done, time.Since(p.start).Round(time.Second))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -79,5 +80,59 @@ func TestProgressBuildFailure(t *testing.T) {
 	p.read(strings.NewReader(stream))
 	if !strings.Contains(out.String(), "# m/d\n") || !strings.Contains(out.String(), "FAIL\tm/d [build failed]\t[1]\n") {
 		t.Errorf("output lacks the build failure's line:\n%s", out.String())
+	}
+}
+
+// After quiet without a line, a line says which test of which package runs and for how long,
+// and the package's tests passed so far; a line printed since (or the heartbeat's own) restarts
+// the wait; with no test running it says go test is still working. On a test clock.
+func TestProgressHeartbeat(t *testing.T) {
+	var out strings.Builder
+	p := newProgress(&out, 2)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := base
+	p.now = func() time.Time { return clock }
+	p.start, p.last = base, base
+	const quiet = 20 * time.Second
+	at := func(d time.Duration) time.Time { clock = base.Add(d); return clock }
+
+	at(time.Second)
+	p.read(strings.NewReader(`{"Action":"start","Package":"m/a"}
+{"Action":"run","Package":"m/a","Test":"TestQuick"}
+{"Action":"pass","Package":"m/a","Test":"TestQuick"}
+{"Action":"run","Package":"m/a","Test":"TestLong"}
+{"Action":"run","Package":"m/a","Test":"TestLong/sub"}
+`))
+	p.heartbeat(at(15*time.Second), quiet)
+	if out.Len() != 0 {
+		t.Fatalf("a line after 15s of quiet (want none before 20s):\n%s", out.String())
+	}
+	p.heartbeat(at(21*time.Second), quiet)
+	if want := "... 21s: running m/a: TestLong (20s), 1 passed so far\n"; out.String() != want {
+		t.Fatalf("heartbeat %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	p.heartbeat(at(30*time.Second), quiet) // 9s after the last line
+	if out.Len() != 0 {
+		t.Fatalf("a second line 9s after the first:\n%s", out.String())
+	}
+	p.heartbeat(at(41*time.Second), quiet)
+	if !strings.Contains(out.String(), "... 41s: running m/a: TestLong (40s), 1 passed so far\n") {
+		t.Fatalf("no second heartbeat 20s after the first:\n%s", out.String())
+	}
+	out.Reset()
+	at(50 * time.Second)
+	p.read(strings.NewReader(`{"Action":"pass","Package":"m/a","Test":"TestLong/sub"}
+{"Action":"pass","Package":"m/a","Test":"TestLong"}
+{"Action":"output","Package":"m/a","Output":"ok  \tm/a\t49s\n"}
+{"Action":"pass","Package":"m/a","Elapsed":49}
+`))
+	p.heartbeat(at(65*time.Second), quiet) // 15s after the package's line
+	if strings.Contains(out.String(), "...") {
+		t.Fatalf("a heartbeat 15s after a package's line:\n%s", out.String())
+	}
+	p.heartbeat(at(71*time.Second), quiet)
+	if !strings.Contains(out.String(), "... 1m11s: waiting for go test") {
+		t.Fatalf("no heartbeat without a running test:\n%s", out.String())
 	}
 }
