@@ -103,8 +103,8 @@ var rowLine = regexp.MustCompile(`^\d+ +row text$`)
 // query against a frontend that streams rows forever: the rows are on stdout while the query
 // runs (the first within 5s of the start, long before --timeout ends it), the first
 // --max-rows (1000) of them and no more, then the count of the rows left out and the error
-// that ended it; the process's peak RSS stays under 100 MB. The issue's --timeout 10s is 6s
-// here.
+// that ended it; the process's peak RSS stays under 150 MB (see the bound). The issue's
+// --timeout 10s is 6s here.
 func TestQueryStreamsRowsAndCapsThem(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the peak RSS is read from Linux's rusage")
@@ -162,8 +162,12 @@ func TestQueryStreamsRowsAndCapsThem(t *testing.T) {
 	}
 	peak := ru.Maxrss * 1024 // kilobytes on Linux
 	t.Logf("peak RSS %.1f MB", float64(peak)/(1<<20))
-	if peak >= 100<<20 {
-		t.Errorf("peak RSS %.1f MB, want under 100 MB", float64(peak)/(1<<20))
+	// The bound has room for a loaded machine: 39-65 MB on a quiet one (and 43.6 MB by hand
+	// with --timeout 10s), 100.9 MB once in CI with the race-detected suites beside it, where
+	// the query's reader lags its stream and gRPC's window and the garbage collector hold more.
+	// A query that kept its rows grew to 674 MB in 5s: any bound under that catches it.
+	if peak >= 150<<20 {
+		t.Errorf("peak RSS %.1f MB, want under 150 MB (the rows are kept, not streamed)", float64(peak)/(1<<20))
 	}
 }
 
