@@ -45,10 +45,14 @@ const (
 	Slow
 	// Closed is the mode after [Endpoint.Close]; it is final.
 	Closed
+	// DieYoung answers each new connection with HTTP/2 SETTINGS and GOAWAY,
+	// then closes it; see [Endpoint.DieYoung].
+	DieYoung
 )
 
 // String returns the lower-case name of the mode ("pass", "down",
-// "blackhole", "slow", "closed"), or "Mode(n)" for an unknown value.
+// "blackhole", "slow", "closed", "die-young"), or "Mode(n)" for an unknown
+// value.
 func (m Mode) String() string {
 	switch m {
 	case Pass:
@@ -61,6 +65,8 @@ func (m Mode) String() string {
 		return "slow"
 	case Closed:
 		return "closed"
+	case DieYoung:
+		return "die-young"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -70,7 +76,7 @@ func (m Mode) String() string {
 // consistent snapshot when connections are active.
 type Stats struct {
 	// Accepted is the number of client connections accepted, blackholed
-	// ones included. A client's dial can return before the endpoint has
+	// and DieYoung ones included. A client's dial can return before the endpoint has
 	// accepted the connection, so Accepted may lag a successful dial
 	// briefly; it never lags a byte forwarded on that connection.
 	Accepted int64
@@ -295,6 +301,20 @@ func (e *Endpoint) setForwarding(m Mode, sh *shaping) {
 	}
 }
 
+// DieYoung makes the endpoint answer each new connection as an HTTP/2
+// server that is draining does (a proxy or load balancer on the path being
+// drained): it sends its SETTINGS, reads the client's connection preface,
+// acknowledges the client's SETTINGS, sends GOAWAY (NO_ERROR, last stream
+// 0: nothing processed) and closes the connection, within 2 seconds of the
+// accept, without dialing the backend. A gRPC client's connection is
+// established and goes IDLE before it carries a call, with no error (READY
+// in between, or not when the GOAWAY is read first): a connection that
+// dies young. Live connections keep forwarding as in [Pass] (blackholed ones are
+// dropped, as when leaving [Blackhole]); [Endpoint.Pass] serves new
+// connections again. DieYoung does nothing while the endpoint is Down or
+// closed.
+func (e *Endpoint) DieYoung() { e.setForwarding(DieYoung, nil) }
+
 // Reset drops every live connection (the client and the backend side are
 // both closed with a TCP reset, so peers notice at once) and keeps
 // accepting new ones, in [Pass] mode: Slow settings and Blackhole are
@@ -472,6 +492,10 @@ func (e *Endpoint) admit(ln net.Listener, c net.Conn) {
 		l.blackholed.Store(true)
 		// No backend: read and discard until the client goes away.
 		e.spawn(func() { l.pump(c, nil, nil, nil, true) })
+		return
+	}
+	if e.mode == DieYoung {
+		e.spawn(l.goAway)
 		return
 	}
 	e.spawn(l.connect)

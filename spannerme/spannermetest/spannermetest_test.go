@@ -190,7 +190,7 @@ func randomBytes(n int) []byte {
 
 func TestModeString(t *testing.T) {
 	for m, want := range map[Mode]string{
-		Pass: "pass", Down: "down", Blackhole: "blackhole", Slow: "slow", Closed: "closed", Mode(42): "Mode(42)",
+		Pass: "pass", Down: "down", Blackhole: "blackhole", Slow: "slow", Closed: "closed", DieYoung: "die-young", Mode(42): "Mode(42)",
 	} {
 		if got := m.String(); got != want {
 			t.Errorf("Mode(%d).String() = %q, want %q", int(m), got, want)
