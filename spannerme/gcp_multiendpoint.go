@@ -12,7 +12,6 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/protobuf/proto"
@@ -195,12 +194,7 @@ func newGCPMultiEndpoint(cfg *config, gmeCfg *grpcgcp.GCPMultiEndpointOptions, s
 	// (pool.DialOptions).
 	dopts := []grpc.DialOption{
 		grpc.WithDisableServiceConfig(),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			// gRPC waits BaseDelay before the first retry whatever MaxDelay says.
-			Backoff: backoff.Config{BaseDelay: min(backoff.DefaultConfig.BaseDelay, settings.ReconnectMaxDelay),
-				Multiplier: backoff.DefaultConfig.Multiplier, Jitter: backoff.DefaultConfig.Jitter, MaxDelay: settings.ReconnectMaxDelay},
-			MinConnectTimeout: settings.MinConnectTimeout,
-		}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: settings.reconnectBackoff(), MinConnectTimeout: settings.MinConnectTimeout}),
 		grpc.WithIdleTimeout(0), // a standby gets no calls, yet must stay connected
 	}
 	lazyStreams := len(apiCfg.Method) > 0

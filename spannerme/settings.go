@@ -10,6 +10,7 @@ import (
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/backoff"
 )
 
 // Settings tunes what upstream's GCPMultiEndpointOptions cannot express. The zero value is
@@ -149,6 +150,12 @@ func (s Settings) validate() error {
 		return &ConfigError{Index: -1, Problem: fmt.Sprintf("Settings.SwitchingJitter %v is outside [0, 1]", j)}
 	}
 	return s.Health.validate()
+}
+
+// reconnectBackoff is every pool's reconnect backoff, and young deaths' (internal/pool).
+func (s Settings) reconnectBackoff() backoff.Config {
+	d := backoff.DefaultConfig
+	return backoff.Config{BaseDelay: min(d.BaseDelay, s.ReconnectMaxDelay), Multiplier: d.Multiplier, Jitter: d.Jitter, MaxDelay: s.ReconnectMaxDelay}
 }
 
 func (s Settings) withDefaults() Settings {

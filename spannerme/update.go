@@ -136,6 +136,7 @@ func (gme *GCPMultiEndpoint) apply(cfg *config, rule durationRule) error {
 			}
 			obs := newPoolEvents(&gme.mechanisms, e, gme.endpointOpts[e].Name)
 			w := pool.NewWatch(e, gme.pl.clock, obs)
+			w.SetBackoff(gme.settings.reconnectBackoff()) // for connections that die young
 			opts := pool.DialOptions(w, gme.gcpJSON, gme.dialOptionsFor(e), gme.pl.ownDialer, gme.pl.dns, gme.settings.Health.brownoutOn())
 			conn, err := gme.dial(gme.dialCtx, e, opts...)
 			if err == nil && conn == nil {

@@ -203,12 +203,12 @@ func (b *poolBalancer) UpdateSubConnState(sc balancer.SubConn, s balancer.SubCon
 // serializer: through UpdateSubConnState for grpc_gcp's own, through their StateListener for
 // the replacements of rotation (prepare).
 func (b *poolBalancer) subConnState(sc balancer.SubConn, s balancer.SubConnState) {
-	b.observe(sc, s)
-	fwd, todo := b.route(sc, s)
+	fwd, fs, todo := b.route(sc, s)
+	b.observe(sc, s, todo.young != nil)
 	todo.run(b)
 	if fwd != nil {
 		//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
-		b.child.UpdateSubConnState(fwd, s)
+		b.child.UpdateSubConnState(fwd, fs)
 	}
 }
 
@@ -222,6 +222,9 @@ func (b *poolBalancer) Close() {
 	}
 	lat := b.lat
 	b.lat = nil
+	if lat != nil {
+		stopLatencyTimer(lat)
+	}
 	b.mu.Unlock()
 	if lat != nil {
 		lat.sc.Shutdown()
@@ -234,9 +237,10 @@ func (b *poolBalancer) ExitIdle() { b.child.ExitIdle() }
 // observe records a channel's failed connection attempt (TRANSIENT_FAILURE with its error)
 // and a ready connection that closed (READY to IDLE: gRPC gives no error then), unless it is
 // a connection that rotation retired (rotate.go): the server ending it is the routine end
-// rotation waits for, and no error of the pool. It runs before grpc_gcp sees the change, so
-// the error is recorded before the pool's state moves.
-func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
+// rotation waits for, and no error of the pool, or one that died young (young: route records
+// a more telling error for it). It runs before grpc_gcp sees the change, so the error is
+// recorded before the pool's state moves.
+func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState, young bool) {
 	b.mu.Lock()
 	prev := b.states[sc]
 	retired := b.conns[sc] != nil && b.conns[sc].role == roleRetired
@@ -250,7 +254,7 @@ func (b *poolBalancer) observe(sc balancer.SubConn, s balancer.SubConnState) {
 	switch {
 	case s.ConnectivityState == connectivity.TransientFailure && s.ConnectionError != nil:
 		w.record(ClassifyConnError(s.ConnectionError), s.ConnectionError)
-	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle && !retired:
+	case prev == connectivity.Ready && s.ConnectivityState == connectivity.Idle && !retired && !young:
 		w.record(KindClosed, errConnClosed)
 	}
 }
@@ -269,7 +273,7 @@ func (c *poolClientConn) NewSubConn(addrs []resolver.Address, opts balancer.NewS
 	if l := opts.StateListener; l != nil {
 		var sc balancer.SubConn
 		opts.StateListener = func(s balancer.SubConnState) {
-			c.b.observe(sc, s)
+			c.b.observe(sc, s, false)
 			l(s)
 		}
 		var err error

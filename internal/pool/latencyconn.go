@@ -3,11 +3,14 @@ package pool
 import (
 	"context"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/resolver"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
 
 // A pool's latency connection: the latency probes (latency.go) of a pool dialed with
@@ -41,6 +44,12 @@ type latencyConn struct {
 	sc      balancer.SubConn
 	addrs   []resolver.Address
 	release func() // drops the producer reference taken when it became READY; nil if none
+	// Guarded by the poolBalancer's mu: its last state, when it last became READY, and the
+	// timer that connects it again after it died young (young.go), with its generation.
+	state   connectivity.State
+	readyAt time.Time
+	timer   clock.Timer
+	gen     uint64
 }
 
 // connProducer hands out the grpc.ClientConnInterface gRPC builds a SubConn's producers with,
@@ -91,6 +100,22 @@ func (b *poolBalancer) latencyConnState(lc *latencyConn, s balancer.SubConnState
 	w, current := b.watch, b.lat == lc
 	release := lc.release
 	lc.release = nil
+	now := b.clock.Now()
+	prev := lc.state
+	lc.state = s.ConnectivityState
+	var wait time.Duration
+	switch s.ConnectivityState {
+	case connectivity.Ready:
+		lc.readyAt = now
+	case connectivity.Idle:
+		if wait = b.latencyEndedLocked(lc, prev, now); wait > 0 && current {
+			stopLatencyTimer(lc)
+			gen := lc.gen
+			lc.timer = b.clock.AfterFunc(wait, func() { b.reconnectLatency(lc, gen) })
+		}
+	case connectivity.Shutdown:
+		stopLatencyTimer(lc)
+	}
 	b.mu.Unlock()
 	if release != nil {
 		release()
@@ -106,7 +131,21 @@ func (b *poolBalancer) latencyConnState(lc *latencyConn, s balancer.SubConnState
 		return
 	}
 	w.clearLatencyConn(lc)
-	if s.ConnectivityState == connectivity.Idle && current {
+	if s.ConnectivityState == connectivity.Idle && current && wait == 0 {
+		lc.sc.Connect()
+	}
+}
+
+// reconnectLatency connects lc again at the end of its young-death wait, if it is still the
+// pool's latency connection and the timer is of generation gen.
+func (b *poolBalancer) reconnectLatency(lc *latencyConn, gen uint64) {
+	b.mu.Lock()
+	ok := lc.gen == gen && !b.closed && b.lat == lc
+	if ok {
+		lc.timer = nil
+	}
+	b.mu.Unlock()
+	if ok {
 		lc.sc.Connect()
 	}
 }

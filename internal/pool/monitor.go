@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/connectivity"
 )
@@ -28,7 +29,9 @@ func (p *Pool) StartMonitor() {
 // it to connect and keeps the last availability until the reconnection settles; a warm
 // standby thus stays connected without any call (F1). A READY pool that leaves READY for an
 // instant (all its connections dropped, one back at once) is reported down and up, so that a
-// flapping endpoint is seen flapping (F4).
+// flapping endpoint is seen flapping (F4). While its connections die young (young.go), a
+// READY pool is reported available only once it has stayed READY for the dwell (youngLife),
+// which ends the backoff.
 func (p *Pool) monitor(ctx context.Context) {
 	defer close(p.monitorDone)
 	report := func() {
@@ -43,9 +46,14 @@ func (p *Pool) monitor(ctx context.Context) {
 			report()
 		}
 	}
-	waking := false // Connect was called on an IDLE pool and it has not settled yet
+	waking := false          // Connect was called on an IDLE pool and it has not settled yet
+	var readySince time.Time // when the monitor saw the pool become READY; zero while not
 	for {
 		s := p.conn.GetState()
+		if s != connectivity.Ready {
+			readySince = time.Time{}
+		}
+		var dwell time.Duration // left before a READY pool in young-death backoff is available
 		if p.state.Swap(int32(s)) != int32(s) {
 			if p.watch != nil {
 				p.watch.stateChanged()
@@ -70,10 +78,27 @@ func (p *Pool) monitor(ctx context.Context) {
 			if s == connectivity.Ready || s == connectivity.TransientFailure {
 				p.settled.Store(true)
 			}
-			setReady(s == connectivity.Ready)
+			ready := s == connectivity.Ready
+			if ready && p.watch != nil && p.watch.youth.inBackoff() {
+				now := p.clock.Now()
+				if readySince.IsZero() {
+					readySince = now
+				}
+				if dwell = youngLife - now.Sub(readySince); dwell > 0 {
+					ready = false
+				} else {
+					p.watch.youth.lived()
+				}
+			} else if ready && readySince.IsZero() {
+				readySince = p.clock.Now()
+			}
+			setReady(ready)
 		}
-		if !p.conn.WaitForStateChange(ctx, s) {
-			return
+		if !p.waitForStateChange(ctx, s, dwell) {
+			if ctx.Err() != nil {
+				return
+			}
+			continue // the dwell is over: judge the same state again
 		}
 		if s == connectivity.Ready && p.conn.GetState() != connectivity.Idle {
 			// It left READY, if only for an instant (every connection dropped and one came
@@ -81,4 +106,18 @@ func (p *Pool) monitor(ctx context.Context) {
 			setReady(false)
 		}
 	}
+}
+
+// waitForStateChange waits until the pool's state is no longer s, as
+// grpc.ClientConn.WaitForStateChange, for at most d (on the pool's clock) when d > 0. It
+// reports whether the state changed.
+func (p *Pool) waitForStateChange(ctx context.Context, s connectivity.State, d time.Duration) bool {
+	if d <= 0 {
+		return p.conn.WaitForStateChange(ctx, s)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	t := p.clock.AfterFunc(d, cancel)
+	defer t.Stop()
+	defer cancel()
+	return p.conn.WaitForStateChange(wctx, s)
 }

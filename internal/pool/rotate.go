@@ -83,6 +83,9 @@ type conn struct {
 	connecting bool
 	// expired: roleRetired, outlived its expiry (expire); shut down at the next state change.
 	expired bool
+	// carried: a call was picked on it since it last became READY (young.go). Set by the
+	// picker without b.mu, cleared under b.mu when it becomes READY.
+	carried atomic.Bool
 }
 
 // channel is the SubConn grpcgcp sees: one of its channels, standing for the gRPC SubConn it
@@ -208,7 +211,11 @@ type poolPicker struct{ child balancer.Picker }
 func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	r, err := p.child.Pick(info)
 	if ch, ok := r.SubConn.(*channel); ok {
-		r.SubConn = ch.current()
+		c := ch.cur.Load()
+		if !c.carried.Load() {
+			c.carried.Store(true)
+		}
+		r.SubConn = c.sc
 	}
 	return r, err
 }
@@ -220,6 +227,10 @@ type afterUnlock struct {
 	shutdown  []balancer.SubConn
 	prepare   []*conn
 	republish bool
+	// young: the error of a connection that died young, to record in youngIn, its pool's
+	// watch (young.go); nil if none.
+	young   error
+	youngIn *Watch
 }
 
 func (a *afterUnlock) shut(sc balancer.SubConn) { a.shutdown = append(a.shutdown, sc) }
@@ -231,6 +242,9 @@ func (a afterUnlock) run(b *poolBalancer) {
 	for _, c := range a.prepare {
 		b.prepare(c)
 	}
+	if a.young != nil {
+		a.youngIn.record(KindClosed, a.young)
+	}
 	if a.republish {
 		b.republish()
 	}
@@ -239,15 +253,15 @@ func (a afterUnlock) run(b *poolBalancer) {
 // route applies a gRPC SubConn's state change to its channel and returns the SubConn to
 // report the change to grpc_gcp as: the channel when sc is its current connection, nil when
 // grpc_gcp must not see it (a replacement or a retired connection), sc itself when it is no
-// channel's.
-func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (balancer.SubConn, afterUnlock) {
+// channel's; and the state to report, s unless the connection died young (young.go).
+func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (balancer.SubConn, balancer.SubConnState, afterUnlock) {
 	var a afterUnlock
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.shutExpiredLocked(&a)
 	c := b.conns[sc]
 	if c == nil {
-		return sc, a
+		return sc, s, a
 	}
 	now := b.clock.Now()
 	prev, st := c.state, s.ConnectivityState
@@ -266,18 +280,23 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		switch {
 		case st == connectivity.Ready:
 			c.readyAt = now
+			c.carried.Store(false)
 			b.scheduleRotationLocked(c, now, &a)
 		case prev == connectivity.Ready:
 			stopTimer(c)
 			if st == connectivity.Idle { // the server ended it (GOAWAY, or closed it)
 				b.learnLocked(now.Sub(c.readyAt), now, &a)
+				s = b.endedLocked(c, true, s, now, &a)
 			}
 			if n := ch.next; n != nil { // too late: grpc_gcp reconnects the channel
 				ch.next = nil
 				a.shut(n.sc)
 			}
+		case prev == connectivity.Connecting && st == connectivity.Idle:
+			// Established and ended before gRPC reported it READY.
+			s = b.endedLocked(c, false, s, now, &a)
 		}
-		return ch, a
+		return ch, s, a
 	case roleNext:
 		switch st {
 		case connectivity.Ready:
@@ -299,7 +318,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 				a.shut(c.sc)
 			}
 		}
-		return nil, a
+		return nil, s, a
 	default: // roleRetired
 		if prev == connectivity.Ready && st != connectivity.Ready {
 			stopTimer(c)
@@ -310,7 +329,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 				a.shut(c.sc)
 			}
 		}
-		return nil, a
+		return nil, s, a
 	}
 }
 

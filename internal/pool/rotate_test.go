@@ -182,12 +182,16 @@ func (r *rotationRig) picked() balancer.SubConn {
 	return res.SubConn
 }
 
-// learn has the server end the first SubConn three times after the given lifetimes; grpc_gcp
-// reconnects it each time.
+// learn has the server end the first SubConn three times after the given lifetimes, each
+// connection having carried a call; grpc_gcp reconnects it each time (a connection that
+// carried a call is replaced at once: young.go).
 func (r *rotationRig) learn(lifetimes ...time.Duration) {
 	sc := r.sub(1)
 	for _, d := range lifetimes {
 		r.ready(sc)
+		if got := r.picked(); got != sc {
+			r.t.Fatalf("a call went to %v, want %v", got, sc)
+		}
 		r.clk.Advance(d)
 		before, _ := sc.counts()
 		r.state(sc, connectivity.Idle) // the server's GOAWAY
@@ -392,6 +396,7 @@ func TestReplacementAbandoned(t *testing.T) {
 		sc1 := r.sub(1)
 		r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
 		r.ready(sc1)
+		r.picked() // it carries a call: ended, it is replaced at once (young.go)
 		r.clk.Advance(20 * time.Millisecond)
 		sc2 := r.sub(2)
 		before, _ := sc1.counts()

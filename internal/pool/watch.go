@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/backoff"
+
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 )
@@ -40,6 +42,8 @@ type Watch struct {
 	// latency is the pool's latency connection while it is READY (latencyconn.go); nil
 	// otherwise.
 	latency atomic.Pointer[latencyConnRef]
+	// youth is the backoff of connections that die young (young.go).
+	youth youth
 
 	mu sync.Mutex // guards the fields below: the endpoint's transitions as reported
 	// up: the pool was last reported available.
@@ -71,6 +75,11 @@ func NewWatch(endpoint string, clk clock.Clock, obs Observer) *Watch {
 	watches.Store(w.id, w)
 	return w
 }
+
+// SetBackoff sets the reconnect backoff of the pool's connections that die young (young.go):
+// gRPC's, as given to the pool's dial (grpc.ConnectParams.Backoff); zero fields take
+// backoff.DefaultConfig's. Call it before the pool is dialed.
+func (w *Watch) SetBackoff(cfg backoff.Config) { w.youth.setBackoff(cfg) }
 
 // Release forgets the watch: a balancer built later for its id records nothing. Idempotent.
 func (w *Watch) Release() { w.release() }
