@@ -28,6 +28,13 @@ const (
 	// Quiet is how long an endpoint must go without RESOURCE_EXHAUSTED for its repeated
 	// cooldowns to be forgotten (its next one starts at the first length again).
 	Quiet = 10 * time.Minute
+	// SharedWindow is how recent another endpoint's RESOURCE_EXHAUSTED must be for an
+	// overload to be shared (Shared): the database's, not the endpoint's. An overload found
+	// shared stays so while RESOURCE_EXHAUSTED keep coming less than SharedWindow apart, for
+	// at most ShareHold after it was last confirmed by another endpoint; then the next one
+	// cools its endpoint again, and the calls sent elsewhere test the judgment anew.
+	SharedWindow = 2 * time.Second
+	ShareHold    = 10 * time.Second
 )
 
 // Set holds the overload cooldown of each endpoint (shared by every group that lists it).
@@ -40,9 +47,12 @@ type Set struct {
 	ended func(endpoint string, length time.Duration)
 
 	active atomic.Int32 // endpoints cooling now; 0 lets the call path skip the map
-	mu     sync.Mutex   // guards m and the entries, closed
+	mu     sync.Mutex   // guards m and the entries, closed, sharedUntil, confirmed
 	m      map[string]*entry
 	closed bool
+	// sharedUntil: overloads are judged shared until then (Shared); confirmed: when another
+	// endpoint last confirmed it.
+	sharedUntil, confirmed time.Time
 }
 
 // entry is one endpoint's overload state.
@@ -153,6 +163,63 @@ func (c *Set) Note(endpoint string, delay time.Duration, fromInfo bool) (started
 	c.active.Add(1)
 	c.armLocked(endpoint, e, delay)
 	return true, delay, e.repeats
+}
+
+// Shared records a RESOURCE_EXHAUSTED of endpoint that would start or extend its cooldown
+// and reports whether another endpoint had one within SharedWindow, or the overload was
+// found shared and still holds (SharedWindow, ShareHold): the overload is then shared (every PSC endpoint leads to the same database, which sheds load on all of them),
+// and moving calls between endpoints relieves nothing. The caller then starts no cooldown
+// and ends the ones in progress (EndAll). False on a nil or closed Set.
+func (c *Set) Shared(endpoint string) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	now := c.clock.Now()
+	shared := now.Before(c.sharedUntil) && now.Sub(c.confirmed) < ShareHold
+	for ep, e := range c.m {
+		if ep != endpoint && !e.last.IsZero() && now.Sub(e.last) < SharedWindow {
+			shared, c.confirmed = true, now
+			break
+		}
+	}
+	if shared {
+		c.sharedUntil = now.Add(SharedWindow)
+	}
+	e := c.m[endpoint]
+	if e == nil {
+		e = &entry{}
+		c.m[endpoint] = e
+	}
+	e.last = now
+	return shared
+}
+
+// EndAll ends every cooldown in progress at once, as their timers would (ended is told of
+// each), because the overload was found shared (Shared).
+func (c *Set) EndAll() {
+	if c == nil {
+		return
+	}
+	type ending struct {
+		endpoint string
+		gen      uint64
+	}
+	var ends []ending
+	c.mu.Lock()
+	for ep, e := range c.m {
+		if e.cooling {
+			ends = append(ends, ending{ep, e.gen})
+		}
+	}
+	c.mu.Unlock()
+	for _, x := range ends {
+		c.end(x.endpoint, x.gen)
+	}
 }
 
 // armLocked (re)starts e's timer for d; c.mu is held.

@@ -76,3 +76,51 @@ func TestSetCoolsAndEnds(t *testing.T) {
 		t.Fatal("a nil Set cools")
 	}
 }
+
+// An overload is shared when another endpoint had one within SharedWindow; it stays shared
+// while overloads come less than SharedWindow apart, for at most ShareHold after the last
+// confirmation by another endpoint; EndAll ends the cooldowns in progress, telling ended.
+func TestSharedOverload(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	var ended []string
+	c := New(clk, func(ep string, _ time.Duration) { ended = append(ended, ep) })
+	defer c.Close()
+	if c.Shared("e1") {
+		t.Fatal("the first overload of all is shared")
+	}
+	c.Note("e1", time.Second, true)
+	clk.Advance(500 * time.Millisecond)
+	if !c.Shared("e2") {
+		t.Fatal("e2's overload 500ms after e1's is not shared")
+	}
+	c.EndAll()
+	if len(ended) != 1 || ended[0] != "e1" || c.Cooling("e1") || c.Active() != 0 {
+		t.Fatalf("after EndAll: ended %v, e1 cooling %v", ended, c.Cooling("e1"))
+	}
+	// e1 alone, every second: still shared until ShareHold after the last confirmation by
+	// another endpoint (e1's at 1.5s, the last within SharedWindow of e2's at 0.5s).
+	for i := range 9 {
+		clk.Advance(time.Second)
+		if !c.Shared("e1") {
+			t.Fatalf("e1's overload %ds after the confirmation is not shared", i+1)
+		}
+	}
+	clk.Advance(2 * time.Second) // 11.5s: 10s after the last confirmation: tested anew
+	if c.Shared("e1") {
+		t.Fatal("still shared at ShareHold without a confirmation")
+	}
+	// A gap longer than SharedWindow ends it too.
+	clk.Advance(time.Second)
+	if !c.Shared("e2") {
+		t.Fatal("e2's overload a second after e1's is not shared")
+	}
+	clk.Advance(SharedWindow + time.Second)
+	if c.Shared("e2") {
+		t.Fatal("shared after a quiet SharedWindow, with no other endpoint's overload")
+	}
+	var none *Set
+	if none.Shared("e1") {
+		t.Fatal("a nil Set judges shared")
+	}
+	none.EndAll()
+}

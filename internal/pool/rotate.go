@@ -28,9 +28,11 @@ import (
 // (its current connection); the pool's picker hands gRPC the current connection of the channel
 // grpcgcp picked. Each connection that the server ends while it is READY (READY to IDLE; a
 // connection this package shuts down ends in SHUTDOWN and does not count) gives a lifetime
-// sample. When the last rotationSamples samples agree (the longest at most rotationSpread
-// times the shortest: gRPC servers add ±10% of jitter to the age), their shortest is the
-// server's age, and every current connection that reaches half of it gets a replacement: a new
+// sample. The samples held agree (the longest at most rotationSpread times the shortest: gRPC
+// servers add ±10% of jitter to the age; a sample that disagrees replaces them, and up to
+// rotationSamples are kept), and their shortest is the server's age from the first sample on,
+// so that the first connections of a GOAWAY storm are the only ones it can cut; every current
+// connection that reaches half of it gets a replacement: a new
 // SubConn with the same addresses and options and a StateListener of its own, created idle on
 // gRPC's serializer when the connection's rotation is timed (gRPC calls a balancer there), and
 // asked to connect by the rotation timer (Connect may be called from any goroutine). Once the replacement is READY it becomes the
@@ -47,9 +49,9 @@ import (
 //
 // One event that ends several connections at once (a frontend restart, a network blip, an idle
 // timeout of channels that connected together) is one sample, not one per connection: a sample
-// within rotationTogether of its lifetime after the previous one is dropped, so that three
-// connections dialed together and ended together do not agree on an age that is merely the
-// pool's uptime. A replacement that fails to connect is tried again rotationRetry of the age
+// within rotationTogether of its lifetime after the previous one is dropped. Such a sample
+// (the pool's uptime, not an age) costs one replacement per channel: the first retired
+// connection that the server does not end by its expiry disproves it. A replacement that fails to connect is tried again rotationRetry of the age
 // later while its connection is still READY.
 const (
 	rotationSamples  = 3
@@ -177,8 +179,20 @@ type lifetimes struct {
 	lastAt  time.Time // when the last sample was taken; zero if none
 }
 
-// add records a lifetime.
+// add records a lifetime. One that does not agree with the samples held (see age) replaces
+// them: the server's age changed, or the sample was no age (a reset); a wrong age is
+// disproved by the first retired connection's expiry (expire), at the cost of one
+// replacement per channel.
 func (l *lifetimes) add(d time.Duration) {
+	if l.n > 0 {
+		lo, hi := d, d
+		for _, s := range l.samples[:l.n] {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		if float64(hi) > rotationSpread*float64(lo) {
+			l.n, l.next = 0, 0
+		}
+	}
 	l.samples[l.next] = d
 	l.next = (l.next + 1) % rotationSamples
 	l.n = min(l.n+1, rotationSamples)
@@ -188,14 +202,14 @@ func (l *lifetimes) add(d time.Duration) {
 func (l *lifetimes) forget() { *l = lifetimes{} }
 
 // age returns the server's maximum connection age that the samples agree on: the shortest of
-// rotationSamples samples whose longest is at most rotationSpread times it; 0 when they are
-// fewer or disagree.
+// the (up to rotationSamples) samples held, whose longest is at most rotationSpread times it
+// (add keeps them so); 0 without a sample.
 func (l *lifetimes) age() time.Duration {
-	if l.n < rotationSamples {
+	if l.n == 0 {
 		return 0
 	}
 	lo, hi := l.samples[0], l.samples[0]
-	for _, d := range l.samples[1:] {
+	for _, d := range l.samples[1:l.n] {
 		lo, hi = min(lo, d), max(hi, d)
 	}
 	if lo <= 0 || float64(hi) > rotationSpread*float64(lo) {

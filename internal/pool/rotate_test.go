@@ -22,12 +22,14 @@ func TestLifetimesAge(t *testing.T) {
 		want    time.Duration
 	}{
 		{"none", nil, 0},
-		{"too few", []time.Duration{ms(50), ms(50)}, 0},
+		{"one: itself", []time.Duration{ms(50)}, ms(50)},
+		{"two agreeing: the shorter", []time.Duration{ms(50), ms(46)}, ms(46)},
 		{"agreeing: the shortest", []time.Duration{ms(50), ms(46), ms(54)}, ms(46)},
 		{"at the spread's limit", []time.Duration{ms(40), ms(50), ms(45)}, ms(40)},
-		{"spread too wide (a reset among them)", []time.Duration{ms(50), ms(7), ms(50)}, 0},
-		{"only the last ones count", []time.Duration{ms(7), ms(50), ms(52), ms(49)}, ms(49)},
-		{"a disagreeing sample ends the agreement", []time.Duration{ms(50), ms(52), ms(49), ms(500)}, 0},
+		{"a reset among them: the samples after it", []time.Duration{ms(50), ms(7), ms(50)}, ms(50)},
+		{"only the last ones count", []time.Duration{ms(51), ms(50), ms(52), ms(49)}, ms(49)},
+		{"a disagreeing sample replaces the others", []time.Duration{ms(50), ms(52), ms(49), ms(500)}, ms(500)},
+		{"then agreeing ones join it", []time.Duration{ms(50), ms(500), ms(450)}, ms(450)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var l lifetimes
@@ -202,45 +204,48 @@ func (r *rotationRig) learn(lifetimes ...time.Duration) {
 }
 
 // Connections the server ends together (a restart ending every channel dialed at the same
-// moment) are one sample: three channels dialed together and ended together agree on no age,
-// and nothing rotates; ends apart in time count each.
+// moment) are one sample, whose lifetime is taken as the age (the first retired connection's
+// expiry disproves it if it was the pool's uptime); ends apart in time count each.
 func TestConnectionsEndedTogetherAreOneSample(t *testing.T) {
 	r := newRotationRigN(t, 3)
+	b := r.b.(*poolBalancer)
+	samples := func() (int, time.Duration) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.lives.n, b.lives.age()
+	}
 	subs := r.cc.subConns()
 	for _, sc := range subs {
 		r.ready(sc)
+		r.picked() // each carries a call: ended, it is replaced at once (young.go)
 	}
 	r.clk.Advance(time.Second)
 	for _, sc := range subs {
 		r.state(sc, connectivity.Idle) // one restart ends all three at once
 	}
-	for _, sc := range subs {
-		r.ready(sc)
+	if n, age := samples(); n != 1 || age != time.Second {
+		t.Fatalf("%d samples, age %v after one event ended three connections, want 1 sample, 1s", n, age)
 	}
-	r.clk.Advance(time.Second)
-	if n := len(r.cc.subConns()); n != 3 {
-		t.Fatalf("%d SubConns, want 3: one event taught an age and connections were replaced", n)
-	}
-	// Three ends a whole lifetime apart agree: the age is learned and each READY connection
-	// is replaced at half of it.
+	// Ends a whole lifetime apart are samples each.
 	for range 2 {
-		r.state(subs[0], connectivity.Idle)
 		r.ready(subs[0])
+		r.picked()
 		r.clk.Advance(time.Second)
+		r.state(subs[0], connectivity.Idle)
 	}
-	if n := len(r.cc.subConns()); n <= 3 {
-		t.Fatalf("%d SubConns, want replacements once three separate ends agree", n)
+	if n, age := samples(); n != 3 || age != time.Second {
+		t.Fatalf("%d samples, age %v after two more separate ends, want 3, 1s", n, age)
 	}
 }
 
-// Once the server has ended three connections at ages that agree, each new connection gets a
-// replacement at half the shortest of them; calls go to the replacement once it is READY,
+// Once the server has ended a connection (its lifetime is the age), each new connection gets a
+// replacement at half of it; calls go to the replacement once it is READY,
 // without grpc_gcp seeing the channel change state; the replaced connection takes no call and
 // is shut down when the server ends it, which confirms the age.
 func TestConnectionReplacedAtHalfTheServersAge(t *testing.T) {
 	r := newRotationRig(t)
 	sc1 := r.sub(1)
-	r.learn(50*time.Millisecond, 54*time.Millisecond, 48*time.Millisecond) // age: 48 ms
+	r.learn(48 * time.Millisecond) // age: 48 ms
 	r.ready(sc1)
 	if got := r.picked(); got != sc1 {
 		t.Fatalf("picked %v, want sc1", got)
@@ -306,7 +311,7 @@ func TestConnectionReplacedAtHalfTheServersAge(t *testing.T) {
 // only asks the replacement to connect.
 func TestRotationCreatesSubConnsOnlyOnGRPCsCalls(t *testing.T) {
 	r := newRotationRig(t)
-	r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+	r.learn(40 * time.Millisecond)
 	r.ready(r.sub(1))
 	created := len(r.cc.subConns())
 	r.clk.Advance(20 * time.Millisecond) // the rotation timer fires
@@ -324,27 +329,29 @@ func TestRotationCreatesSubConnsOnlyOnGRPCsCalls(t *testing.T) {
 
 // Without three agreeing lifetimes (none, or one cut short by a reset) nothing is replaced:
 // the connections are grpc_gcp's.
-func TestNoReplacementWithoutAnAgreedAge(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		lifetimes []time.Duration
-	}{
-		{"never ended", nil},
-		{"two lifetimes", []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}},
-		{"a reset among them", []time.Duration{50 * time.Millisecond, 3 * time.Millisecond, 50 * time.Millisecond}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newRotationRig(t)
-			r.learn(tc.lifetimes...)
-			r.ready(r.sub(1))
-			r.clk.Advance(time.Hour)
-			if n := len(r.cc.subConns()); n != 1 {
-				t.Fatalf("%d SubConns after an hour, want 1", n)
-			}
-			if got := r.picked(); got != r.sub(1) {
-				t.Fatalf("picked %v, want sc1", got)
-			}
-		})
+func TestNoReplacementWithoutALifetime(t *testing.T) {
+	r := newRotationRig(t)
+	r.ready(r.sub(1))
+	r.clk.Advance(time.Hour)
+	if n := len(r.cc.subConns()); n != 1 {
+		t.Fatalf("%d SubConns after an hour, want 1", n)
+	}
+	if got := r.picked(); got != r.sub(1) {
+		t.Fatalf("picked %v, want sc1", got)
+	}
+}
+
+// The first connection the server ends teaches the age: the next one is replaced at half of
+// it, so a GOAWAY storm cuts calls of its first connections only.
+func TestFirstLifetimeRotates(t *testing.T) {
+	r := newRotationRig(t)
+	r.learn(40 * time.Millisecond)
+	sc1 := r.sub(1)
+	r.ready(sc1)
+	sc2 := r.sub(2) // created idle when sc1's rotation was timed
+	r.clk.Advance(20 * time.Millisecond)
+	if c, _ := sc2.counts(); c != 1 {
+		t.Fatalf("the replacement was asked to connect %d times at half the first lifetime, want 1", c)
 	}
 }
 
@@ -355,7 +362,7 @@ func TestNoReplacementWithoutAnAgreedAge(t *testing.T) {
 func TestUnconfirmedAgeIsForgotten(t *testing.T) {
 	r := newRotationRig(t)
 	sc1 := r.sub(1)
-	r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+	r.learn(40 * time.Millisecond)
 	r.ready(sc1)
 	r.clk.Advance(20 * time.Millisecond)
 	sc2 := r.sub(2)
@@ -394,7 +401,7 @@ func TestReplacementAbandoned(t *testing.T) {
 	t.Run("the connection ended first", func(t *testing.T) {
 		r := newRotationRig(t)
 		sc1 := r.sub(1)
-		r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+		r.learn(40 * time.Millisecond)
 		r.ready(sc1)
 		r.picked() // it carries a call: ended, it is replaced at once (young.go)
 		r.clk.Advance(20 * time.Millisecond)
@@ -416,7 +423,7 @@ func TestReplacementAbandoned(t *testing.T) {
 	t.Run("the replacement failed", func(t *testing.T) {
 		r := newRotationRig(t)
 		sc1 := r.sub(1)
-		r.learn(40*time.Millisecond, 40*time.Millisecond, 40*time.Millisecond)
+		r.learn(40 * time.Millisecond)
 		r.ready(sc1)
 		r.clk.Advance(20 * time.Millisecond)
 		sc2 := r.sub(2)

@@ -41,7 +41,7 @@ import (
 
 // youngLife is how long a connection must live, when it carries no call, not to have died
 // young; it is also the dwell of a pool in backoff.
-const youngLife = time.Second
+const youngLife = 500 * time.Millisecond
 
 // youth is the young-death backoff of one pool, kept in its Watch: the balancer reports
 // deaths, the monitor asks for the dwell and reports a connection that lived. Safe for

@@ -85,7 +85,7 @@ func (r *rotationRig) childState() connectivity.State {
 
 // A connection that ends before it carried a call, whether gRPC reported it READY or not, is
 // shown to grpc_gcp as TRANSIENT_FAILURE and connected again only when the backoff's wait is
-// over; each round waits longer. A connection that carried a call, or lived a second, is
+// over; each round waits longer. A connection that carried a call, or lived youngLife, is
 // reconnected at once and ends the backoff.
 func TestYoungDeathBacksOff(t *testing.T) {
 	r := newRotationRig(t)
@@ -143,12 +143,12 @@ func TestYoungDeathBacksOff(t *testing.T) {
 		t.Fatalf("young status %+v after a connection carried a call, want no backoff", y)
 	}
 
-	// So is one that lived a second without a call.
+	// So is one that lived youngLife without a call.
 	r.ready(sc)
 	r.clk.Advance(youngLife)
 	r.state(sc, connectivity.Idle)
 	if connects() != before+4 {
-		t.Fatal("a connection that lived a second was not replaced at once")
+		t.Fatal("a connection that lived youngLife was not replaced at once")
 	}
 }
 
@@ -194,7 +194,7 @@ func TestYoungDeathLatencyConnection(t *testing.T) {
 	r.clk.Advance(youngLife)
 	lat.listener(balancer.SubConnState{ConnectivityState: connectivity.Idle})
 	if c, _ := lat.counts(); c != start+2 {
-		t.Fatal("a latency connection that lived a second was not reconnected at once")
+		t.Fatal("a latency connection that lived youngLife was not reconnected at once")
 	}
 }
 

@@ -2,6 +2,7 @@ package steer
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,15 @@ type Steerer struct {
 	// sent elsewhere, and the retries the budget kept; resent and resendRefused the streams
 	// sent again at once and those the budget kept.
 	steered, refused, skipped, resent, resendRefused atomic.Int64
+	// queryScoped and shared count the RESOURCE_EXHAUSTED that cooled nothing: without a
+	// RetryInfo (the query's), and shared by several endpoints (the database's).
+	queryScoped, shared atomic.Int64
+	// streaks counts, by endpoint, the RESOURCE_EXHAUSTED without RetryInfo in a row (no call
+	// succeeded on it in between); streaking is how many are above zero, so that a success
+	// costs one atomic load while none is. Guarded by streakMu.
+	streakMu  sync.Mutex
+	streaks   map[string]int
+	streaking atomic.Int32
 	// Resend is the pool.Resender of every stream (resendStream), made once by Init; nil turns
 	// resending off (tests set it before any stream).
 	Resend pool.Resender
@@ -74,7 +84,10 @@ type Steerer struct {
 // Counts are a Steerer's counters and its budget's tokens (spannerme.RetryStatus).
 type Counts struct {
 	Steered, Refused, OverloadSkipped, Resent, ResendRefused int64
-	Tokens                                                   float64
+	// OverloadQuery and OverloadShared count the RESOURCE_EXHAUSTED that cooled no endpoint
+	// (NoteOverload): the query's, and the database's.
+	OverloadQuery, OverloadShared int64
+	Tokens                        float64
 }
 
 // Init prepares s: env reaches the connection, txns are the read-only transactions seen
@@ -101,7 +114,8 @@ func (s *Steerer) Budget() *retry.Budget { return &s.budget }
 // Counts returns the counters and the budget's tokens.
 func (s *Steerer) Counts() Counts {
 	return Counts{Steered: s.steered.Load(), Refused: s.refused.Load(), OverloadSkipped: s.skipped.Load(),
-		Resent: s.resent.Load(), ResendRefused: s.resendRefused.Load(), Tokens: s.budget.Tokens()}
+		Resent: s.resent.Load(), ResendRefused: s.resendRefused.Load(), Tokens: s.budget.Tokens(),
+		OverloadQuery: s.queryScoped.Load(), OverloadShared: s.shared.Load()}
 }
 
 // CallEnded takes the outcome of one call of class c to method on p (a unary call, or a
@@ -120,6 +134,9 @@ func (s *Steerer) Counts() Counts {
 // and a fault every write pays for would never eject E1).
 func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method string, err error) {
 	if err == nil {
+		if s.streaking.Load() != 0 {
+			s.endStreak(p.Endpoint())
+		}
 		s.budget.Success()
 		if key, retry := spannerreq.SplitRequestID(id); retry {
 			if f, ok := s.retries.Take(key); ok && f.Endpoint != p.Endpoint() {
@@ -141,12 +158,15 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 		}
 		return
 	}
+	if spannerreq.Overloaded(err) && !s.NoteOverload(p.Endpoint(), err) {
+		if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
+			s.budget.Success() // the backend answered: the query's limit
+		}
+		return // the query's or the database's overload: retried where the group sends it
+	}
 	s.budget.Failure()
 	if key, _ := spannerreq.SplitRequestID(id); key != "" {
 		s.retries.Record(key, retry.Failed{Endpoint: p.Endpoint(), Class: c, Method: method, Err: err})
-	}
-	if spannerreq.Overloaded(err) {
-		s.NoteOverload(p.Endpoint(), err)
 	}
 }
 
@@ -200,18 +220,72 @@ func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.
 	return t.Other(me, s.env.AvailableEndpoints(me.Name()), exclude)
 }
 
-// NoteOverload starts (or extends) endpoint's overload cooldown (internal/cooldown) after
-// a call on it ended with err, a RESOURCE_EXHAUSTED status, with the server's RetryInfo delay
-// when err has one (spannerreq.RetryDelay). When a cooldown starts Env.Cooling is told (the
-// groups are evaluated again: the verdicts read Cooling), as Env.Cooled is when it ends
-// (cooldownEnded, on its timer).
-func (s *Steerer) NoteOverload(endpoint string, err error) {
+// NoteOverload judges a RESOURCE_EXHAUSTED status err of a call on endpoint and reports
+// whether it is the endpoint's overload, which moving calls elsewhere relieves:
+//
+//   - without a RetryInfo delay (spannerreq.RetryDelay) it is the query's: Spanner answers so
+//     a query over one of its limits, the Spanner client does not retry it and surfaces it
+//     (cloud.google.com/go/spanner v1.96.1, retry.go), and another endpoint, which leads to
+//     the same database, would answer the same. No cooldown; false. Unless it is the
+//     OverloadStreak-th in a row on the endpoint with no success between (its frontend
+//     refuses every call): then it is judged as one with a RetryInfo, below, and its
+//     cooldown's length is internal/cooldown's own;
+//   - with one, when another endpoint had one within cooldown.SharedWindow (cooldown.Set.Shared),
+//     the database sheds load on every endpoint: moving calls relieves nothing and costs them
+//     the far endpoint's latency. No cooldown, and the cooldowns in progress end (their
+//     calls come back); false. The first overload on one endpoint still cools it at once,
+//     and the calls that cooldown sends elsewhere tell whether the overload is shared;
+//   - otherwise the endpoint's overload cooldown (internal/cooldown) starts, or is extended
+//     to the delay; true. When a cooldown starts Env.Cooling is told (the groups are
+//     evaluated again: the verdicts read Cooling), as Env.Cooled is when it ends
+//     (cooldownEnded, on its timer).
+func (s *Steerer) NoteOverload(endpoint string, err error) bool {
 	delay, fromInfo := spannerreq.RetryDelay(err)
-	started, length, repeats := s.cool.Note(endpoint, delay, fromInfo)
-	if !started {
-		return
+	if !fromInfo && s.streak(endpoint) < OverloadStreak {
+		s.queryScoped.Add(1)
+		return false
 	}
-	s.env.Cooling(endpoint, length, fromInfo, repeats)
+	if s.cool.Shared(endpoint) {
+		s.shared.Add(1)
+		s.cool.EndAll()
+		return false
+	}
+	started, length, repeats := s.cool.Note(endpoint, delay, fromInfo)
+	if started {
+		s.env.Cooling(endpoint, length, fromInfo, repeats)
+	}
+	return true
+}
+
+// OverloadStreak is how many RESOURCE_EXHAUSTED without RetryInfo in a row, with no call
+// succeeding on the endpoint in between, make them the endpoint's (its frontend refuses
+// everything) rather than the queries' (NoteOverload).
+const OverloadStreak = 3
+
+// streak counts one more RESOURCE_EXHAUSTED without RetryInfo on endpoint and returns how
+// many in a row it has had.
+func (s *Steerer) streak(endpoint string) int {
+	s.streakMu.Lock()
+	defer s.streakMu.Unlock()
+	if s.streaks == nil {
+		s.streaks = make(map[string]int)
+	}
+	n := s.streaks[endpoint] + 1
+	if n == 1 {
+		s.streaking.Add(1)
+	}
+	s.streaks[endpoint] = n
+	return n
+}
+
+// endStreak forgets endpoint's RESOURCE_EXHAUSTED in a row: a call succeeded on it.
+func (s *Steerer) endStreak(endpoint string) {
+	s.streakMu.Lock()
+	defer s.streakMu.Unlock()
+	if _, ok := s.streaks[endpoint]; ok {
+		delete(s.streaks, endpoint)
+		s.streaking.Add(-1)
+	}
 }
 
 // cooldownEnded is told by the cooldowns when endpoint's cooldown of length ends: it logs,
@@ -237,6 +311,11 @@ func (s *Steerer) resendStream(r pool.ResendRequest) (*pool.Pool, pool.CallInfo,
 		return nil, pool.CallInfo{}, false
 	}
 	from := r.Pool.Endpoint()
+	if spannerreq.Overloaded(r.Err) && !s.cool.Cooling(from) {
+		// NoteOverload (at the stream's end, before this) judged it the database's: the
+		// client's retry goes where the group sends it.
+		return nil, pool.CallInfo{}, false
+	}
 	if !s.budget.Allows() {
 		s.resendRefused.Add(1)
 		s.env.Rerouted(RerouteRefused)
