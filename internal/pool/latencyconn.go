@@ -44,8 +44,9 @@ type latencyConn struct {
 	sc      balancer.SubConn
 	addrs   []resolver.Address
 	release func() // drops the producer reference taken when it became READY; nil if none
-	// Guarded by the poolBalancer's mu: its last state, when it last became READY, and the
-	// timer that connects it again after it died young (young.go), with its generation.
+	// Guarded by the poolBalancer's mu: its last state, when it last became READY (on the
+	// youth clock), and the timer that connects it again after it died young (young.go),
+	// with its generation.
 	state   connectivity.State
 	readyAt time.Time
 	timer   clock.Timer
@@ -100,7 +101,11 @@ func (b *poolBalancer) latencyConnState(lc *latencyConn, s balancer.SubConnState
 	w, current := b.watch, b.lat == lc
 	release := lc.release
 	lc.release = nil
-	now := b.clock.Now()
+	yc := clock.Clock(clock.Real) // the youth clock (young.go)
+	if w != nil {
+		yc = w.youthClock
+	}
+	now := yc.Now()
 	prev := lc.state
 	lc.state = s.ConnectivityState
 	var wait time.Duration
@@ -111,7 +116,7 @@ func (b *poolBalancer) latencyConnState(lc *latencyConn, s balancer.SubConnState
 		if wait = b.latencyEndedLocked(lc, prev, now); wait > 0 && current {
 			stopLatencyTimer(lc)
 			gen := lc.gen
-			lc.timer = b.clock.AfterFunc(wait, func() { b.reconnectLatency(lc, gen) })
+			lc.timer = yc.AfterFunc(wait, func() { b.reconnectLatency(lc, gen) })
 		}
 	case connectivity.Shutdown:
 		stopLatencyTimer(lc)

@@ -80,7 +80,7 @@ func (p *Pool) monitor(ctx context.Context) {
 			}
 			ready := s == connectivity.Ready
 			if ready && p.watch != nil && p.watch.youth.inBackoff() {
-				now := p.clock.Now()
+				now := p.watch.youthClock.Now()
 				if readySince.IsZero() {
 					readySince = now
 				}
@@ -89,12 +89,12 @@ func (p *Pool) monitor(ctx context.Context) {
 				} else {
 					p.watch.youth.lived()
 				}
-			} else if ready && readySince.IsZero() {
-				readySince = p.clock.Now()
+			} else if ready && readySince.IsZero() && p.watch != nil {
+				readySince = p.watch.youthClock.Now()
 			}
 			setReady(ready)
 		}
-		if !p.waitForStateChange(ctx, s, dwell) {
+		if !p.waitForStateChange(ctx, s, dwell) { // dwell > 0 only with a watch
 			if ctx.Err() != nil {
 				return
 			}
@@ -109,14 +109,14 @@ func (p *Pool) monitor(ctx context.Context) {
 }
 
 // waitForStateChange waits until the pool's state is no longer s, as
-// grpc.ClientConn.WaitForStateChange, for at most d (on the pool's clock) when d > 0. It
-// reports whether the state changed.
+// grpc.ClientConn.WaitForStateChange, for at most d (on the watch's youth clock) when d > 0.
+// It reports whether the state changed.
 func (p *Pool) waitForStateChange(ctx context.Context, s connectivity.State, d time.Duration) bool {
 	if d <= 0 {
 		return p.conn.WaitForStateChange(ctx, s)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	t := p.clock.AfterFunc(d, cancel)
+	t := p.watch.youthClock.AfterFunc(d, cancel)
 	defer t.Stop()
 	defer cancel()
 	return p.conn.WaitForStateChange(wctx, s)

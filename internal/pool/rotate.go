@@ -86,8 +86,10 @@ type conn struct {
 	// expired: roleRetired, outlived its expiry (expire); shut down at the next state change.
 	expired bool
 	// carried: a call was picked on it since it last became READY (young.go). Set by the
-	// picker without b.mu, cleared under b.mu when it becomes READY.
+	// picker without b.mu, cleared under b.mu when it becomes READY. bornAt: when it last
+	// became READY, on the watch's youth clock.
 	carried atomic.Bool
+	bornAt  time.Time
 }
 
 // channel is the SubConn grpcgcp sees: one of its channels, standing for the gRPC SubConn it
@@ -295,12 +297,15 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case st == connectivity.Ready:
 			c.readyAt = now
 			c.carried.Store(false)
+			if b.watch != nil {
+				c.bornAt = b.watch.youthClock.Now()
+			}
 			b.scheduleRotationLocked(c, now, &a)
 		case prev == connectivity.Ready:
 			stopTimer(c)
 			if st == connectivity.Idle { // the server ended it (GOAWAY, or closed it)
 				b.learnLocked(now.Sub(c.readyAt), now, &a)
-				s = b.endedLocked(c, true, s, now, &a)
+				s = b.endedLocked(c, true, s, &a)
 			}
 			if n := ch.next; n != nil { // too late: grpc_gcp reconnects the channel
 				ch.next = nil
@@ -308,7 +313,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 			}
 		case prev == connectivity.Connecting && st == connectivity.Idle:
 			// Established and ended before gRPC reported it READY.
-			s = b.endedLocked(c, false, s, now, &a)
+			s = b.endedLocked(c, false, s, &a)
 		}
 		return ch, s, a
 	case roleNext:

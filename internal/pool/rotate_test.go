@@ -124,6 +124,7 @@ func newRotationRigN(t *testing.T, n int) *rotationRig {
 	t.Helper()
 	r := &rotationRig{t: t, clk: clock.NewFake(time.Time{}), cc: &fakeClientConn{}}
 	r.watch = NewWatch("e1:443", r.clk, &recordingObserver{})
+	r.watch.youthClock = r.clk
 	t.Cleanup(r.watch.Release)
 	r.b = poolBalancerBuilder{}.Build(r.cc, balancer.BuildOptions{})
 	t.Cleanup(r.b.Close)

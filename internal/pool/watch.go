@@ -42,8 +42,11 @@ type Watch struct {
 	// latency is the pool's latency connection while it is READY (latencyconn.go); nil
 	// otherwise.
 	latency atomic.Pointer[latencyConnRef]
-	// youth is the backoff of connections that die young (young.go).
-	youth youth
+	// youth is the backoff of connections that die young (young.go); youthClock times it:
+	// the real clock (tests set it), like gRPC's own reconnect backoff, whatever clk is:
+	// connections live in real time.
+	youth      youth
+	youthClock clock.Clock
 
 	mu sync.Mutex // guards the fields below: the endpoint's transitions as reported
 	// up: the pool was last reported available.
@@ -69,7 +72,7 @@ func NewWatch(endpoint string, clk clock.Clock, obs Observer) *Watch {
 	if clk == nil {
 		clk = clock.Real
 	}
-	w := &Watch{id: watchIDs.Add(1), endpoint: endpoint, clock: clk, obs: obs}
+	w := &Watch{id: watchIDs.Add(1), endpoint: endpoint, clock: clk, obs: obs, youthClock: clock.Real}
 	t := clk.Now()
 	w.changed.Store(&t)
 	watches.Store(w.id, w)

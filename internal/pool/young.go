@@ -149,26 +149,30 @@ func diedYoung(life time.Duration, ready bool, wait time.Duration) error {
 	return fmt.Errorf("a connection was closed by the server %v after it became ready, before it carried a call: reconnecting in %v", life.Round(time.Millisecond), wait.Round(time.Millisecond))
 }
 
-// endedLocked judges c, a channel's current connection that the server ended at now (it went
-// IDLE; wasReady: from READY, else from CONNECTING), and returns the state to report to
-// grpc_gcp: s, for a connection that carried a call or lived youngLife (the backoff ends; grpc_gcp
+// endedLocked judges c, a channel's current connection that the server ended (it went IDLE;
+// wasReady: from READY, else from CONNECTING), and returns the state to report to grpc_gcp:
+// s, for a connection that carried a call or lived youngLife (the backoff ends; grpc_gcp
 // reconnects at once), or TRANSIENT_FAILURE for one that died young, whose channel the
-// backoff's timer connects again (reconnect). b.mu must be held; a's run records the error.
-func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnState, now time.Time, a *afterUnlock) balancer.SubConnState {
+// backoff's timer connects again (reconnect). Times are the watch's youth clock. b.mu must
+// be held; a's run records the error.
+func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnState, a *afterUnlock) balancer.SubConnState {
 	w := b.watch
 	if w == nil || b.closed || c.ch.shut {
 		return s
 	}
+	now := w.youthClock.Now()
 	var life time.Duration
 	if wasReady {
-		life = now.Sub(c.readyAt)
+		life = now.Sub(c.bornAt)
 		if c.carried.Load() || life >= youngLife {
 			w.youth.lived()
 			return s
 		}
 	}
 	wait := w.youth.died(now)
-	b.setTimer(c, wait, b.reconnect)
+	stopTimer(c)
+	gen := c.gen
+	c.timer = w.youthClock.AfterFunc(wait, func() { b.reconnect(c, gen) })
 	a.young, a.youngIn = diedYoung(life, wasReady, wait), w
 	return balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: a.young}
 }
