@@ -105,7 +105,7 @@ func TestHedgingCutsTheTail(t *testing.T) {
 	if h := on.hedging; h.Sent != on.e2Streams && h.Sent < on.e2Streams {
 		t.Errorf("E2 received %d streams, more than the %d hedges sent", on.e2Streams, h.Sent)
 	}
-	if limit := int64(float64(on.hedging.Hedgeable)*hedge.DefaultBudget) + hedge.BucketMilli/1000; on.e2Streams > limit {
+	if limit := int64(float64(on.hedging.Hedgeable)*hedge.DefaultBudget) + int64(hedge.Bucket); on.e2Streams > limit {
 		t.Errorf("E2 received %d streams: more than the budget allows (%d of %d hedgeable calls)", on.e2Streams, limit, on.hedging.Hedgeable)
 	}
 	if on.hedging.Won == 0 {
@@ -141,7 +141,7 @@ func TestHedgingCutsTheTailUnderACrowd(t *testing.T) {
 	on := runTail(t, r, 8, d)
 	t.Logf("hedging on, 3%% of E1's calls 55-75ms, 5%% 400ms: %d queries, %d failed, p50 %v, p99 %v, E2 received %d (%.2f%% extra), hedging %+v",
 		on.queries, on.failed, on.p50, on.p99, on.e2Streams, 100*float64(on.e2Streams)/float64(max(on.queries, 1)), *on.hedging)
-	if limit := int64(float64(on.hedging.Hedgeable)*hedge.DefaultBudget) + hedge.BucketMilli/1000; on.e2Streams > limit {
+	if limit := int64(float64(on.hedging.Hedgeable)*hedge.DefaultBudget) + int64(hedge.Bucket); on.e2Streams > limit {
 		t.Errorf("E2 received %d streams: more than the budget allows (%d of %d hedgeable calls)", on.e2Streams, limit, on.hedging.Hedgeable)
 	}
 }

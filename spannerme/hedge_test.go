@@ -154,8 +154,9 @@ func newHedgeRig(t *testing.T, h *HedgingSettings) *hedgeRig {
 	return newHedgeRigOn(t, addr, db, h)
 }
 
-// newHedgeRigOn is newHedgeRig in front of the backend at addr serving database db.
-func newHedgeRigOn(t *testing.T, addr, db string, h *HedgingSettings) *hedgeRig {
+// newHedgeRigOn is newHedgeRig in front of the backend at addr serving database db, with
+// extra client options after the rig's.
+func newHedgeRigOn(t *testing.T, addr, db string, h *HedgingSettings, extra ...option.ClientOption) *hedgeRig {
 	t.Helper()
 	r := &hedgeRig{log: &captureLog{}}
 	r.e1 = spannermetest.NewFrontendTB(t, addr, spannermetest.WithSeed(1),
@@ -170,7 +171,7 @@ func newHedgeRigOn(t *testing.T, addr, db string, h *HedgingSettings) *hedgeRig 
 	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, r.e1.Addr(), r.e2.Addr())})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, gme, err := NewMultiEndpointClientWithSettings(ctx, db, fixture.ClientConfig(), o, s, append(clientOptions(), r.log.options()...)...)
+	client, gme, err := NewMultiEndpointClientWithSettings(ctx, db, fixture.ClientConfig(), o, s, append(append(clientOptions(), r.log.options()...), extra...)...)
 	if err != nil {
 		t.Fatalf("NewMultiEndpointClientWithSettings: %v", err)
 	}

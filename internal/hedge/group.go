@@ -24,8 +24,8 @@ type Settings struct {
 const (
 	DefaultMinDelay = 20 * time.Millisecond
 	DefaultBudget   = 0.05
-	// BucketMilli is the budget's saved-up hedges, in thousandths of a hedge.
-	BucketMilli = 10 * 1000
+	// Bucket is how many hedges the budget saves up at most.
+	Bucket = 10.0
 	// MinSamples is how many measured calls the adaptive delay needs.
 	MinSamples = 100
 	// Window is how long a window of the adaptive delay's measurements lasts; the delay
@@ -57,7 +57,10 @@ type Group struct {
 // state is a group's hedging budget, adaptive delay and counters. Safe for concurrent
 // use; nothing in it takes a lock but the delay's recomputation.
 type state struct {
-	tokens                                    atomic.Int64 // budget, in thousandths of a hedge
+	// tokens is the budget's saved-up hedges, a float64 (math.Float64bits), so that every
+	// Budget in (0, 1] is earned at its own rate (in whole thousandths, 0.0005 earned nothing
+	// and 0.0019 earned as 0.001).
+	tokens                                    atomic.Uint64
 	hedgeable, sent, won, lost, refused, none atomic.Int64
 	delays                                    [2]latencyWindows // by methodIndex
 }
@@ -74,13 +77,13 @@ func methodIndex(method string) int {
 	return -1
 }
 
-// earn credits one hedgeable call to the budget.
+// earn credits one hedgeable call to the budget: Budget of a hedge, up to Bucket.
 func (g *Group) earn() {
 	g.hedgeable.Add(1)
-	add := int64(g.settings.Budget * 1000)
+	add := g.settings.Budget
 	for {
 		t := g.tokens.Load()
-		n := min(t+add, BucketMilli)
+		n := math.Float64bits(min(math.Float64frombits(t)+add, Bucket))
 		if n == t || g.tokens.CompareAndSwap(t, n) {
 			return
 		}
@@ -92,17 +95,21 @@ func (g *Group) earn() {
 // earlier try leaves the last saved-up hedges to the streams that have waited longer
 // (Tries). The caller counts refusals.
 func (g *Group) spend(try int) bool {
-	need := int64(Tries-min(max(try, 1), Tries)+1) * 1000
+	need := float64(Tries - min(max(try, 1), Tries) + 1)
 	for {
 		t := g.tokens.Load()
-		if t < need {
+		saved := math.Float64frombits(t)
+		if saved < need {
 			return false
 		}
-		if g.tokens.CompareAndSwap(t, t-1000) {
+		if g.tokens.CompareAndSwap(t, math.Float64bits(saved-1)) {
 			return true
 		}
 	}
 }
+
+// saved returns the hedges saved up in the budget.
+func (g *Group) saved() float64 { return math.Float64frombits(g.tokens.Load()) }
 
 // delay returns the hedge delay of method (methodIndex) at now; false when the
 // adaptive delay has too few measurements yet.
@@ -242,7 +249,7 @@ func (g *Group) AddHedgeable(n int64) { g.hedgeable.Add(n) }
 
 // SetSaved sets the hedges saved up in the budget, in thousandths of a hedge (tests that
 // start from a given budget).
-func (g *Group) SetSaved(milli int64) { g.tokens.Store(milli) }
+func (g *Group) SetSaved(milli int64) { g.tokens.Store(math.Float64bits(float64(milli) / 1000)) }
 
 // Method reports whether method is one that may be hedged: ExecuteStreamingSql or
 // StreamingRead (both answer PartialResultSet messages).

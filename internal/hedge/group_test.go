@@ -1,6 +1,7 @@
 package hedge
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -36,9 +37,9 @@ func TestHedgeBudgetKeepsTheLastForTheLongestWaiting(t *testing.T) {
 	for _, tt := range tests {
 		var g Group
 		g.state = &state{}
-		g.tokens.Store(tt.saved*1000 + 999)
-		if got := g.spend(tt.try); got != tt.want || g.tokens.Load()/1000 != tt.wantLeft {
-			t.Errorf("%d saved up, ask %d: spend = %v, %d left; want %v, %d left", tt.saved, tt.try, got, g.tokens.Load()/1000, tt.want, tt.wantLeft)
+		g.SetSaved(tt.saved*1000 + 999)
+		if got := g.spend(tt.try); got != tt.want || int64(g.saved()) != tt.wantLeft {
+			t.Errorf("%d saved up, ask %d: spend = %v, %v left; want %v, %d left", tt.saved, tt.try, got, g.saved(), tt.want, tt.wantLeft)
 		}
 	}
 }
@@ -71,8 +72,8 @@ func TestHedgeBudget(t *testing.T) {
 	for range 1000 {
 		g.earn()
 	}
-	if got := g.tokens.Load(); got != BucketMilli {
-		t.Errorf("tokens after 1000 calls: %d, want the cap %d", got, BucketMilli)
+	if got := g.saved(); got != Bucket {
+		t.Errorf("saved up after 1000 calls: %v, want the cap %v", got, Bucket)
 	}
 	if c := h.Group("g").Counts(); c.Hedgeable != 1004 {
 		t.Errorf("counts %+v, want 1004 hedgeable", c)
@@ -132,5 +133,28 @@ func TestHedgeAdaptiveDelay(t *testing.T) {
 	h.Set(map[string]Settings{"g": {Delay: 7 * time.Millisecond, MinDelay: 20 * time.Millisecond}})
 	if d, ok := h.Group("g").delay(0, later); !ok || d != 7*time.Millisecond {
 		t.Errorf("fixed delay %v, %v; want 7ms", d, ok)
+	}
+}
+
+// Every budget is earned at its own rate: 0.0005 earns 5 hedges over 10,000 hedgeable calls,
+// 0.0019 earns 1.9 per 1,000 (in whole thousandths they earned 0 and 1).
+func TestBudgetResolution(t *testing.T) {
+	for _, tc := range []struct {
+		budget float64
+		calls  int
+		want   float64
+	}{
+		{0.0005, 10_000, 5},
+		{0.0019, 1_000, 1.9},
+		{1e-9, 1_000_000, 0.001},
+		{0.05, 100, 5},
+	} {
+		g := Group{settings: Settings{Budget: tc.budget}, state: &state{}}
+		for range tc.calls {
+			g.earn()
+		}
+		if got := g.saved(); math.Abs(got-tc.want) > 1e-9*tc.want+1e-12 {
+			t.Errorf("budget %v, %d calls: %v hedges saved up, want %v", tc.budget, tc.calls, got, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package hedge
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +57,7 @@ func (h *Hedger) Set(settings map[string]Settings) {
 			st = (*old)[name].state
 		} else {
 			st = &state{}
-			st.tokens.Store(BucketMilli)
+			st.tokens.Store(math.Float64bits(Bucket))
 		}
 		next[name] = &Group{settings: s, state: st}
 	}

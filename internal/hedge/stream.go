@@ -151,40 +151,50 @@ func (s *Stream) fire() {
 		s.mu.Unlock()
 		return
 	}
+	pm, ok := s.req.(proto.Message)
+	if !ok {
+		s.state = hedgeDecided
+		s.mu.Unlock()
+		return
+	}
+	// The hedge sends a copy, made while the caller cannot have the request back: its
+	// RecvMsg decides the race under mu, and once it returns the Spanner client may rewrite
+	// the request for its retry (a resume token) while the hedge is still being opened.
+	req := proto.Clone(pm)
+	ctx, cancel := context.WithCancel(s.ctx)
 	s.state = hedgeFiring // the caller's RecvMsg waits for nothing held here
+	s.cancelHedge = cancel // the caller's RecvMsg abandons the hedge with it (first)
 	s.mu.Unlock()
 
-	hs, cancel, err := s.openHedge()
+	hs, err := s.openHedge(ctx, req)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.state != hedgeFiring { // the primary's first message or end came first: no race
+		cancel()
+		return
+	}
 	if err != nil {
-		if s.state == hedgeFiring {
-			s.state = hedgeDecided
-		}
+		cancel()
+		s.state = hedgeDecided
 		return
 	}
 	s.group.sent.Add(1)
-	if s.state != hedgeFiring { // the primary answered meanwhile
-		cancel()
-		s.group.lost.Add(1)
-		return
-	}
 	s.state = hedgeRacing
-	s.hedge, s.cancelHedge = hs, cancel
+	s.hedge = hs
 	s.hedgeDone = make(chan struct{})
 	s.hedgeMsg = new(spannerpb.PartialResultSet)
 	go s.raceHedge()
 }
 
-// openHedge sends the request to another available endpoint of the group, on a context of
-// its own. Errors: no other endpoint (counted), or the stream's.
-func (s *Stream) openHedge() (grpc.ClientStream, context.CancelFunc, error) {
+// openHedge sends req, the hedge's copy of the request, to another available endpoint of
+// the group, on ctx, the hedge's own context. Errors: no other endpoint (counted), or the
+// stream's.
+func (s *Stream) openHedge(ctx context.Context, req proto.Message) (grpc.ClientStream, error) {
 	p, ok := s.h.env.Other(s.me, s.endpoint)
 	if !ok {
 		s.group.none.Add(1)
-		return nil, nil, errNoOtherEndpoint
+		return nil, errNoOtherEndpoint
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
 	opts := make([]grpc.CallOption, 0, len(s.opts)+3)
 	for _, o := range s.opts {
 		switch o.(type) {
@@ -197,15 +207,14 @@ func (s *Stream) openHedge() (grpc.ClientStream, context.CancelFunc, error) {
 	start := s.h.env.Begin(ctx, p, s.me.Name())
 	cs, err := p.NewStream(ctx, s.desc, s.method, opts, pool.CallInfo{Group: s.me.Name(), Tag: s.id, Start: start, Class: spannerreq.Class(s.method, nil)})
 	if err == nil {
-		if err = cs.SendMsg(s.req); err == nil {
+		if err = cs.SendMsg(req); err == nil {
 			err = cs.CloseSend()
 		}
 	}
 	if err != nil {
-		cancel()
-		return nil, nil, err
+		return nil, err
 	}
-	return cs, cancel, nil
+	return cs, nil
 }
 
 var errNoOtherEndpoint = errors.New("spannerme: no other endpoint to hedge on")
@@ -280,8 +289,12 @@ func (s *Stream) first(m any) error {
 	s.mu.Lock()
 	switch s.state {
 	case hedgeArmed, hedgeFiring, hedgeDecided:
-		// No hedge is racing: the primary's first message (or end) is the call's.
+		// No hedge is racing: the primary's first message (or end) is the call's. A hedge
+		// being opened is abandoned: it is not sent, or is cancelled, and counts for nothing.
 		s.h.sched.remove(s)
+		if s.state == hedgeFiring {
+			s.cancelHedge()
+		}
 		s.state = hedgePrimaryWon
 		s.mu.Unlock()
 		return s.primaryFirst(m, err)
