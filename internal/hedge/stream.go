@@ -162,7 +162,7 @@ func (s *Stream) fire() {
 	// the request for its retry (a resume token) while the hedge is still being opened.
 	req := proto.Clone(pm)
 	ctx, cancel := context.WithCancel(s.ctx)
-	s.state = hedgeFiring // the caller's RecvMsg waits for nothing held here
+	s.state = hedgeFiring  // the caller's RecvMsg waits for nothing held here
 	s.cancelHedge = cancel // the caller's RecvMsg abandons the hedge with it (first)
 	s.mu.Unlock()
 
