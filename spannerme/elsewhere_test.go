@@ -39,7 +39,8 @@ func attemptsServedBy(fes ...*spannermetest.Frontend) map[string]string {
 
 // An attempt after the first of a request whose previous attempt failed on E1 with a code
 // the Spanner client retries goes to E2; a first attempt, a retry after a code the client
-// does not retry, and a retry with no other endpoint available stay on E1.
+// does not retry (or a RESOURCE_EXHAUSTED without RetryInfo: the query's, internal/steer
+// NoteOverload), and a retry with no other endpoint available stay on E1.
 func TestRetryElsewhere_Steers(t *testing.T) {
 	e1, e2 := twoFrontends(t)
 	gme := newGME(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
@@ -55,15 +56,19 @@ func TestRetryElsewhere_Steers(t *testing.T) {
 		name  string
 		group string
 		code  codes.Code
-		want  string // the frontend of attempt 2
+		delay time.Duration // the RetryInfo of E1's error; 0: none
+		want  string        // the frontend of attempt 2
 	}{
-		{"UNAVAILABLE: retried elsewhere", "g", codes.Unavailable, e2.Addr()},
-		{"RESOURCE_EXHAUSTED: retried elsewhere", "g", codes.ResourceExhausted, e2.Addr()},
-		{"ABORTED: the client's retry is a new transaction, not steered", "g", codes.Aborted, e1.Addr()},
-		{"no other endpoint in the group", "solo", codes.Unavailable, e1.Addr()},
+		{"UNAVAILABLE: retried elsewhere", "g", codes.Unavailable, 0, e2.Addr()},
+		{"RESOURCE_EXHAUSTED with RetryInfo: retried elsewhere", "g", codes.ResourceExhausted, time.Second, e2.Addr()},
+		{"RESOURCE_EXHAUSTED without RetryInfo: the query's, not steered", "g", codes.ResourceExhausted, 0, e1.Addr()},
+		{"ABORTED: the client's retry is a new transaction, not steered", "g", codes.Aborted, 0, e1.Addr()},
+		{"no other endpoint in the group", "solo", codes.Unavailable, 0, e1.Addr()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req := int(tc.code)*100 + len(tc.group)
+			req := int(tc.code)*100 + len(tc.group) + int(tc.delay/time.Second)*10
+			e1.SetRetryDelay(tc.delay)
+			defer e1.SetRetryDelay(0)
 			if err := e1.FailAll(tc.code); err != nil {
 				t.Fatal(err)
 			}
