@@ -5,27 +5,24 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"os"
 	"reflect"
 	"runtime/debug"
 	"strconv"
-	"time"
 
 	"cloud.google.com/go/spanner"
 	vkit "cloud.google.com/go/spanner/apiv1"
 	"cloud.google.com/go/spanner/omni"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/api/option"
-	"google.golang.org/api/option/internaloption"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/plaintext"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
@@ -274,7 +271,7 @@ func (t *clientTransport) checkPlaintextCredentials(opts []option.ClientOption) 
 	if t.omniLogin == nil && withoutAuthentication(all) {
 		return nil
 	}
-	if !dialsPlaintext(all) {
+	if !plaintext.Dials(all) {
 		return nil
 	}
 	what := "a plaintext dial option (insecure transport credentials)"
@@ -295,40 +292,6 @@ func withoutAuthentication(opts []option.ClientOption) bool {
 		}
 	}
 	return false
-}
-
-// httpPreface is what a gRPC client writes first on a plaintext connection (RFC 9113,
-// section 3.4); on a TLS connection it writes a ClientHello first.
-const httpPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-// plaintextProbeTimeout bounds dialsPlaintext's wait for the first bytes of its in-memory connection.
-const plaintextProbeTimeout = 5 * time.Second
-
-// dialsPlaintext reports whether a pool dialed with opts speaks plaintext: it dials one
-// connection with them (without credentials, so nothing is looked up or sent) over an
-// in-memory pipe, and reads whether the first bytes are HTTP/2's preface rather than a TLS
-// handshake. Nothing goes on the network. A dial that fails is taken as not plaintext: the
-// pools' own dial reports the error.
-func dialsPlaintext(opts []option.ClientOption) bool {
-	client, server := net.Pipe()
-	defer server.Close()
-	all := append(vkit.DefaultClientOptions(), opts...)
-	all = append(all, internaloption.SkipDialSettingsValidation(), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return client, nil })),
-		option.WithEndpoint("passthrough:///spannerme-transport-probe"), option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil))
-	ctx, cancel := context.WithTimeout(context.Background(), plaintextProbeTimeout)
-	defer cancel()
-	cc, err := gtransport.Dial(ctx, all...)
-	if err != nil {
-		client.Close()
-		return false
-	}
-	defer cc.Close()
-	cc.Connect()
-	_ = server.SetReadDeadline(time.Now().Add(plaintextProbeTimeout))
-	first := make([]byte, len(httpPreface))
-	_, err = io.ReadFull(server, first)
-	return err == nil && string(first) == httpPreface
 }
 
 // emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
