@@ -140,7 +140,7 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 		t.notices = append(t.notices, "ClientConfig.DynamicChannelPoolConfig.DCPEnabled is turned off (google-cloud-go#14611): each endpoint's channel pool grows with load instead")
 	}
 	t.dialOpts = append(t.dialOpts,
-		grpc.WithUserAgent(userAgent()),
+		defaultUserAgent{grpc.WithUserAgent(userAgent())},
 		// vkit.DefaultClientOptions: responses of any size, not gRPC's 4 MiB default.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
 	if config.Compression == gzip.Name {
@@ -244,6 +244,9 @@ func (t *clientTransport) gtransportDialer(opts []option.ClientOption) DialFunc 
 		all := append(vkit.DefaultClientOptions(), option.WithUserAgent(userAgent()))
 		var last []option.ClientOption // trailing dial options go after the caller's
 		for _, d := range dopts {
+			if _, ok := d.(defaultUserAgent); ok {
+				continue // option.WithUserAgent above, which the caller's replaces as on a plain client
+			}
 			if tr, ok := d.(pool.TrailingDialOption); ok {
 				last = append(last, option.WithGRPCDialOption(tr.DialOption))
 				continue
@@ -293,6 +296,9 @@ func withoutAuthentication(opts []option.ClientOption) bool {
 	}
 	return false
 }
+
+// defaultUserAgent is this package's user agent for a DialFunc, which takes no client options.
+type defaultUserAgent struct{ grpc.DialOption }
 
 // emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
 const emulatorHostEnv = "SPANNER_EMULATOR_HOST"
