@@ -57,6 +57,9 @@ type clientTransport struct {
 	// notices are logged once at construction, at Warn: settings turned off or ignored
 	// that the user asked for and should act on.
 	notices []string
+	// exportable: the Spanner client would export native metrics to Cloud Monitoring
+	// (turned off in client, unless the client owns the GCPMultiEndpoint).
+	exportable bool
 	// infos are logged once at construction, at Info: what is expected with a default
 	// configuration (native metrics off), which nobody should be paged for.
 	infos []string
@@ -119,10 +122,10 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 		t.notices = append(t.notices, "location-aware routing (on for Type OMNI) is turned off: calls go through the MultiEndpoint's endpoints")
 	}
 	if nativeMetricsOn(t.client) {
-		t.client.DisableNativeMetrics = true
-		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics): "+
-			"its exporter would be dialed with the options of the client's front connection, so its calls would go to the Spanner endpoints; "+
-			"its built-in metrics still reach ClientConfig.ClientMetricsProvider")
+		t.client.DisableNativeMetrics, t.exportable = true, true
+		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics) for this client, which shares a GCPMultiEndpoint it does not own: "+
+			"its client options have no effect, and the exporter is dialed with them; "+
+			"its built-in metrics still reach ClientConfig.ClientMetricsProvider, and the client that owns the GCPMultiEndpoint exports its own")
 	}
 	//lint:ignore SA1019 the pool sizing rule reads NumChannels, as upstream's multi-endpoint client does
 	if n := config.NumChannels; n > 0 {

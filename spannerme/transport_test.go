@@ -441,13 +441,14 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 	}
 }
 
-// Native metrics export is turned off, with a notice at INFO, once: the client's exporter
-// would be dialed with its front connection's options (its built-in metrics are recorded:
-// TestClient_BuiltinMetricsRecorded).
+// The client of NewMultiEndpointClient* exports native metrics (TestClient_NativeMetricsExportedAsPlainClient)
+// and logs nothing about them; a NewClient client's export is turned off, with a notice at
+// INFO, once: its client options have no effect, and its exporter would be dialed with them.
 // A client built with the default configuration (metrics on) and no credentials works (F9)
 // and logs no WARN line.
-func TestClient_NativeMetricsTurnedOff(t *testing.T) {
+func TestClient_NativeMetricsNotice(t *testing.T) {
 	b := startSpannerBackend(t, 1)
+	t.Setenv("SPANNER_MONITORING_HOST", startFakeMetricService(t).addr) // nothing leaves loopback
 	logs := &syncBuffer{}
 	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -461,12 +462,23 @@ func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 	if _, err := countAccounts(ctx, client); err != nil {
 		t.Fatal(err)
 	}
+	if out := logs.String(); strings.Contains(out, "native metrics") || strings.Contains(out, "level=WARN") {
+		// A default client on loopback starts without a WARN line: a service alerting on
+		// WARN must not page on every deploy.
+		t.Errorf("the owner's client logged a native metrics notice or a WARN line:\n%s", out)
+	}
+	other, err := NewClient(ctx, b.database, gme, spanner.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := countAccounts(ctx, other); err != nil {
+		t.Fatal(err)
+	}
 	out := logs.String()
 	if n := strings.Count(out, "native metrics export to Cloud Monitoring is turned off"); n != 1 || !strings.Contains(out, `level=INFO msg="spannerme: the Spanner client's native metrics`) {
-		t.Errorf("native metrics notice logged %d times, want once at INFO (it is expected, nothing to act on):\n%s", n, out)
+		t.Errorf("a NewClient client's native metrics notice logged %d times, want once at INFO (it is expected, nothing to act on):\n%s", n, out)
 	}
-	// A default client on loopback starts without a WARN line: a service alerting on WARN
-	// must not page on every deploy.
 	if strings.Contains(out, "level=WARN") {
 		t.Errorf("a default client logged a WARN line:\n%s", out)
 	}
@@ -477,6 +489,11 @@ func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 	}
 	defer gme2.Close()
 	defer client2.Close()
+	other2, err := NewClient(ctx, b.database, gme2, fixture.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other2.Close()
 	if strings.Contains(logs2.String(), "native metrics") {
 		t.Errorf("a notice although DisableNativeMetrics is set:\n%s", logs2)
 	}
