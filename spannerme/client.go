@@ -388,8 +388,8 @@ func logTransport(gme *GCPMultiEndpoint, tr *clientTransport) {
 
 // spannerClientOptions returns the options of a Spanner client over fr: tr's client options,
 // then fr's, with which the client dials its front connection. The caller's client options
-// are not among them: they shape the endpoints' pools, and on the front connection its dial
-// options would run twice (interceptors) or hold it (grpc.WithBlock).
+// are not among them: they shape the endpoints' pools (and the owner's exporter), and on the
+// front its dial options would run twice (interceptors) or hold it (grpc.WithBlock).
 func spannerClientOptions(tr *clientTransport, fr *front.Front) []option.ClientOption {
 	return append(append([]option.ClientOption(nil), tr.clientOpts...), fr.Options()...)
 }
