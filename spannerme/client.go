@@ -21,6 +21,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
+	"github.com/spannerme/spanner-multiendpoint/internal/export"
 	"github.com/spannerme/spanner-multiendpoint/internal/front"
 )
 
@@ -134,6 +135,7 @@ func newSpannerGCPMultiEndpoint(database string, config spanner.ClientConfig,
 	pl := plumbing{poolSettings: poolSettingsOf(config)}
 	cfg := *gmeCfg // shallow copy: the caller's struct is never written
 	opts = append([]option.ClientOption(nil), opts...)
+	pl.clientOpts = opts
 	if host != "" {
 		pl.emulator = emulatorScheme.ReplaceAllString(host, "")
 		opts = append(opts, eopts...)
@@ -294,7 +296,7 @@ func Configurator(gme *GCPMultiEndpoint) func(config *spanner.ClientConfig, opts
 		}
 		tr, err := planClient(gme, *config)
 		if err == nil {
-			once.Do(func() { fr, errFront = newFront(gme, front.Configurator) })
+			once.Do(func() { fr, errFront = newFront(gme, front.Configurator, nil) })
 			err = errFront
 		}
 		if err == nil {
@@ -333,9 +335,20 @@ func newClient(ctx context.Context, gme *GCPMultiEndpoint, database string, conf
 // newPlannedClient creates a Spanner client for database over gme with a front of kind
 // front.Owner or front.Client, with tr, config's checked planTransport, whose notices it logs.
 func newPlannedClient(ctx context.Context, gme *GCPMultiEndpoint, database string, tr *clientTransport, kind front.Kind) (*spanner.Client, error) {
+	var exp front.Export // the owner exports native metrics as a plain client (internal/export)
+	if kind == front.Owner && tr.exportable {
+		conn, err := export.Dial(ctx, gme.pl.clientOpts)
+		if err != nil {
+			return nil, err
+		}
+		exp, tr.client.DisableNativeMetrics, tr.infos = conn, false, nil
+	}
 	logTransport(gme, tr)
-	fr, err := newFront(gme, kind)
+	fr, err := newFront(gme, kind, exp)
 	if err != nil {
+		if exp != nil {
+			exp.Close()
+		}
 		return nil, err
 	}
 	client, err := spanner.NewClientWithConfig(ctx, database, tr.client, spannerClientOptions(tr, fr)...)
@@ -375,8 +388,8 @@ func logTransport(gme *GCPMultiEndpoint, tr *clientTransport) {
 
 // spannerClientOptions returns the options of a Spanner client over fr: tr's client options,
 // then fr's, with which the client dials its front connection. The caller's client options
-// are not among them: they shape the endpoints' pools, and on the front connection its dial
-// options would run twice (interceptors) or hold it (grpc.WithBlock).
+// are not among them: they shape the endpoints' pools (and the owner's exporter), and on the
+// front its dial options would run twice (interceptors) or hold it (grpc.WithBlock).
 func spannerClientOptions(tr *clientTransport, fr *front.Front) []option.ClientOption {
 	return append(append([]option.ClientOption(nil), tr.clientOpts...), fr.Options()...)
 }

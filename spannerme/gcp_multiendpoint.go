@@ -11,6 +11,7 @@ import (
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
@@ -129,6 +130,9 @@ type plumbing struct {
 	// whose pools take their transport from dial options, as if from a zero ClientConfig.
 	// Every client over the GCPMultiEndpoint must ask for the same (clientPlan).
 	poolSettings []poolSetting
+	// clientOpts are the caller's client options (NewMultiEndpointClient*), with which the
+	// owner's native metrics exporter is dialed (internal/export).
+	clientOpts []option.ClientOption
 	// latency, if not nil, replaces (*pool.Pool).Latency as the brownout rule's source of
 	// latencies (tests: to drive the rule on a fake clock).
 	latency func(*pool.Pool) (time.Duration, bool)
@@ -295,8 +299,8 @@ func (c frontConn) Drop(f *front.Front)     { c.dropFront(f) }
 
 // newFront returns a front of kind over gme (front.New); ErrClosed after gme.Close (and on
 // a zero value).
-func newFront(gme *GCPMultiEndpoint, kind front.Kind) (*front.Front, error) {
-	f, ok := front.New(frontConn{gme}, kind)
+func newFront(gme *GCPMultiEndpoint, kind front.Kind, export front.Export) (*front.Front, error) {
+	f, ok := front.New(frontConn{gme}, kind, export)
 	if !ok {
 		return nil, ErrClosed
 	}

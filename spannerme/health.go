@@ -84,10 +84,10 @@ type HealthSettings struct {
 	// different endpoints, and at most twice at a time per endpoint: one health probe and
 	// one latency probe (Brownout; its ctx also carries ProbeTimeout). Probes go to the pool
 	// directly, not through routing, and are not counted as calls. conn sends a unary call as
-	// a stream of one message each way (as gRPC's own Invoke does), so it goes through the
-	// pool's stream interceptors, not its unary ones: that is how a probe that waited for a
-	// free stream behind the calls is told from one that was sent (such a probe decides
-	// nothing, and its latency runs from when it was sent). A latency probe's conn opens
+	// a stream of one message each way (as gRPC's own Invoke does), so that a probe that
+	// waited for a free stream behind the calls is told from one that was sent (such a probe
+	// decides nothing, and its latency runs from when it was sent), opened below the pool's
+	// interceptors: yours never see a probe (docs/transport.md). A latency probe's conn opens
 	// its stream on the pool's latency connection (a connection no call uses:
 	// docs/health.md, "Latency, like for like") while it is READY, with no interceptor and
 	// no call option of the dial options (their credentials apply); on the pool's channels

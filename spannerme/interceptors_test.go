@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -154,4 +157,96 @@ func TestClient_CommitDeadlineIsOutcomeUnknown(t *testing.T) {
 	})
 	check("the caller's deadline ends during the Commit", err)
 	front.Pass()
+}
+
+// callRecorder is a caller's unary and stream client interceptor (given with
+// option.WithGRPCDialOption) that records each call it sees: its method and whether it
+// carries the Spanner client's request ID. Safe for concurrent use.
+type callRecorder struct {
+	mu    sync.Mutex
+	calls []string // "method id" or "method none"
+}
+
+func (r *callRecorder) add(ctx context.Context, method string) {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	id := "none"
+	if len(md.Get("x-goog-spanner-request-id")) > 0 {
+		id = "id"
+	}
+	r.mu.Lock()
+	r.calls = append(r.calls, method+" "+id)
+	r.mu.Unlock()
+}
+
+func (r *callRecorder) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+func (r *callRecorder) options() []option.ClientOption {
+	return []option.ClientOption{
+		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			r.add(ctx, method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			r.add(ctx, method)
+			return streamer(ctx, desc, cc, method, opts...)
+		})),
+	}
+}
+
+// The caller's interceptors (option.WithGRPCDialOption) see the application's calls on the
+// endpoint that serves them, and never a probe: with health probes of the standby and the
+// latency probes of both endpoints every 50ms, the frontend receives probes (calls without a
+// request ID), while every call the interceptors saw carries one, and they saw each of the
+// application's calls that reached the frontend.
+func TestCallerInterceptorsSeeNoProbe(t *testing.T) {
+	addr, db := startSeededSpannertest(t)
+	var probes, appCalls atomic.Int64
+	count := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		if len(md.Get("x-goog-spanner-request-id")) == 0 {
+			probes.Add(1)
+		} else {
+			appCalls.Add(1)
+		}
+		return handler(srv, ss)
+	}
+	front := spannermetest.NewFrontendTB(t, addr, spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(count)))
+	e1, e2 := spannermetest.NewEndpointTB(t, front.Addr()), spannermetest.NewEndpointTB(t, front.Addr())
+	settings := fastSettings(nil)
+	settings.Health.ProbeInterval = 50 * time.Millisecond
+	settings.Health.Brownout.ProbeInterval = 50 * time.Millisecond
+	rec := &callRecorder{}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, e1.Addr(), e2.Addr())})
+	client, gme, err := NewMultiEndpointClientWithSettings(ctx, db, fixture.ClientConfig(), o, settings, append(clientOptions(), rec.options()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gme.Close()
+	defer client.Close()
+	for probes.Load() < 20 {
+		if _, err := countAccounts(ctx, client); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the frontend saw %d probes within 30s; want 20", probes.Load())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	seen := rec.seen()
+	for _, c := range seen {
+		if strings.HasSuffix(c, " none") {
+			t.Errorf("the caller's interceptor saw %q, a call without a request ID (a probe)", c)
+		}
+	}
+	if got, want := int64(len(seen)), appCalls.Load(); got != want {
+		t.Errorf("the caller's interceptors saw %d calls, the frontend received %d of the application's", got, want)
+	}
+	t.Logf("frontend: %d probes, %d application calls; the caller's interceptors: %d calls", probes.Load(), appCalls.Load(), len(seen))
 }

@@ -5,27 +5,24 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"os"
 	"reflect"
 	"runtime/debug"
 	"strconv"
-	"time"
 
 	"cloud.google.com/go/spanner"
 	vkit "cloud.google.com/go/spanner/apiv1"
 	"cloud.google.com/go/spanner/omni"
 	pb "github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/grpc_gcp"
 	"google.golang.org/api/option"
-	"google.golang.org/api/option/internaloption"
 	gtransport "google.golang.org/api/transport/grpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/plaintext"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 )
 
@@ -60,6 +57,9 @@ type clientTransport struct {
 	// notices are logged once at construction, at Warn: settings turned off or ignored
 	// that the user asked for and should act on.
 	notices []string
+	// exportable: the Spanner client would export native metrics to Cloud Monitoring
+	// (turned off in client, unless the client owns the GCPMultiEndpoint).
+	exportable bool
 	// infos are logged once at construction, at Info: what is expected with a default
 	// configuration (native metrics off), which nobody should be paged for.
 	infos []string
@@ -122,10 +122,10 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 		t.notices = append(t.notices, "location-aware routing (on for Type OMNI) is turned off: calls go through the MultiEndpoint's endpoints")
 	}
 	if nativeMetricsOn(t.client) {
-		t.client.DisableNativeMetrics = true
-		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics): "+
-			"its exporter would be dialed with the options of the client's front connection, so its calls would go to the Spanner endpoints; "+
-			"its built-in metrics still reach ClientConfig.ClientMetricsProvider")
+		t.client.DisableNativeMetrics, t.exportable = true, true
+		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics) for this client, which shares a GCPMultiEndpoint it does not own: "+
+			"its client options have no effect, and the exporter is dialed with them; "+
+			"its built-in metrics still reach ClientConfig.ClientMetricsProvider, and the client that owns the GCPMultiEndpoint exports its own")
 	}
 	//lint:ignore SA1019 the pool sizing rule reads NumChannels, as upstream's multi-endpoint client does
 	if n := config.NumChannels; n > 0 {
@@ -143,7 +143,7 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 		t.notices = append(t.notices, "ClientConfig.DynamicChannelPoolConfig.DCPEnabled is turned off (google-cloud-go#14611): each endpoint's channel pool grows with load instead")
 	}
 	t.dialOpts = append(t.dialOpts,
-		grpc.WithUserAgent(userAgent()),
+		defaultUserAgent{grpc.WithUserAgent(userAgent())},
 		// vkit.DefaultClientOptions: responses of any size, not gRPC's 4 MiB default.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
 	if config.Compression == gzip.Name {
@@ -247,6 +247,9 @@ func (t *clientTransport) gtransportDialer(opts []option.ClientOption) DialFunc 
 		all := append(vkit.DefaultClientOptions(), option.WithUserAgent(userAgent()))
 		var last []option.ClientOption // trailing dial options go after the caller's
 		for _, d := range dopts {
+			if _, ok := d.(defaultUserAgent); ok {
+				continue // option.WithUserAgent above, which the caller's replaces as on a plain client
+			}
 			if tr, ok := d.(pool.TrailingDialOption); ok {
 				last = append(last, option.WithGRPCDialOption(tr.DialOption))
 				continue
@@ -274,7 +277,7 @@ func (t *clientTransport) checkPlaintextCredentials(opts []option.ClientOption) 
 	if t.omniLogin == nil && withoutAuthentication(all) {
 		return nil
 	}
-	if !dialsPlaintext(all) {
+	if !plaintext.Dials(all) {
 		return nil
 	}
 	what := "a plaintext dial option (insecure transport credentials)"
@@ -297,39 +300,8 @@ func withoutAuthentication(opts []option.ClientOption) bool {
 	return false
 }
 
-// httpPreface is what a gRPC client writes first on a plaintext connection (RFC 9113,
-// section 3.4); on a TLS connection it writes a ClientHello first.
-const httpPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-// plaintextProbeTimeout bounds dialsPlaintext's wait for the first bytes of its in-memory connection.
-const plaintextProbeTimeout = 5 * time.Second
-
-// dialsPlaintext reports whether a pool dialed with opts speaks plaintext: it dials one
-// connection with them (without credentials, so nothing is looked up or sent) over an
-// in-memory pipe, and reads whether the first bytes are HTTP/2's preface rather than a TLS
-// handshake. Nothing goes on the network. A dial that fails is taken as not plaintext: the
-// pools' own dial reports the error.
-func dialsPlaintext(opts []option.ClientOption) bool {
-	client, server := net.Pipe()
-	defer server.Close()
-	all := append(vkit.DefaultClientOptions(), opts...)
-	all = append(all, internaloption.SkipDialSettingsValidation(), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return client, nil })),
-		option.WithEndpoint("passthrough:///spannerme-transport-probe"), option.WithGRPCConnectionPool(1), option.WithGRPCConn(nil))
-	ctx, cancel := context.WithTimeout(context.Background(), plaintextProbeTimeout)
-	defer cancel()
-	cc, err := gtransport.Dial(ctx, all...)
-	if err != nil {
-		client.Close()
-		return false
-	}
-	defer cc.Close()
-	cc.Connect()
-	_ = server.SetReadDeadline(time.Now().Add(plaintextProbeTimeout))
-	first := make([]byte, len(httpPreface))
-	_, err = io.ReadFull(server, first)
-	return err == nil && string(first) == httpPreface
-}
+// defaultUserAgent is this package's user agent for a DialFunc, which takes no client options.
+type defaultUserAgent struct{ grpc.DialOption }
 
 // emulatorHostEnv is the variable the Spanner client reads to talk to the emulator.
 const emulatorHostEnv = "SPANNER_EMULATOR_HOST"

@@ -32,6 +32,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/internal/testutil"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // Each ClientConfig setting the client constructors cannot honour is refused with a
@@ -440,13 +441,14 @@ func TestClient_RequestIDReachesPools(t *testing.T) {
 	}
 }
 
-// Native metrics export is turned off, with a notice at INFO, once: the client's exporter
-// would be dialed with its front connection's options (its built-in metrics are recorded:
-// TestClient_BuiltinMetricsRecorded).
+// The client of NewMultiEndpointClient* exports native metrics (TestClient_NativeMetricsExportedAsPlainClient)
+// and logs nothing about them; a NewClient client's export is turned off, with a notice at
+// INFO, once: its client options have no effect, and its exporter would be dialed with them.
 // A client built with the default configuration (metrics on) and no credentials works (F9)
 // and logs no WARN line.
-func TestClient_NativeMetricsTurnedOff(t *testing.T) {
+func TestClient_NativeMetricsNotice(t *testing.T) {
 	b := startSpannerBackend(t, 1)
+	t.Setenv("SPANNER_MONITORING_HOST", startFakeMetricService(t).addr) // nothing leaves loopback
 	logs := &syncBuffer{}
 	o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, b.eps[0].Addr())})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -460,12 +462,23 @@ func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 	if _, err := countAccounts(ctx, client); err != nil {
 		t.Fatal(err)
 	}
+	if out := logs.String(); strings.Contains(out, "native metrics") || strings.Contains(out, "level=WARN") {
+		// A default client on loopback starts without a WARN line: a service alerting on
+		// WARN must not page on every deploy.
+		t.Errorf("the owner's client logged a native metrics notice or a WARN line:\n%s", out)
+	}
+	other, err := NewClient(ctx, b.database, gme, spanner.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := countAccounts(ctx, other); err != nil {
+		t.Fatal(err)
+	}
 	out := logs.String()
 	if n := strings.Count(out, "native metrics export to Cloud Monitoring is turned off"); n != 1 || !strings.Contains(out, `level=INFO msg="spannerme: the Spanner client's native metrics`) {
-		t.Errorf("native metrics notice logged %d times, want once at INFO (it is expected, nothing to act on):\n%s", n, out)
+		t.Errorf("a NewClient client's native metrics notice logged %d times, want once at INFO (it is expected, nothing to act on):\n%s", n, out)
 	}
-	// A default client on loopback starts without a WARN line: a service alerting on WARN
-	// must not page on every deploy.
 	if strings.Contains(out, "level=WARN") {
 		t.Errorf("a default client logged a WARN line:\n%s", out)
 	}
@@ -476,7 +489,110 @@ func TestClient_NativeMetricsTurnedOff(t *testing.T) {
 	}
 	defer gme2.Close()
 	defer client2.Close()
+	other2, err := NewClient(ctx, b.database, gme2, fixture.ClientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other2.Close()
 	if strings.Contains(logs2.String(), "native metrics") {
 		t.Errorf("a notice although DisableNativeMetrics is set:\n%s", logs2)
+	}
+}
+
+// The caller's option.WithUserAgent reaches every endpoint as a plain client sends it (it
+// replaces the client's default, and gRPC appends its own token), on the application's calls
+// and on the probes alike; without it, the pools send this package's user agent.
+func TestClient_CallerUserAgentAsPlainClient(t *testing.T) {
+	addr, db := startSeededSpannertest(t)
+	var mu sync.Mutex // guards agents
+	agents := map[string]map[string]bool{}
+	record := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		md, _ := metadata.FromIncomingContext(ss.Context())
+		client := "probe"
+		if len(md.Get(spannerreq.Header)) > 0 {
+			client = "app"
+		}
+		mu.Lock()
+		for _, ua := range md.Get("user-agent") {
+			if agents[ua] == nil {
+				agents[ua] = map[string]bool{}
+			}
+			agents[ua][client] = true
+		}
+		mu.Unlock()
+		return handler(srv, ss)
+	}
+	seen := func() map[string]map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		out := agents
+		agents = map[string]map[string]bool{}
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plainFront := spannermetest.NewFrontendTB(t, addr, spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(record)))
+	plain, err := spanner.NewClientWithConfig(ctx, db, fixture.ClientConfig(),
+		append(clientOptions(), option.WithEndpoint(plainFront.Addr()), option.WithUserAgent("myapp/1.0"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := countAccounts(ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for ua := range seen() {
+		want = ua
+	}
+	if !strings.HasPrefix(want, "myapp/1.0 grpc-go/") {
+		t.Fatalf("the plain client sent user agent %q; want myapp/1.0 grpc-go/VERSION", want)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []option.ClientOption
+		want *regexp.Regexp
+	}{
+		{"option.WithUserAgent", []option.ClientOption{option.WithUserAgent("myapp/1.0")}, regexp.MustCompile("^" + regexp.QuoteMeta(want) + "$")},
+		{"no user agent", nil, regexp.MustCompile(`^spanner-go(/v[0-9.]+)? spannerme grpc-go/[0-9.]+$`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := spannermetest.NewFrontendTB(t, addr, spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(record)))
+			settings := fastSettings(nil)
+			settings.Health.ProbeInterval = 50 * time.Millisecond
+			o := options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, front.Addr())})
+			client, gme, err := NewMultiEndpointClientWithSettings(ctx, db, fixture.ClientConfig(), o, settings, append(clientOptions(), tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gme.Close()
+			defer client.Close()
+			if _, err := countAccounts(ctx, client); err != nil {
+				t.Fatal(err)
+			}
+			probed := func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, from := range agents {
+					if from["probe"] {
+						return true
+					}
+				}
+				return false
+			}
+			for !probed() { // until a probe was sent too, within ctx
+				select {
+				case <-ctx.Done():
+					t.Fatal("no probe reached the frontend within 30s")
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			got := seen()
+			for ua, from := range got {
+				if !tc.want.MatchString(ua) {
+					t.Errorf("calls (%v) carried user agent %q; want %v", from, ua, tc.want)
+				}
+			}
+		})
 	}
 }

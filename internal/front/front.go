@@ -28,7 +28,9 @@ package front
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
 
 	"google.golang.org/api/option"
@@ -50,6 +52,8 @@ const scheme = "spannerme-front"
 type Front struct {
 	gme  Conn
 	kind Kind
+	// export, if not nil, takes the calls of the client's native metrics exporter (below).
+	export Export
 	// opts make the Spanner client dial its front connection (see above).
 	opts []option.ClientOption
 	// released makes release run once.
@@ -65,6 +69,17 @@ type Conn interface {
 	Add(f *Front) bool
 	// Drop forgets f.
 	Drop(f *Front)
+	Close() error
+}
+
+// Export is where an owner's front sends the Cloud Monitoring calls of its client's native
+// metrics exporter (internal/export.Conn): the Spanner client dials its exporter with its own
+// options, the front's, so the exporter's connection runs the front's interceptors, which
+// hand the calls the Export Takes (Cloud Monitoring's) to it; the front's dialer keeps that
+// connection off the network. Release closes it.
+type Export interface {
+	Takes(method string) bool
+	Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error
 	Close() error
 }
 
@@ -86,10 +101,11 @@ const (
 
 // New returns the front of one Spanner client (of every client of one Configurator
 // function) over gme: calls made on its connection carry the Spanner client's request-ID
-// header (see spannerreq.FromCallOptions) and go into gme. The front counts in Status
+// header (see spannerreq.FromCallOptions) and go into gme; with export (nil: none), the
+// calls of the client's native metrics exporter go to export. The front counts in Status
 // (Clients or Configurators) until it is released. False, with no front, once gme is closed.
-func New(gme Conn, kind Kind) (*Front, bool) {
-	f := &Front{gme: gme, kind: kind}
+func New(gme Conn, kind Kind, export Export) (*Front, bool) {
+	f := &Front{gme: gme, kind: kind, export: export}
 	f.opts = []option.ClientOption{
 		option.WithEndpoint(scheme + ":///spannerme-multiendpoint"),
 		option.WithGRPCConnectionPool(1),
@@ -97,8 +113,14 @@ func New(gme Conn, kind Kind) (*Front, bool) {
 		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
 		option.WithGRPCDialOption(grpc.WithResolvers(frontResolver{f})),
 		option.WithGRPCDialOption(grpc.WithIdleTimeout(0)), // idleness would close the resolver
+		// Nothing dialed with these options connects: the front has no address, and the
+		// exporter's connection (Export), which has one, gets errNoNetwork.
+		option.WithGRPCDialOption(grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return nil, errNoNetwork })),
 		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(
 			func(ctx context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if export != nil && export.Takes(method) {
+					return export.Invoke(ctx, method, req, reply, opts...)
+				}
 				id, ok := spannerreq.FromCallOptions(opts)
 				if !ok {
 					return gme.InvokeID(ctx, method, req, reply, "", opts)
@@ -134,11 +156,17 @@ func (f *Front) Kind() Kind { return f.kind }
 func (f *Front) Release() {
 	switch f.kind {
 	case Owner:
+		if f.export != nil {
+			f.export.Close()
+		}
 		f.gme.Close()
 	case Client:
 		f.released.Do(func() { f.gme.Drop(f) })
 	}
 }
+
+// errNoNetwork is the dial error of every connection dialed with a front's options.
+var errNoNetwork = errors.New("spannerme: a front's connection does not connect")
 
 // frontResolver is the front connection's resolver: it reports no address (the front never
 // connects), and its Close, which gRPC runs when the connection is closed, releases the front.

@@ -52,7 +52,7 @@ func TestFrontRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &fakeConn{}
-			f, ok := New(c, tc.kind)
+			f, ok := New(c, tc.kind, nil)
 			if !ok || f.Kind() != tc.kind || len(f.Options()) == 0 || c.added != 1 {
 				t.Fatalf("New: %v, kind %v, %d options, %d added", ok, f.Kind(), len(f.Options()), c.added)
 			}
@@ -63,7 +63,7 @@ func TestFrontRelease(t *testing.T) {
 			}
 		})
 	}
-	if f, ok := New(&fakeConn{closed: true}, Client); ok || f != nil {
+	if f, ok := New(&fakeConn{closed: true}, Client, nil); ok || f != nil {
 		t.Fatal("a closed connection gave a front")
 	}
 }

@@ -55,7 +55,7 @@ type latencyProber struct {
 // set up (startHealth): the latency probes share its context and its goroutine count.
 func (p *Pool) startLatency(o LatencyOptions) {
 	l := &latencyProber{interval: o.Interval, timeout: o.Timeout, probe: o.Probe,
-		conn: &sentConn{cc: latencyRoute{w: p.watch, calls: p.conn}}}
+		conn: &sentConn{cc: latencyRoute{w: p.watch, calls: bareConn{p.conn}}}}
 	p.latency = l
 	l.timer = p.clock.AfterFunc(l.interval, p.latencyTick)
 }

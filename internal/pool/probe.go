@@ -33,7 +33,7 @@ type prober struct {
 // startHealth gives p its detector, before p is shared.
 func (p *Pool) startHealth(o HealthOptions) {
 	p.probes.timeout, p.probes.probe, p.overloadIsFailure = o.ProbeTimeout, o.Probe, o.OverloadIsFailure
-	p.probes.conn = &sentConn{cc: p.conn}
+	p.probes.conn = &sentConn{cc: bareConn{p.conn}} // not through the caller's interceptors (bare.go)
 	p.probes.ctx, p.probes.cancel = context.WithCancel(context.Background())
 	var probe func(uint64, health.Class)
 	if o.Probe != nil {
