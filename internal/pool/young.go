@@ -144,9 +144,9 @@ func (y *youth) status() YoungStatus {
 // diedYoung is the connection error recorded for a connection that died young.
 func diedYoung(life time.Duration, ready bool, wait time.Duration) error {
 	if !ready {
-		return fmt.Errorf("a connection was closed by the server as soon as it was established (GOAWAY), before it carried a call: reconnecting in %v", wait.Round(time.Millisecond))
+		return fmt.Errorf("a connection ended (GOAWAY, reset or close) as soon as it was established, before it carried a call: reconnecting in %v", wait.Round(time.Millisecond))
 	}
-	return fmt.Errorf("a connection was closed by the server %v after it became ready, before it carried a call: reconnecting in %v", life.Round(time.Millisecond), wait.Round(time.Millisecond))
+	return fmt.Errorf("a connection ended (GOAWAY, reset or close) %v after it became ready, before it carried a call: reconnecting in %v", life.Round(time.Millisecond), wait.Round(time.Millisecond))
 }
 
 // endedLocked judges c, a channel's current connection that the server ended (it went IDLE;
