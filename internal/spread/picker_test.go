@@ -132,8 +132,9 @@ func TestPick_ShareFollowsCost(t *testing.T) {
 // Every pair of candidates a draw can give, for tiers of 2 to 5 members: the first drawn, i,
 // wins with probability w_i / (w_i + w_j), w = 1 / (cost + tolerance)^3, and the other
 // otherwise; on a tie each wins half. The draws are built bit by bit (choose's layout), so
-// each (i, j) pair, j on either side of i, is tried with 1,000 second draws evenly spread
-// over [0, 1): the count of i's wins is the probability to within one draw (and rounding).
+// each (i, j) pair, j on either side of i, is tried with 1,000 draws whose top 24 bits are
+// evenly spread over the values that are not a uniform pick: the count of i's wins is the
+// probability to within one draw (and rounding).
 func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
 	weight := func(c float64) float64 { return 1 / math.Pow(c+tolerance, 3) }
 	for n := 2; n <= 5; n++ {
@@ -142,12 +143,9 @@ func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
 			for k := range members {
 				members[k] = string(rune('a' + k))
 			}
-			var draws []uint64
-			f := newFixture(t, Options{Rand: func() uint64 {
-				r := draws[0]
-				draws = draws[1:]
-				return r
-			}})
+			var r uint64
+			f := newFixture(t, Options{Rand: func() uint64 { return r }})
+			uniform := uint64(0.05 * float64(n) * (1 << 24)) // MinShare × n of 2^24
 			// Distinct latencies in an order unrelated to the members' positions.
 			for k, a := range members {
 				l := time.Duration([]int{3, 1, 4, 2, 5}[k]) * ms
@@ -169,10 +167,10 @@ func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
 					const picks = 1000
 					wins := 0
 					for k := range picks {
-						// Top 24 bits all ones: not a uniform pick; then i's 20 bits, then j's;
-						// the second draw is the k-th of picks evenly spread over [0, 1).
-						draws = []uint64{0xFFFFFF<<40 | ceilDiv(i<<20, uint64(n))<<20 | ceilDiv(jj<<20, uint64(n-1)),
-							uint64(k) * (1 << 64 / picks)}
+						// Top 24 bits: the k-th of picks steps from uniform to 2^24 (not a
+						// uniform pick); then i's 20 bits, then j's.
+						top := uniform + uint64(k)*(1<<24-uniform)/picks
+						r = top<<40 | ceilDiv(i<<20, uint64(n))<<20 | ceilDiv(jj<<20, uint64(n-1))
 						switch got := f.p.Pick(v); got {
 						case ei:
 							wins++
