@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/spanner"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -27,6 +28,13 @@ import (
 // tiers, [A1 A2] over [B], with RecoveryTimeout rt and SwitchingDelay 1s.
 func tieredClient(t *testing.T, rt time.Duration, tl *eventLog, mp ...metric.MeterProvider) (*frontendBackend, *GCPMultiEndpoint, func(workers int, deadline time.Duration) *load) {
 	t.Helper()
+	b, gme, client := tieredSpannerClient(t, rt, tl, mp...)
+	return b, gme, func(workers int, deadline time.Duration) *load { return startLoad(client, workers, deadline) }
+}
+
+// tieredSpannerClient is tieredClient returning the Spanner client itself.
+func tieredSpannerClient(t *testing.T, rt time.Duration, tl *eventLog, mp ...metric.MeterProvider) (*frontendBackend, *GCPMultiEndpoint, *spanner.Client) {
+	t.Helper()
 	b := startFrontendBackend(t, 3)
 	a1, a2, bb := b.fes[0], b.fes[1], b.fes[2]
 	s := tl.settings(fastSettings(nil))
@@ -37,7 +45,7 @@ func tieredClient(t *testing.T, rt time.Duration, tl *eventLog, mp ...metric.Met
 	client, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
 		"default": group(rt, time.Second, a1.Addr(), a2.Addr(), bb.Addr()),
 	}), s)
-	return b, gme, func(workers int, deadline time.Duration) *load { return startLoad(client, workers, deadline) }
+	return b, gme, client
 }
 
 // Issue 28, done when (1): tier [A1 A2] over [B], 8 workers of queries. Both members of

@@ -276,7 +276,7 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 	class := d.probeClass
 	skipped := errors.Is(err, ErrProbeSkipped)
 	if !skipped {
-		d.lastProbe = ProbeResult{At: d.probeStarted, Latency: latency, Err: bounded.Error(err, bounded.ServerText)}
+		d.lastProbe = ProbeResult{At: d.probeStarted, Latency: latency, Err: bounded.Keep(err, bounded.ServerText)}
 	}
 	switch {
 	case d.out:

@@ -132,7 +132,8 @@ type ProbeResult struct {
 	At time.Time
 	// Latency is how long it took.
 	Latency time.Duration
-	// Err is nil when the probe passed.
+	// Err is nil when the probe passed; otherwise what bounded.Keep keeps of the probe's
+	// error (bounded.ServerText bytes of text and its gRPC status, nothing else of it).
 	Err error
 }
 

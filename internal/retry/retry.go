@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
@@ -79,7 +80,8 @@ type Memory struct {
 }
 
 // Failed is a request's last failed attempt: its endpoint, and the class, method and error
-// it was counted with for that endpoint's health.
+// it was counted with for that endpoint's health. Memory keeps Err as bounded.Keep makes it
+// (ServerText bytes of text, its gRPC status and nothing else of it).
 type Failed struct {
 	Endpoint string
 	Class    health.Class
@@ -87,8 +89,11 @@ type Failed struct {
 	Err      error
 }
 
-// Record remembers f as key's last failed attempt.
+// Record remembers f as key's last failed attempt. What it keeps of f.Err is bounded
+// (bounded.Keep, bounded.ServerText): the memory holds MaxMemory attempts, and a server
+// chooses how long its error messages are (8 MB each, 4,096 of them, would be 32 GiB).
 func (r *Memory) Record(key string, f Failed) {
+	f.Err = bounded.Keep(f.Err, bounded.ServerText)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {

@@ -2,9 +2,18 @@ package retry
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
+	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,5 +80,32 @@ func TestMemoryBounded(t *testing.T) {
 	r.Record(fmt.Sprint(MaxMemory+9), Failed{Endpoint: "F"}) // an update is no new entry
 	if e, _ := r.FailedOn(fmt.Sprint(MaxMemory + 9)); e != "F" || len(r.m) != MaxMemory {
 		t.Fatalf("update: %q, %d entries", e, len(r.m))
+	}
+}
+
+// What the memory keeps of a failed attempt's error is bounded, whatever the server sent: an
+// 8 MB message is cut to bounded.ServerText bytes, and the code, the RetryInfo and the
+// message's start (internal/health classifies by them) are kept.
+func TestMemoryKeepsErrorsBounded(t *testing.T) {
+	big := "stream terminated by RST_STREAM with error code: INTERNAL_ERROR " + strings.Repeat("x", 8<<20)
+	st, err := status.New(codes.Internal, big).WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Memory
+	r.Record("k", Failed{Endpoint: "E", Err: st.Err()})
+	f, ok := r.Take("k")
+	if !ok {
+		t.Fatal("nothing remembered")
+	}
+	s, isStatus := status.FromError(f.Err)
+	if !isStatus || s.Code() != codes.Internal || len(s.Details()) != 1 || !strings.HasPrefix(s.Message(), "stream terminated by RST_STREAM") {
+		t.Fatalf("kept %v %q… with %d details, want INTERNAL, the message's start and the RetryInfo", s.Code(), s.Message()[:40], len(s.Details()))
+	}
+	if n := len(f.Err.Error()) + len(s.Message()); n > 2*(bounded.ServerText+len("…[cut: 8388716 bytes in all]")) {
+		t.Fatalf("the kept error holds %d bytes of text", n)
+	}
+	if got := health.Classify(f.Err, false, false); got != health.Failure {
+		t.Fatalf("the kept error classifies as %v, want %v as the server's", got, health.Failure)
 	}
 }

@@ -69,6 +69,9 @@ type set struct {
 	previous []*Endpoint
 	start    int64  // UnixNano of view.RampStart
 	uniform  uint64 // a pick is uniform when the top 24 bits of its draw are below it
+	// rest maps the top 24 bits of a draw that is not uniform, minus uniform, to [0, 1):
+	// 1 / (2^24 - uniform); 0 when every pick is uniform.
+	rest float64
 	// rampUntil is when the last ramp of this set ends (UnixNano); 0: none. rampOver is set
 	// by the first pick after it, so that later picks skip the clock.
 	rampUntil int64
@@ -129,8 +132,10 @@ func Weight(elapsed, window time.Duration, invAggression, minWeight float64) flo
 // A tier of one member, with no ramp, is that member (no random number drawn). Otherwise:
 // while a switch back ramps (v.Previous), the tier's share is its slow start weight and the
 // rest goes to v.Previous; inside the chosen tier, a fraction MinShare×n of the picks is
-// uniform and the rest power of two choices by cost, where a winner that ramps more than the
-// other candidate is taken with the ratio of their slow start weights (else the other).
+// uniform and the rest power of two choices by cost: of the two candidates drawn, each wins
+// with a probability proportional to 1/(cost + 1 ms)^3 (an even draw on equal costs), and a
+// winner that ramps more than the other candidate is taken with the ratio of their slow
+// start weights (else the other).
 func (p *Picker) Pick(v *multiendpoint.Tier) *Endpoint {
 	s := p.set.Load()
 	if s == nil || s.view != v {
@@ -171,12 +176,18 @@ func (p *Picker) pickRamping(s *set) *Endpoint {
 	return p.choose(s, s.members, s.joined, now)
 }
 
-// choose is the minimum share and power of two choices over members (at least 2). joined,
-// if not nil, gives each member's join time for its slow start weight at now.
+// tolerance is added to both costs (in microseconds) before they are compared: costs that
+// differ by a fraction of it weigh nearly alike, whatever their ratio (a 0.3 ms difference
+// between two 1 ms scores is noise, not a reason to prefer one).
+const tolerance = 1000
+
+// choose is the minimum share and power of two choices over members (at least 2), with a
+// soft comparison of the two candidates' costs. joined, if not nil, gives each member's join
+// time for its slow start weight at now. It draws one random number, two with a ramp.
 func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) *Endpoint {
-	// One draw: the top 24 bits decide the minimum share, the next 20 bits pick i and the
-	// low 20 bits j (multiply and shift: no division; the bias, under 2^-20 × n, is nil for a
-	// tier of a few members).
+	// One draw: the top 24 bits decide the minimum share (and the comparison below), the
+	// next 20 bits pick i and the low 20 bits j (multiply and shift: no division; the bias,
+	// under 2^-20 × n, is nil for a tier of a few members).
 	n := uint64(len(members))
 	r := p.draw()
 	i := (r >> 20 & (1<<20 - 1)) * n >> 20
@@ -184,15 +195,22 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) 
 		return members[i]
 	}
 	j := (r & (1<<20 - 1)) * (n - 1) >> 20
-	// Both choices below go either way at random, which a branch would mispredict half of
-	// the time; they are arithmetic. j skips i: j++ when j >= i (i, j < n, so j-i borrows
-	// into the top bit exactly when j < i).
+	// j skips i: j++ when j >= i (i, j < n, so j-i borrows into the top bit exactly when
+	// j < i).
 	j += 1 ^ (j-i)>>63
-	// The cheaper candidate wins. A cost is a non-negative float, whose bits order as it
-	// does and stay below 2^63: cj-ci borrows into the top bit exactly when cj < ci, and
-	// swap then exchanges i and j.
-	ci, cj := math.Float64bits(members[i].cost()), math.Float64bits(members[j].cost())
-	swap := -((cj - ci) >> 63) & (i ^ j)
+	// A soft comparison (the package comment says why): i wins with probability
+	// cj'^3 / (ci'^3 + cj'^3), c' = cost + tolerance, its weight being its inverse cost
+	// raised to the bias 3. Equal costs are an even draw and near-equal ones nearly so; a
+	// member 3 times costlier than the other wins 1 in 28, 5 times 1 in 126. The top 24
+	// bits, known here to be at least uniform, are uniform above it: u is uniform in [0, 1)
+	// (2^24 × (1 - MinShare × n) steps), and independent of i and j.
+	u := float64(r>>40-s.uniform) * s.rest
+	ci, cj := members[i].cost()+tolerance, members[j].cost()+tolerance
+	wi, wj := cj*cj*cj, ci*ci*ci // bias 3
+	// The draw goes either way at random, which a branch would mispredict half of the time:
+	// i loses when u×(wi+wj) > wi, i.e. when the difference's sign bit is set, and swap then
+	// exchanges i and j.
+	swap := -(math.Float64bits(wi-u*(wi+wj)) >> 63) & (i ^ j)
 	win, other := i^swap, j^swap
 	if joined != nil {
 		// The winner ramps more than the other candidate: taken with the ratio of their
@@ -237,6 +255,9 @@ func (p *Picker) rebuild(old *set, v *multiendpoint.Tier) *set {
 	}
 	// MinShare×n of the picks uniform: r < uniform with r uniform over 2^24.
 	s.uniform = uint64(math.Min(p.minShare*float64(len(v.Members)), 1) * (1 << 24))
+	if s.uniform < 1<<24 {
+		s.rest = 1 / float64(1<<24-s.uniform)
+	}
 	if p.set.CompareAndSwap(old, s) {
 		return s
 	}

@@ -89,10 +89,13 @@ func TestPick_ShareFollowsCost(t *testing.T) {
 		{name: "one 30ms slower: its minimum share only", members: []string{"a", "b"},
 			latency: map[string]time.Duration{"a": 35 * ms, "b": 5 * ms},
 			want:    map[string][2]float64{"a": {0.04, 0.06}, "b": {0.94, 0.96}}},
-		{name: "calls in flight raise the cost", members: []string{"a", "b"},
+		{name: "0.1ms apart: nearly an even split", members: []string{"a", "b"}, // 52.2 %, 47.8 %
+			latency: map[string]time.Duration{"a": 2 * ms, "b": 2100 * time.Microsecond},
+			want:    map[string][2]float64{"a": {0.51, 0.535}, "b": {0.465, 0.49}}},
+		{name: "calls in flight raise the cost", members: []string{"a", "b"}, // 7.0 %: 21 ms against 6 ms
 			latency:  map[string]time.Duration{"a": 5 * ms, "b": 5 * ms},
 			inflight: map[string]int{"a": 3},
-			want:     map[string][2]float64{"a": {0.04, 0.06}, "b": {0.94, 0.96}}},
+			want:     map[string][2]float64{"a": {0.06, 0.08}, "b": {0.92, 0.94}}},
 		{name: "four members, one slow: the three others share", members: []string{"a", "b", "c", "d"},
 			latency: map[string]time.Duration{"a": 5 * ms, "b": 5 * ms, "c": 5 * ms, "d": 500 * ms},
 			want:    map[string][2]float64{"a": {0.29, 0.35}, "b": {0.29, 0.35}, "c": {0.29, 0.35}, "d": {0.04, 0.06}}},
@@ -102,9 +105,9 @@ func TestPick_ShareFollowsCost(t *testing.T) {
 		{name: "minimum share x members over 1: uniform", members: []string{"a", "b", "c"}, minShare: 0.5,
 			latency: map[string]time.Duration{"a": 500 * ms, "b": 5 * ms, "c": 5 * ms},
 			want:    map[string][2]float64{"a": {0.31, 0.35}, "b": {0.31, 0.35}, "c": {0.31, 0.35}}},
-		{name: "not measured yet: the initial 10ms", members: []string{"a", "b"},
+		{name: "not measured yet: the initial 10ms", members: []string{"a", "b"}, // 83.7 %: 11 ms against 21 ms
 			latency: map[string]time.Duration{"b": 20 * ms},
-			want:    map[string][2]float64{"a": {0.94, 0.96}, "b": {0.04, 0.06}}},
+			want:    map[string][2]float64{"a": {0.825, 0.85}, "b": {0.15, 0.175}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, Options{MinShare: tc.minShare})
@@ -126,10 +129,14 @@ func TestPick_ShareFollowsCost(t *testing.T) {
 	}
 }
 
-// Every pair of candidates a draw can give, for tiers of 2 to 5 members: the cheaper one is
-// taken, and the first drawn on a tie. The draws are built bit by bit (choose's layout), so
-// each (i, j) pair, j on either side of i, is tried once.
-func TestPick_TwoChoicesTakeTheCheaper(t *testing.T) {
+// Every pair of candidates a draw can give, for tiers of 2 to 5 members: the first drawn, i,
+// wins with probability w_i / (w_i + w_j), w = 1 / (cost + tolerance)^3, and the other
+// otherwise; on a tie each wins half. The draws are built bit by bit (choose's layout), so
+// each (i, j) pair, j on either side of i, is tried with 1,000 draws whose top 24 bits are
+// evenly spread over the values that are not a uniform pick: the count of i's wins is the
+// probability to within one draw (and rounding).
+func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
+	weight := func(c float64) float64 { return 1 / math.Pow(c+tolerance, 3) }
 	for n := 2; n <= 5; n++ {
 		for _, tie := range []bool{false, true} {
 			members := make([]string, n)
@@ -138,6 +145,7 @@ func TestPick_TwoChoicesTakeTheCheaper(t *testing.T) {
 			}
 			var r uint64
 			f := newFixture(t, Options{Rand: func() uint64 { return r }})
+			uniform := uint64(0.05 * float64(n) * (1 << 24)) // MinShare × n of 2^24
 			// Distinct latencies in an order unrelated to the members' positions.
 			for k, a := range members {
 				l := time.Duration([]int{3, 1, 4, 2, 5}[k]) * ms
@@ -154,16 +162,26 @@ func TestPick_TwoChoicesTakeTheCheaper(t *testing.T) {
 					if j >= i {
 						j++
 					}
-					// Top 24 bits all ones: not a uniform pick; then i's 20 bits, then j's.
-					r = 0xFFFFFF<<40 | ceilDiv(i<<20, uint64(n))<<20 | ceilDiv(jj<<20, uint64(n-1))
 					ei, ej := f.reg.Endpoint(members[i]), f.reg.Endpoint(members[j])
-					want := ei
-					if ej.cost() < ei.cost() {
-						want = ej
+					want := weight(ei.cost()) / (weight(ei.cost()) + weight(ej.cost()))
+					const picks = 1000
+					wins := 0
+					for k := range picks {
+						// Top 24 bits: the k-th of picks steps from uniform to 2^24 (not a
+						// uniform pick); then i's 20 bits, then j's.
+						top := uniform + uint64(k)*(1<<24-uniform)/picks
+						r = top<<40 | ceilDiv(i<<20, uint64(n))<<20 | ceilDiv(jj<<20, uint64(n-1))
+						switch got := f.p.Pick(v); got {
+						case ei:
+							wins++
+						case ej:
+						default:
+							t.Fatalf("n=%d, candidates %s and %s: picked %s", n, ei.Name(), ej.Name(), got.Name())
+						}
 					}
-					if got := f.p.Pick(v); got != want {
-						t.Errorf("n=%d tie=%v, candidates %s (cost %v) and %s (cost %v): picked %s, want %s",
-							n, tie, ei.Name(), ei.cost(), ej.Name(), ej.cost(), got.Name(), want.Name())
+					if got := float64(wins) / picks; math.Abs(got-want) > 1.5/picks {
+						t.Errorf("n=%d tie=%v, candidates %s (cost %v) and %s (cost %v): %s won %.3f of the draws, want %.3f",
+							n, tie, ei.Name(), ei.cost(), ej.Name(), ej.cost(), ei.Name(), got, want)
 					}
 				}
 			}
@@ -307,10 +325,15 @@ func TestPick_JoiningMemberRamps(t *testing.T) {
 	for w := range 4 {
 		f.clk.Set(joined.Add(time.Duration(w)*5*time.Second + 2500*ms))
 		v := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, joined}}
-		// Keep one call in flight on a: b wins every comparison, and is taken with its weight.
-		f.reg.Endpoint("a").Begin()
+		// Keep three calls in flight on a: b wins nearly every comparison (97.7 %), and is
+		// taken with its weight.
+		for range 3 {
+			f.reg.Endpoint("a").Begin()
+		}
 		shares = append(shares, f.shares(v, 20000)["b"])
-		f.reg.Endpoint("a").Done(5*ms, false)
+		for range 3 {
+			f.reg.Endpoint("a").Done(5*ms, false)
+		}
 	}
 	t.Logf("the joining member's share by 5s window: %.3f", shares)
 	if !slices.IsSorted(shares) || shares[0] > 0.2 || shares[3] < 0.75 {

@@ -2,6 +2,7 @@ package spread
 
 import (
 	"container/heap"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -85,6 +86,7 @@ func (f *fixture) simulate(v *multiendpoint.Tier, workers int, d, bucket, think 
 // of the client's own per call): its score has moved a fifth of the way to the new latency
 // 2 s after the change.
 func TestPick_SlowerMemberLosesItsShareWithinTwoSeconds(t *testing.T) {
+
 	for _, tc := range []struct {
 		name        string
 		base, think time.Duration
@@ -118,6 +120,138 @@ func TestPick_SlowerMemberLosesItsShareWithinTwoSeconds(t *testing.T) {
 			t.Logf("A1's share per 250 ms after it slowed down: %.3f; from 2 s to 5 s: %.3f", shares, s)
 			if s > 0.15 {
 				t.Fatalf("A1's share from 2 s to 5 s after the change = %.3f, want at most 0.15", s)
+			}
+		})
+	}
+}
+
+// simulateSteady runs an open-loop load on v on the fixture's fake clock for d: a call
+// arrives every 1/rate whatever the calls in flight, picks, and ends after latency(endpoint,
+// since the start). It returns the calls started per endpoint in each bucket of width bucket.
+func (f *fixture) simulateSteady(v *multiendpoint.Tier, rate float64, d, bucket time.Duration,
+	latency func(address string, since time.Duration) time.Duration) []map[string]int {
+	start := f.clk.Now()
+	buckets := make([]map[string]int, d/bucket)
+	for i := range buckets {
+		buckets[i] = map[string]int{}
+	}
+	every := time.Duration(float64(time.Second) / rate)
+	q := events{{at: start}}
+	for q.Len() > 0 {
+		ev := heap.Pop(&q).(event)
+		if ev.at.Sub(start) >= d {
+			if ev.e != nil {
+				ev.e.Done(ev.d, false)
+			}
+			continue
+		}
+		f.clk.Set(ev.at)
+		if ev.e != nil {
+			ev.e.Done(ev.d, false)
+			continue
+		}
+		e := f.p.Pick(v)
+		e.Begin()
+		since := ev.at.Sub(start)
+		buckets[since/bucket][e.Name()]++
+		l := latency(e.Name(), since)
+		heap.Push(&q, event{at: ev.at.Add(l), e: e, d: l})
+		heap.Push(&q, event{at: ev.at.Add(every)})
+	}
+	return buckets
+}
+
+// shareOf returns a's share of the calls of buckets[from:to] ({a, b} the tier).
+func shareOf(buckets []map[string]int, a, b string, from, to int) float64 {
+	na, all := 0, 0
+	for _, bk := range buckets[from:to] {
+		na += bk[a]
+		all += bk[a] + bk[b]
+	}
+	return float64(na) / float64(all)
+}
+
+// The done-when of issue 40 (3) at the picker: a tier [A B], 150 calls a second arriving
+// at a steady rate (open loop: with 2 ms calls, mostly none in flight, so the costs compare
+// latency scores alone), each call's latency jittered around its member's. Equally fast, each
+// member's share in every 5 s window of 20 s is 35-65 %; A made 40 ms slower falls to at
+// most 20 % within 2 s (and stays there); healed, it is back to 30 % within 10 s. The jitter
+// matters: with exactly equal scores any pick is even, and the hard comparison of issue 28
+// (the cheaper always wins) gave a difference of a few tenths of a millisecond 95 % of the
+// calls.
+func TestPick_SteadyRateEqualMembersShare(t *testing.T) {
+
+	for _, tc := range []struct {
+		name string
+		base time.Duration
+		seed uint64
+	}{
+		{"1ms", time.Millisecond, 1},
+		{"2ms", 2 * time.Millisecond, 2},
+		{"5ms", 5 * time.Millisecond, 3},
+		{"2ms, another seed", 2 * time.Millisecond, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Options{Rand: rand.New(rand.NewPCG(tc.seed, 7)).Uint64})
+			v := view("a", "b")
+			jitter := rand.New(rand.NewPCG(tc.seed, 11))
+			var slower time.Duration // A's extra latency
+			latency := func(a string, _ time.Duration) time.Duration {
+				l := time.Duration(float64(tc.base) * (0.5 + jitter.Float64())) // base ± 50 %
+				if a == "a" {
+					l += slower
+				}
+				return l
+			}
+			const rate = 150
+			sec := func(n int) time.Duration { return time.Duration(n) * time.Second }
+			f.simulateSteady(v, rate, sec(5), time.Second, latency) // warm up
+			even := f.simulateSteady(v, rate, sec(20), 5*time.Second, latency)
+			var shares []float64
+			for w := range even {
+				shares = append(shares, shareOf(even, "a", "b", w, w+1))
+			}
+			slower = 40 * time.Millisecond
+			slow := f.simulateSteady(v, rate, sec(8), 250*time.Millisecond, latency)
+			slower = 0
+			healed := f.simulateSteady(v, rate, sec(15), 250*time.Millisecond, latency)
+			// Shares over 1 s windows, every 250 ms: window k ends at (k+4) × 250 ms.
+			windows := func(b []map[string]int) []float64 {
+				var s []float64
+				for k := 0; k+4 <= len(b); k++ {
+					s = append(s, shareOf(b, "a", "b", k, k+4))
+				}
+				return s
+			}
+			ws, wh := windows(slow), windows(healed)
+			down := -1 // the first 1 s window from which on A's share stays at most 20 %
+			for k := len(ws) - 1; k >= 0 && ws[k] <= 0.20; k-- {
+				down = k
+			}
+			up := -1 // the first 1 s window with A's share at least 30 %
+			for k, s := range wh {
+				if s >= 0.30 {
+					up = k
+					break
+				}
+			}
+			end := func(k int) time.Duration { return time.Duration(k+4) * 250 * time.Millisecond }
+			t.Logf("A's share per 5 s window, equally fast: %.3f; 40 ms slower: at most 20 %% from the 1 s window ending %v on; "+
+				"healed: 30 %% in the 1 s window ending %v (then %.3f over the last 5 s)",
+				shares, end(down), end(up), shareOf(healed, "a", "b", len(healed)-20, len(healed)))
+			for w, s := range shares {
+				if s < 0.35 || s > 0.65 {
+					t.Errorf("equally fast: A's share in 5 s window %d = %.3f, want 35-65 %% (all: %.3f)", w, s, shares)
+				}
+			}
+			if down < 0 || end(down) > 2*time.Second {
+				t.Errorf("40 ms slower: A's share per 1 s window %.3f, want at most 20 %% from a window ending within 2 s", ws)
+			}
+			if up < 0 || end(up) > 10*time.Second {
+				t.Errorf("healed: A's share per 1 s window %.3f, want at least 30 %% in a window ending within 10 s", wh)
+			}
+			if s := shareOf(healed, "a", "b", len(healed)-20, len(healed)); s < 0.35 {
+				t.Errorf("healed: A's share over the last 5 s = %.3f, want at least 35 %%", s)
 			}
 		})
 	}
