@@ -108,6 +108,9 @@ func endpointList(eps []int) string {
 type State struct {
 	TCP      [NumEndpoints]Fault
 	Frontend [NumEndpoints]Fault
+	// Database is the database-layer fault in force (query-overload, db-overload): it acts at
+	// every endpoint's frontend at once and composes with their own faults.
+	Database Fault
 	Groups   Groups
 }
 
@@ -165,6 +168,9 @@ func (s *State) faults() string {
 			}
 		}
 	}
+	if s.Database.active() {
+		parts = append(parts, "db:"+s.Database.String())
+	}
 	if len(parts) == 0 {
 		return "none"
 	}
@@ -177,7 +183,8 @@ type Step struct {
 	At time.Duration
 	// Kind is what it does.
 	Kind Kind
-	// Endpoint is the endpoint it acts on (an index; -1 for reconfigure).
+	// Endpoint is the endpoint it acts on (an index; -1 for reconfigure and the database
+	// layer's kinds, which act on every endpoint).
 	Endpoint int
 	// Fault holds the parameters of a fault kind.
 	Fault Fault
@@ -199,6 +206,10 @@ func (s Step) String() string {
 	switch {
 	case s.Kind == KindReconfigure:
 		fmt.Fprintf(&b, "reconfigure %v", s.Groups)
+	case s.Endpoint < 0 && s.Fault.active():
+		fmt.Fprintf(&b, "%s on every endpoint", s.Fault)
+	case s.Endpoint < 0:
+		fmt.Fprintf(&b, "%s on every endpoint", s.Kind)
 	case s.Fault.active():
 		fmt.Fprintf(&b, "%s %s", s.Fault, endpointName(s.Endpoint))
 	default:
@@ -284,6 +295,11 @@ const (
 	// up for as long again, in turn: a cycle of 1-3s.
 	flapMin, flapMax         = 6 * time.Second, 30 * time.Second
 	flapHalfMin, flapHalfMax = 500 * time.Millisecond, 1500 * time.Millisecond
+	// Connections die young for dieYoungMin to dieYoungMax: long enough that the seconds after
+	// the first dieYoungSettle (in which the client may still reconnect at once) are counted.
+	dieYoungMin, dieYoungMax = 4 * time.Second, 10 * time.Second
+	// The database overloads hold overloadMin to overloadMax ("a few seconds").
+	overloadMin, overloadMax = 3 * time.Second, 8 * time.Second
 	// flapQuiet is how long a member flap's peer must have taken no step before the flap,
 	// and the lookback in which the flap's invariant holds a fault against it: a pool
 	// reconnects within a second of a heal (ReconnectMaxDelay 250ms, MinConnectTimeout 1s);
@@ -314,6 +330,11 @@ var weights = map[Kind]int{
 	KindFrontendCommitFailLong: 3,
 	// A member flap; drawn only where the phase leaves it flapMin (see eligible).
 	KindFlapDown: 12,
+	// Issue 40's faults: connections that die young, a query the database refuses at every
+	// endpoint, the database shedding load at every endpoint.
+	KindDieYoung:         8,
+	KindQueryOverload:    4,
+	KindDatabaseOverload: 4,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -497,6 +518,13 @@ func (g *planner) emit(s Step) int {
 			f = Fault{}
 		}
 		g.state.Frontend[s.Endpoint] = f
+	case info.layer == layerDatabase:
+		f := s.Fault
+		f.Step = idx
+		if info.heal == 0 {
+			f = Fault{}
+		}
+		g.state.Database = f
 	}
 	s.After = g.state
 	g.plan.Steps = append(g.plan.Steps, s)
@@ -531,6 +559,9 @@ func (g *planner) healAll(t time.Duration, phase string) {
 			g.emit(Step{At: t, Kind: kinds[f.Kind].heal, Endpoint: e, Phase: phase})
 		}
 	}
+	if f := g.state.Database; f.active() {
+		g.emit(Step{At: t, Kind: kinds[f.Kind].heal, Endpoint: -1, Phase: phase})
+	}
 }
 
 // pick draws one step among the kinds that can apply at t and emits it, with its heal.
@@ -543,7 +574,7 @@ func (g *planner) pick(t time.Duration) {
 	total := 0
 	for k := KindNone + 1; k < numKinds; k++ {
 		w := weights[k]
-		if w == 0 || (kinds[k].layer == layerFrontend && !g.plan.Frontends) {
+		if w == 0 || (k.needsFrontends() && !g.plan.Frontends) {
 			continue
 		}
 		var eps []int
@@ -580,6 +611,12 @@ func (g *planner) pick(t time.Duration) {
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
 	case o.kind == KindFrontendCommitFailLong:
 		s.For = g.between(commitLongMin, min(commitLongMax, g.phaseEnd-t))
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case o.kind == KindDieYoung:
+		s.For = g.between(dieYoungMin, dieYoungMax)
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case kinds[o.kind].layer == layerDatabase:
+		s.For = g.between(overloadMin, overloadMax)
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
 	case o.kind == KindFlapDown:
 		peers := slices.DeleteFunc(g.flapPeers(e, t), func(p int) bool { return g.shielded(p, t) })
@@ -626,6 +663,12 @@ func (g *planner) eligible(k Kind, t time.Duration) []int {
 	}
 	if k == KindFlapDown && (g.phaseEnd-t < flapMin || t < g.flap.until) {
 		return nil
+	}
+	if kinds[k].layer == layerDatabase { // every endpoint at once: one at a time
+		if g.state.Database.active() {
+			return nil
+		}
+		return []int{-1}
 	}
 	// A long commit failure hits an endpoint that serves a group (its writes with it), with
 	// no fault on its TCP layer: the client must see its commits fail and eject it for them.
@@ -693,6 +736,8 @@ func (g *planner) params(k Kind) Fault {
 		f.Latency = g.between(350*time.Millisecond, 600*time.Millisecond).Round(time.Millisecond)
 	case KindFrontendPartial:
 		f.Fraction = partialFractions[g.rng.IntN(len(partialFractions))]
+	case KindDatabaseOverload:
+		f.Fraction = dbOverloadFraction
 	}
 	return f
 }

@@ -59,6 +59,8 @@ type Report struct {
 	// Interrupted is how far the schedule got when the run was interrupted (its context
 	// ended); zero for a whole run. An interrupted run is not OK, whatever the table says.
 	Interrupted time.Duration
+	// overloaded are the failed calls the database's overloads refused (classOverload).
+	overloaded []classified
 }
 
 // OK reports whether the whole schedule ran and no invariant failed.

@@ -254,6 +254,8 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 
 	l := newLoad(client, accounts, be.Emulator)
 	x := &executor{plan: plan, topo: topo, gme: gme, out: out}
+	w40 := startIssue40Watch(gme, topo, l)
+	x.w40 = w40
 	if plan.Frontends {
 		x.db = &dbWatch{gme: gme, topo: topo}
 	}
@@ -278,6 +280,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	l.halt()
 	tl.stop()
 	brown.stop()
+	w40.stop()
 	fmt.Fprintf(out, "%7.1fs ** load stopped; verifying through a direct client\n", time.Since(start).Seconds())
 
 	vctx, vcancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -328,6 +331,8 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
 	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, rule4.spans(), &x.timeline, plan.Frontends))
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
+	r.Invariants = append(r.Invariants, dieYoungInvariant(dieYoungRuns(&x.timeline), w40.connSamples(), start))
+	r.Invariants = append(r.Invariants, overloadInvariants(w40.overloads(), r.overloaded, switches.Events(), &x.timeline, topo.name, plan.Frontends)...)
 	return r, nil // the deferred closes run before Run's leak check
 }
 
@@ -382,6 +387,8 @@ type executor struct {
 	errs     []string
 	// db follows the database-wide faults (nil without frontends).
 	db *dbWatch
+	// w40 dates issue 40's overloads (nil in tests that build an executor alone).
+	w40 *issue40Watch
 }
 
 // state returns the state in force now.
@@ -426,6 +433,7 @@ func (x *executor) apply(start time.Time, s Step) {
 	}
 	x.mu.Unlock()
 	x.db.after(s, at)
+	x.w40.after(s, at)
 	line := fmt.Sprintf("%7.1fs ** %s", at.Sub(start).Seconds(), s)
 	if err != nil {
 		line += fmt.Sprintf(" FAILED: %v", err)
@@ -436,6 +444,10 @@ func (x *executor) apply(start time.Time, s Step) {
 // healNow heals every fault in force, at once (the run was interrupted).
 func (x *executor) healNow(start time.Time) {
 	s := x.state()
+	if f := s.Database; f.active() {
+		s.Database = Fault{}
+		x.apply(start, Step{Kind: kinds[f.Kind].heal, Endpoint: -1, Phase: "interrupted", After: s})
+	}
 	for e := range NumEndpoints {
 		if f := s.TCP[e]; f.active() {
 			s.TCP[e] = Fault{}
@@ -480,7 +492,7 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	total := 0
 	var ks []Kind
 	for k, w := range weights {
-		if kinds[k].layer != layerFrontend || plan.Frontends {
+		if !k.needsFrontends() || plan.Frontends {
 			total += w
 			ks = append(ks, k)
 		}
@@ -554,7 +566,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 	failures := append([]outcome(nil), l.failures...)
 	l.mu.Unlock()
 	sort.Slice(failures, func(i, j int) bool { return failures[i].start.Before(failures[j].start) })
-	var byClass [3][]classified
+	var byClass [numClasses][]classified
 	for _, f := range failures {
 		if v != nil && f.kind.isWrite() && v.settled[f.id] {
 			continue // committed: settled by its ID
@@ -563,6 +575,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 		byClass[c.class] = append(byClass[c.class], c)
 	}
 	r.Unexplained, r.Silent, r.NoHealthy = len(byClass[classUnexplained]), len(byClass[classSilent]), len(byClass[classNoHealthy])
+	r.overloaded = byClass[classOverload]
 	list := func(cs []classified, n int) []string {
 		var out []string
 		for _, c := range cs {
@@ -604,6 +617,18 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 	r.Invariants = append(r.Invariants, Invariant{Name: "failed calls while a group had no healthy endpoint", Status: Counted,
 		Result:  fmt.Sprintf("%d (%s); allowed: nothing could serve them", r.NoHealthy, countBy(byClass[classNoHealthy])),
 		Details: list(byClass[classNoHealthy], 10)})
+	perOp := map[string]int{}
+	for _, c := range byClass[classOverload] {
+		perOp[c.kind.String()]++
+	}
+	var ops []string
+	for k, n := range perOp {
+		ops = append(ops, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(ops)
+	r.Invariants = append(r.Invariants, Invariant{Name: "failed calls the database refused (query-overload, db-overload)", Status: Counted,
+		Result:  fmt.Sprintf("%d (%s); RESOURCE_EXHAUSTED from the database at every endpoint, as a plain client gets it: no loss, judged by the overload rows", len(byClass[classOverload]), joinOr(ops, "none")),
+		Details: list(byClass[classOverload], 5)})
 }
 
 // countBy summarizes failed calls by code: "DeadlineExceeded x3, Unavailable x1", or "none".
