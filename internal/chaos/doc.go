@@ -187,6 +187,39 @@
 //     16 MiB of its baseline; with -race, no race (cmd/spannerme-chaos counts the race
 //     detector's reports on its stderr).
 //
+// # Failover table
+//
+// Before the invariants, the run prints how fast the client recovered (issue 43). Every call of
+// the load names its group in a header (groupHeader) and each frontend reports the application
+// calls it served successfully (failoverWatch.served). Every fault that makes an endpoint
+// unusable (down, blackhole, silent-blackhole, die-young, fe-unavailable, fe-hang, fe-partial
+// of 50% or more, fe-brownout, a member flap) starts an episode for each group whose calls the
+// endpoint served when it began (its current endpoint in Status; for tiered, a member of its
+// current tier) and that keeps another healthy endpoint. Per kind (a tier's episodes in a row of
+// their own, "[tier]"):
+//
+//   - failover: from the fault's start to the group's first success on another endpoint (a
+//     call that arrived there after the start). A fault that healed within its bound before
+//     the group moved needed none ("healed"); a group that kept another healthy endpoint for
+//     the whole bound without a success there counts as never;
+//   - back: from the heal, when it made the endpoint the group's first healthy one again (a
+//     member of its current tier), to the group's first success on it; for a tier, to the end
+//     of the first second in which the member carried 35% of its tier's calls (its full share
+//     after slow start, fullShare). Measured only while the endpoint stays where the group's
+//     calls belong; never when the whole bound passed so;
+//   - lost: of the group's calls that ended from the start to the heal, the share that failed
+//     while the group had another usable endpoint (the database's refusals left out).
+//
+// Each time is printed as count, p50, p99, max and the bound the docs give for the kind with the
+// run's settings: failover within RecoveryTimeout and one connect (ReconnectMaxDelay and
+// MinConnectTimeout: 1.75s) for connectivity's faults, silentDetection (5.5s) for those that
+// eject, the brownout Window, two latency samples and RecoveryTimeout (14.5s) for a brownout;
+// back within the same time to be usable again (one connect; MaxEjectionTime and a
+// ProbeInterval, 21s; Window and two samples) and SwitchingDelay (no jitter), or for a tier its
+// SlowStart and the second in which its share is measured. The row "failover and switch-back
+// p99 within each kind's bound" fails when a p99 passes its bound. Without frontends the table is
+// not made.
+//
 // A failed call is attributed to every state the run went through while it ran: the call's
 // group and the default group (the Spanner client's session RPCs use it) are judged at each.
 package chaos

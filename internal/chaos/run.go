@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -265,6 +266,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	health.mu.Lock()
 	health.start, health.counts, health.events = start, nil, nil // events before the load are the pools' first connections
 	health.mu.Unlock()
+	topo.fo.begin(start, l)
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
 	brown := startBrownoutLog(out, start, topo, gme)
@@ -331,6 +333,9 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
 	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, rule4.spans(), &x.timeline, plan.Frontends))
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
+	eps, buckets, t0 := topo.fo.collect()
+	r.Failover = failoverTable(eps, &x.timeline, r.failed, buckets, t0, time.Now())
+	r.Invariants = append(r.Invariants, failoverInvariant(r.Failover, plan.Frontends))
 	r.Invariants = append(r.Invariants, dieYoungInvariant(dieYoungRuns(&x.timeline), w40.connSamples(), start))
 	r.Invariants = append(r.Invariants, overloadInvariants(w40.overloads(), r.overloaded, switches.Events(), &x.timeline, topo.name, plan.Frontends)...)
 	return r, nil // the deferred closes run before Run's leak check
@@ -420,6 +425,7 @@ func (x *executor) run(ctx context.Context, start time.Time) (interrupted time.D
 func (x *executor) apply(start time.Time, s Step) {
 	var err error
 	x.db.before(s)
+	prev, current := x.state(), x.currentEndpoints(s)
 	if s.Kind == KindReconfigure {
 		err = x.gme.UpdateMultiEndpoints(x.topo.options(s.Groups, RecoveryTimeout, SwitchingDelay))
 	} else {
@@ -434,11 +440,31 @@ func (x *executor) apply(start time.Time, s Step) {
 	x.mu.Unlock()
 	x.db.after(s, at)
 	x.w40.after(s, at)
+	x.topo.fo.after(s, at, prev, current)
 	line := fmt.Sprintf("%7.1fs ** %s", at.Sub(start).Seconds(), s)
 	if err != nil {
 		line += fmt.Sprintf(" FAILED: %v", err)
 	}
 	fmt.Fprintln(x.out, line)
+}
+
+// currentEndpoints returns each group's current endpoint (an index, -1 for none) before a
+// fault step that may start a failover (see failoverWatch.after); all -1 for other steps.
+func (x *executor) currentEndpoints(s Step) [numGroups]int {
+	cur := [numGroups]int{-1, -1, -1}
+	if s.Endpoint < 0 || kinds[s.Kind].heal == 0 {
+		return cur
+	}
+	for _, g := range x.gme.Status().Groups {
+		if i := slices.Index(groupNames[:], g.Name); i >= 0 {
+			for e := range NumEndpoints {
+				if x.topo.addr(e) == g.Current {
+					cur[i] = e
+				}
+			}
+		}
+	}
+	return cur
 }
 
 // healNow heals every fault in force, at once (the run was interrupted).
@@ -573,6 +599,7 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 		}
 		c := classify(f, tl)
 		byClass[c.class] = append(byClass[c.class], c)
+		r.failed = append(r.failed, c)
 	}
 	r.Unexplained, r.Silent, r.NoHealthy = len(byClass[classUnexplained]), len(byClass[classSilent]), len(byClass[classNoHealthy])
 	r.overloaded = byClass[classOverload]

@@ -32,6 +32,8 @@ type topology struct {
 	db dbOverload
 	// seed is the plan's, for the database layer's draws.
 	seed uint64
+	// fo measures failovers from the calls the frontends serve.
+	fo failoverWatch
 }
 
 // startTopology starts the endpoints in front of b, with a gRPC frontend behind each TCP
@@ -39,10 +41,11 @@ type topology struct {
 // listener cannot start; what started is closed then.
 func startTopology(b *rig.Backend, p *Plan) (*topology, error) {
 	t := &topology{seed: p.Seed}
+	t.fo.topo = t
 	for i := range t.eps {
 		target := b.Addr
 		if p.Frontends {
-			t.eps[i].calls = &appCalls{}
+			t.eps[i].calls = &appCalls{fo: &t.fo, e: i}
 			opts := []spannermetest.FrontendOption{spannermetest.WithSeed(int64(p.Seed) + int64(i)),
 				spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(t.db.interceptor(i), t.eps[i].calls.intercept))}
 			if p.Storm.MaxAge > 0 && p.Storm.Endpoint == i {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,8 @@ type load struct {
 	wg   sync.WaitGroup
 
 	ok, failed [numOpKinds]atomic.Int64
+	// groupCalls counts each group's calls ended, failed or not (in groupNames order).
+	groupCalls [numGroups]atomic.Int64
 
 	mu        sync.Mutex // guards the fields below
 	failures  []outcome  // every failed call
@@ -187,6 +190,7 @@ func (l *load) call(ctx context.Context, w workerSpec, rng *rand.Rand, n int) {
 	if w.group != GroupDefault {
 		cctx = spannerme.NewMEContext(cctx, w.group)
 	}
+	cctx = metadata.AppendToOutgoingContext(cctx, groupHeader, w.group) // for the failover table
 	o := outcome{worker: w.name, kind: w.kind, group: w.group, start: time.Now()}
 	var anomaly string
 	switch w.kind {
@@ -220,6 +224,9 @@ func (l *load) call(ctx context.Context, w workerSpec, rng *rand.Rand, n int) {
 		anomaly, o.err = l.heavy(cctx)
 	}
 	o.end = time.Now()
+	if g := slices.Index(groupNames[:], w.group); g >= 0 {
+		l.groupCalls[g].Add(1)
+	}
 	if o.err != nil {
 		l.failed[w.kind].Add(1)
 		l.mu.Lock()
