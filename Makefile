@@ -99,13 +99,17 @@ bench-client:
 ##                per client (plain, upstream, spannerme): medians with 95% confidence intervals
 ##                (6 runs at least) and each client against plain. COUNT=6, BENCHTIME=2s,
 ##                BENCH=Client_ (a -bench pattern); the raw results are kept in BENCH_OUT.
+##                Its timeout follows the work: BENCH_TIMEOUT, COUNT x BENCH_MINUTES (10: one
+##                count of every Client_ row at 2s, with room) plus 10 minutes.
 COUNT ?= 6
 BENCH ?= Client_
 BENCH_OUT ?= $(or $(TMPDIR),/tmp)/spannerme-bench-compare.txt
+BENCH_MINUTES ?= 10
+BENCH_TIMEOUT ?= $(shell expr $(COUNT) \* $(BENCH_MINUTES) + 10)m
 bench-compare:
-	@echo "benchmarks $(BENCH), $(COUNT) times; results in $(BENCH_OUT)"
+	@echo "benchmarks $(BENCH), $(COUNT) times (timeout $(BENCH_TIMEOUT)); results in $(BENCH_OUT)"
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -benchtime $(BENCHTIME) -count $(COUNT) \
-		-timeout $(TEST_TIMEOUT) ./spannerme/ > $(BENCH_OUT); status=$$?; \
+		-timeout $(BENCH_TIMEOUT) ./spannerme/ > $(BENCH_OUT); status=$$?; \
 		if [ $$status -ne 0 ]; then cat $(BENCH_OUT); exit $$status; fi
 	$(GO) run $(BENCHSTAT) -col /client $(BENCH_OUT)
 	@echo "raw results: $(BENCH_OUT)"

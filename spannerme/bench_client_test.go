@@ -357,18 +357,27 @@ func BenchmarkClient_GOAWAYStorm(b *testing.B) {
 func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, query func(context.Context, *spanner.Client) error) {
 	plainQPS := 0.0
 	for _, bc := range benchClients {
+		var row rowOnce // the frontend and the client, for every round of the row
 		b.Run(fmt.Sprintf("latency=%v/C=%d/client=%s", latency, c, bc.name), func(b *testing.B) {
-			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer fe.Close()
-			fe.SetLatency(latency)
-			client, closeClient := bc.new(b, fe.Addr(), fixture.SpannertestDatabase)
-			defer closeClient()
+			var fe *spannermetest.Frontend
+			var client *spanner.Client
+			warm := row.setUp(func() {
+				var err error
+				fe, err = spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
+				if err != nil {
+					b.Fatal(err)
+				}
+				row.closers = append(row.closers, func() { _ = fe.Close() })
+				fe.SetLatency(latency)
+				var closeClient func()
+				client, closeClient = bc.new(b, fe.Addr(), fixture.SpannertestDatabase)
+				row.closers = append(row.closers, closeClient)
+				row.vals = []any{fe, client}
+			})
+			fe, client = row.vals[0].(*spannermetest.Frontend), row.vals[1].(*spanner.Client)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
-			qps := measureWave(ctx, b, c, func() error { return query(ctx, client) })
+			qps := measureWave(ctx, b, c, warm, func() error { return query(ctx, client) })
 			channels := fe.Stats().Active - bc.probeConns
 			limit := float64(min(int64(c), channels*frontendStreams)) / latency.Seconds()
 			b.ReportMetric(qps, "qps")
@@ -380,19 +389,22 @@ func benchFrontend(b *testing.B, backend string, latency time.Duration, c int, q
 				b.ReportMetric(qps/plainQPS, "x-plain")
 			}
 		})
+		row.close() // before the next row: an idle client's upkeep would run beside it
 	}
 	benchFrontendTiers(b, backend, latency, c, query, plainQPS)
 }
 
-// measureWave is one row of the frontend benchmarks: it warms run up (the session exists,
-// and a pool that grows has grown for c), then calls it b.N*c times from c goroutines,
-// reports allocs/query and cpu-ns/query, and returns the queries per second. One op is a
-// wave of c queries: with one query per op, b.N would grow from 1 in rounds that each last
-// the latency, and a round with b.N < c measures nothing.
-func measureWave(ctx context.Context, b *testing.B, c int, run func() error) float64 {
+// measureWave is one round of a row of the frontend benchmarks: on the row's first round
+// (warm) it warms run up (the session exists, and a pool that grows has grown for c), then
+// calls it b.N*c times from c goroutines, reports allocs/query and cpu-ns/query, and returns
+// the queries per second. One op is a wave of c queries: with one query per op, b.N would grow
+// from 1 in rounds that each last the latency, and a round with b.N < c measures nothing.
+func measureWave(ctx context.Context, b *testing.B, c int, warm bool, run func() error) float64 {
 	b.Helper()
-	if err := runConcurrently(ctx, c, 2*c, run); err != nil {
-		b.Fatal(err)
+	if warm {
+		if err := runConcurrently(ctx, c, 2*c, run); err != nil {
+			b.Fatal(err)
+		}
 	}
 	queries := b.N * c
 	var before, after runtime.MemStats
@@ -412,6 +424,33 @@ func measureWave(ctx context.Context, b *testing.B, c int, run func() error) flo
 		b.ReportMetric(float64(cpuAfter-cpuBefore)/float64(queries), "cpu-ns/query")
 	}
 	return float64(queries) / elapsed.Seconds()
+}
+
+// rowOnce is what one row of the frontend benchmarks sets up (frontends, a client), kept for
+// every round of the row: testing runs a row's function once per b.N it tries, and setting up
+// and warming up again each time (a new pool grown for C streams, two waves) made a 1 s row cost
+// 7 waves instead of 5. Not safe for concurrent use (a row's rounds run one after the other).
+type rowOnce struct {
+	vals    []any    // what setUp made, for the rounds after the first
+	closers []func() // run by close, last first
+	done    bool
+}
+
+// setUp runs set on the first round only and reports whether it did (the round warms up).
+func (r *rowOnce) setUp(set func()) bool {
+	if r.done {
+		return false
+	}
+	r.done = true
+	set()
+	return true
+}
+
+// close closes what setUp made.
+func (r *rowOnce) close() {
+	for i := len(r.closers) - 1; i >= 0; i-- {
+		r.closers[i]()
+	}
 }
 
 // runConcurrently calls f n times from c goroutines and returns the first error.

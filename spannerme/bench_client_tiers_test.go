@@ -29,34 +29,40 @@ const tieredFrontends = 2
 // plainQPS, the plain client's qps at the same latency and concurrency in the same run (0:
 // not reported). The other metrics are benchFrontend's.
 func benchFrontendTiers(b *testing.B, backend string, latency time.Duration, c int, query func(context.Context, *spanner.Client) error, plainQPS float64) {
+	var row rowOnce // the frontends and the client, for every round of the row
+	defer row.close()
 	b.Run(fmt.Sprintf("latency=%v/C=%d/client=spannerme-tiers", latency, c), func(b *testing.B) {
-		var fes []*spannermetest.Frontend
-		var addrs []string
-		for range tieredFrontends {
-			fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		warm := row.setUp(func() {
+			var fes []*spannermetest.Frontend
+			var addrs []string
+			for range tieredFrontends {
+				fe, err := spannermetest.NewFrontend(backend, spannermetest.WithMaxConcurrentStreams(frontendStreams))
+				if err != nil {
+					b.Fatal(err)
+				}
+				row.closers = append(row.closers, func() { _ = fe.Close() })
+				fe.SetLatency(latency)
+				fes = append(fes, fe)
+				addrs = append(addrs, fe.Addr())
+			}
+			s := benchSettings
+			s.Tiers = map[string]TierSettings{"default": {Tiers: [][]string{addrs}}}
+			client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), fixture.SpannertestDatabase, benchConfig(),
+				options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, addrs...)}),
+				s, benchClientOptions()...)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer fe.Close()
-			fe.SetLatency(latency)
-			fes = append(fes, fe)
-			addrs = append(addrs, fe.Addr())
-		}
-		s := benchSettings
-		s.Tiers = map[string]TierSettings{"default": {Tiers: [][]string{addrs}}}
-		client, gme, err := NewMultiEndpointClientWithSettings(context.Background(), fixture.SpannertestDatabase, benchConfig(),
-			options("default", map[string]*multiendpoint.MultiEndpointOptions{"default": group(0, 0, addrs...)}),
-			s, benchClientOptions()...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { client.Close(); _ = gme.Close() }()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		if err := waitTierMembers(ctx, gme, tieredFrontends); err != nil {
-			b.Fatal(err)
-		}
-		qps := measureWave(ctx, b, c, func() error { return query(ctx, client) })
+			row.closers = append(row.closers, func() { client.Close(); _ = gme.Close() })
+			if err := waitTierMembers(ctx, gme, tieredFrontends); err != nil {
+				b.Fatal(err)
+			}
+			row.vals = []any{fes, client}
+		})
+		fes, client := row.vals[0].([]*spannermetest.Frontend), row.vals[1].(*spanner.Client)
+		qps := measureWave(ctx, b, c, warm, func() error { return query(ctx, client) })
 		var channels int64
 		for _, fe := range fes {
 			channels += fe.Stats().Active - latencyConns

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/callinfo"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -47,7 +48,9 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 	if err != nil {
 		return err
 	}
+	rec, picked := callinfo.From(ctx), p
 	p = gme.steering.Steer(p, me, id)
+	h := rec.Begin(me.Name(), method, picked.Endpoint(), p.Endpoint())
 	defer p.Release()
 	dr := gme.snap.Load().DirectedReads()
 	if dro := dr[me.Name()]; dro != nil {
@@ -56,6 +59,7 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 	start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 	tc := gme.tiers.Begin(me, p)
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
+	h.End(err)
 	tc.Done(err)
 	if err == nil {
 		gme.roTxns.NoteBegin(method, args, reply)
@@ -219,14 +223,16 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 	if err != nil {
 		return nil, spannerreq.WithError(err, id)
 	}
+	rec, picked := callinfo.From(ctx), p
 	p = gme.steering.Steer(p, me, id)
+	h := rec.Begin(me.Name(), method, picked.Endpoint(), p.Endpoint())
 	var cs grpc.ClientStream
 	if hg := gme.hedger.For(me.Name(), method, desc); hg != nil {
-		cs, err = gme.hedger.NewStream(ctx, hg, p, me, desc, method, id, opts)
+		cs, err = gme.hedger.NewStream(callinfo.Attach(ctx, h), hg, p, me, desc, method, id, opts)
 	} else {
 		start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
 		tc := gme.tiers.Begin(me, p)
-		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.steering.Resend})
+		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.steering.Resend, Rec: h})
 	}
 	if err != nil {
 		return nil, spannerreq.WithError(route.NotConnected(err, me, p), id)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/endpointname"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/route"
 )
@@ -131,7 +132,7 @@ func parseConfig(o *grpcgcp.GCPMultiEndpointOptions) (*config, error) {
 		g := groupConfig{name: name, recoveryTimeout: meo.RecoveryTimeout, switchingDelay: meo.SwitchingDelay}
 		seen := make(map[string]int, len(meo.Endpoints))
 		for i, e := range meo.Endpoints {
-			n, problem := normalizeEndpoint(e)
+			n, problem := endpointname.Normalize(e)
 			if problem != "" {
 				return nil, configErr(name, e, i, "%s", problem)
 			}

@@ -5,6 +5,8 @@ import (
 	"net"
 	"sort"
 	"strings"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/endpointname"
 )
 
 // EndpointOptions are options of one endpoint's channel pool (Settings.EndpointOptions,
@@ -62,7 +64,7 @@ func parseEndpointOptions(m map[string]EndpointOptions) (endpointOptions, error)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		n, problem := normalizeEndpoint(k)
+		n, problem := endpointname.Normalize(k)
 		if problem != "" {
 			return nil, configErr("", k, -1, "EndpointOptions: %s", problem)
 		}
@@ -118,7 +120,7 @@ func checkAuthority(a string) string {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return "not a host or host:port (" + err.Error() + ")"
 		}
-		return checkHostPort(a)
+		return endpointname.CheckHostPort(a)
 	}
 	return ""
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spannerme/spanner-multiendpoint/internal/bounded"
 	"github.com/spannerme/spanner-multiendpoint/internal/configfile"
+	"github.com/spannerme/spanner-multiendpoint/internal/endpointname"
 )
 
 // The limits of a configuration file's schema (docs/configuration.md, "Limits", states
@@ -257,7 +258,7 @@ func (d *fileDecoder) endpointOptions(n *configfile.Node, path string) error {
 			// An endpoint that no group lists is accepted, as in Settings.EndpointOptions
 			// (parseEndpointOptions): its options apply once a group lists it, so an
 			// endpoint taken out of its groups keeps its options in the file.
-			ne, problem := normalizeEndpoint(key.Value)
+			ne, problem := endpointname.Normalize(key.Value)
 			if problem != "" {
 				return d.ErrAt(key, p, "%s", problem)
 			}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spannerme/spanner-multiendpoint/internal/endpointname"
 )
 
 // Native fuzz targets (`make fuzz` runs each for FUZZTIME). Their seeds (f.Add below and
@@ -99,15 +101,15 @@ func FuzzEndpoint(f *testing.F) {
 		f.Add(e)
 	}
 	f.Fuzz(func(t *testing.T, e string) {
-		n, problem := normalizeEndpoint(e)
+		n, problem := endpointname.Normalize(e)
 		if (problem == "") == (n == "") {
-			t.Fatalf("normalizeEndpoint(%q) = %q, %q: want exactly one of them", e, n, problem)
+			t.Fatalf("endpointname.Normalize(%q) = %q, %q: want exactly one of them", e, n, problem)
 		}
 		if problem != "" {
 			return
 		}
-		if n2, p2 := normalizeEndpoint(n); n2 != n || p2 != "" {
-			t.Fatalf("normalizeEndpoint(%q) = %q, but normalizeEndpoint(%q) = %q, %q", e, n, n, n2, p2)
+		if n2, p2 := endpointname.Normalize(n); n2 != n || p2 != "" {
+			t.Fatalf("endpointname.Normalize(%q) = %q, but endpointname.Normalize(%q) = %q, %q", e, n, n, n2, p2)
 		}
 	})
 }

@@ -503,24 +503,6 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-func TestEndpointForms(t *testing.T) {
-	for in, want := range map[string]string{
-		"psc-east4:443":             "psc-east4:443",
-		"[::1]:9010":                "[::1]:9010",
-		"https://psc-east4":         "psc-east4:443",
-		"https://psc-east4:8443/":   "psc-east4:8443",
-		"https://[::1]":             "[::1]:443",
-		"dns:///psc-east4:443":      "dns:///psc-east4:443",
-		"passthrough:///10.0.0.1:1": "passthrough:///10.0.0.1:1",
-		"unix:/tmp/spanner.sock":    "unix:/tmp/spanner.sock",
-	} {
-		got, problem := normalizeEndpoint(in)
-		if problem != "" || got != want {
-			t.Errorf("normalizeEndpoint(%q) = %q, %q; want %q", in, got, problem, want)
-		}
-	}
-}
-
 func TestInvalidUpdateChangesNothing(t *testing.T) {
 	e1, e2 := startEndpoint(t, "E1"), startEndpoint(t, "E2")
 	orig := options("a", map[string]*multiendpoint.MultiEndpointOptions{

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/endpointname"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 )
 
@@ -58,7 +59,7 @@ func parseTiers(in map[string]TierSettings) (map[string]tierConfig, error) {
 		for _, tier := range ts.Tiers {
 			var norm []string
 			for _, e := range tier {
-				n, problem := normalizeEndpoint(e)
+				n, problem := endpointname.Normalize(e)
 				if problem != "" {
 					return nil, configErr(name, e, i, "Settings.Tiers: %s", problem)
 				}

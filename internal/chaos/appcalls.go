@@ -34,6 +34,10 @@ type appCalls struct {
 	// since and firstServed: the earliest arrival, at or after since, of an application call
 	// the frontend forwarded; zero while there is none (or no watch).
 	since, firstServed time.Time
+
+	// fo, when set, hears of every application call that succeeded, as endpoint e's.
+	fo *failoverWatch
+	e  int
 }
 
 // intercept records the application's calls; see appCalls.
@@ -43,6 +47,9 @@ func (a *appCalls) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 	at := time.Now()
 	err := handler(srv, ss)
+	if err == nil && a.fo != nil {
+		a.fo.served(a.e, groupOf(ss), at)
+	}
 	injected := err != nil && strings.Contains(status.Convert(err).Message(), injectedMarker)
 	a.mu.Lock()
 	defer a.mu.Unlock()

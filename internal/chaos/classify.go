@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // applied is one step as the run performed it: when, and the state it left.
@@ -51,6 +53,11 @@ const (
 	// classUnexplained: every group had a healthy endpoint and no silent fault was in force
 	// on them: the failover this project promises should have saved the call. Must be zero.
 	classUnexplained
+	// classOverload: refused by the database itself (query-overload, db-overload: an error
+	// the overloads inject, RESOURCE_EXHAUSTED, at every endpoint): no endpoint could serve
+	// it, and a plain client fails it the same way. Counted, and bounded by the overload rows.
+	classOverload
+	numClasses
 )
 
 // classified is a failed call with its class and the faults in force while it ran.
@@ -65,6 +72,9 @@ type classified struct {
 
 // classify sorts a failed call; see failureClass.
 func classify(o outcome, tl *faultTimeline) classified {
+	if o.code() == codes.ResourceExhausted && isOverloadRefusal(o.err) {
+		return classified{outcome: o, class: classOverload, faults: "db:overload"}
+	}
 	states := tl.during(o.start, o.end)
 	groups := []int{0} // the default group
 	if g := slices.Index(groupNames[:], o.group); g > 0 {

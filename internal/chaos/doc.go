@@ -25,13 +25,15 @@
 //
 // # Load
 //
-// Twelve workers (see workers), each with its own deadline per call (3s to 20s): read-write
+// Thirteen workers (see workers), each with its own deadline per call (3s to 20s): read-write
 // transfers between accounts (fixture.TransferInTx; each transfer worker owns its accounts,
 // because spannertest does not isolate concurrent read-write transactions), inserts with a
 // unique RequestId into Inserts (a RowId per transaction attempt, so a double commit
 // shows), strong point reads, SUM/COUNT queries, and streaming queries of 400 Events rows
-// checked row by row; the workers on "west" and "tiered" (point reads, inserts, streaming
-// queries) route their calls with spannerme.NewMEContext.
+// checked row by row, and a heavy query (COUNT(*) of Events every 50ms, marked with the
+// heavyQueryHeader metadata: the query the database refuses in a query-overload); the workers on
+// "west" and "tiered" (point reads, inserts, streaming queries) route their calls with
+// spannerme.NewMEContext.
 // On the emulator, read-write transactions run one at a time (it fails concurrent ones).
 //
 // # Schedule
@@ -77,8 +79,25 @@
 //	                   not the GOAWAY storm's, and,
 //	                   like the flapping member, takes no other step meanwhile; hard while
 //	                   down; every group keeps a healthy endpoint with the member down
+//	die-young          the TCP fake answers every new connection with HTTP/2 SETTINGS,
+//	                   then GOAWAY(NO_ERROR), and closes it (spannermetest Endpoint.DieYoung:
+//	                   a draining proxy or load balancer); its live connections are reset
+//	                   when it begins, so the client reconnects into it; held 4-10s
+//	                   (dieYoungMin to dieYoungMax) (hard: no connection lives)
+//	query-overload     the database refuses the heavy query at every frontend with
+//	                   RESOURCE_EXHAUSTED and no RetryInfo (a query over a resource limit);
+//	                   every other call passes; held 3-8s (overloadMin to overloadMax)
+//	db-overload        the database sheds load: every frontend fails 30% of the application's
+//	                   data calls (not session calls, not the client's probes) with
+//	                   RESOURCE_EXHAUSTED carrying a RetryInfo of 300ms, all at one time;
+//	                   held 3-8s
 //	reconfigure        UpdateMultiEndpoints: each group without tiers 1-3 endpoints in a
 //	                   random order (one draw in four restores the first configuration)
+//
+// query-overload and db-overload are the database's, not an endpoint's (State.Database): one
+// interceptor shared by the three frontends (dbOverload) injects them, on top of whatever
+// fault each endpoint has, one at a time, neither hard nor silent; they need frontends. Moving a
+// group to another endpoint relieves neither, so the client must not (issue 40).
 //
 // With frontends, one all-down phase in eight (dbOdds), where the run leaves it room, is a
 // database-wide failure instead: every fault is healed, 24s pass without one (dbLeadIn: the
@@ -127,6 +146,21 @@
 //     when the fault began and the calls started before the group failed over, each held
 //     to the worker's deadline d: 1 + ceil(5.5s / d) (silentBound);
 //   - failed calls while a group had no healthy endpoint: counted (nothing could serve them);
+//   - failed calls the database refused (RESOURCE_EXHAUSTED with the overloads' message,
+//     classOverload): counted, not lost, judged by the two overload rows below;
+//   - every die-young fault of at least 3s: from dieYoungSettle (2s) after its start to its
+//     heal, at most dieYoungRate (5) connections reach the endpoint in any second (its TCP
+//     fake's accepted connections, sampled every 100ms; a plain grpc-go ClientConn makes 1 in
+//     10s); its failed calls are judged by the rows above (it is hard, not silent: a group
+//     with another healthy endpoint fails none);
+//   - every query-overload: the heavy query fails with RESOURCE_EXHAUSTED at most 1.5
+//     frontend calls each on average (the client neither resends it elsewhere nor retries
+//     it), no other call is refused, no pool is seen cooling down (PoolStatus.Cooldown, polled
+//     every 100ms) and no group switches to a fallback away from an endpoint without a fault
+//     (from the fault's start to RecoveryTimeout after its heal, faults of the 5s before
+//     counted: justifyLookback);
+//   - every db-overload: at most 1% of the reads that ended during it failed, and no switch as
+//     above; writes refused and the cooldowns seen are counted;
 //   - every scheduled step applied; every group back on an Available, READY endpoint after
 //     the last heal;
 //   - with HealthDetection, every ejection happened while a fault was in force on that
@@ -152,6 +186,39 @@
 //   - goroutines back to their baseline after Close (goleak), heap after Close and GC within
 //     16 MiB of its baseline; with -race, no race (cmd/spannerme-chaos counts the race
 //     detector's reports on its stderr).
+//
+// # Failover table
+//
+// Before the invariants, the run prints how fast the client recovered (issue 43). Every call of
+// the load names its group in a header (groupHeader) and each frontend reports the application
+// calls it served successfully (failoverWatch.served). Every fault that makes an endpoint
+// unusable (down, blackhole, silent-blackhole, die-young, fe-unavailable, fe-hang, fe-partial
+// of 50% or more, fe-brownout, a member flap) starts an episode for each group whose calls the
+// endpoint served when it began (its current endpoint in Status; for tiered, a member of its
+// current tier) and that keeps another healthy endpoint. Per kind (a tier's episodes in a row of
+// their own, "[tier]"):
+//
+//   - failover: from the fault's start to the group's first success on another endpoint (a
+//     call that arrived there after the start). A fault that healed within its bound before
+//     the group moved needed none ("healed"); a group that kept another healthy endpoint for
+//     the whole bound without a success there counts as never;
+//   - back: from the heal, when it made the endpoint the group's first healthy one again (a
+//     member of its current tier), to the group's first success on it; for a tier, to the end
+//     of the first second in which the member carried 35% of its tier's calls (its full share
+//     after slow start, fullShare). Measured only while the endpoint stays where the group's
+//     calls belong; never when the whole bound passed so;
+//   - lost: of the group's calls that ended from the start to the heal, the share that failed
+//     while the group had another usable endpoint (the database's refusals left out).
+//
+// Each time is printed as count, p50, p99, max and the bound the docs give for the kind with the
+// run's settings: failover within RecoveryTimeout and one connect (ReconnectMaxDelay and
+// MinConnectTimeout: 1.75s) for connectivity's faults, silentDetection (5.5s) for those that
+// eject, the brownout Window, two latency samples and RecoveryTimeout (14.5s) for a brownout;
+// back within the same time to be usable again (one connect; MaxEjectionTime and a
+// ProbeInterval, 21s; Window and two samples) and SwitchingDelay (no jitter), or for a tier its
+// SlowStart and the second in which its share is measured. The row "failover and switch-back
+// p99 within each kind's bound" fails when a p99 passes its bound. Without frontends the table is
+// not made.
 //
 // A failed call is attributed to every state the run went through while it ran: the call's
 // group and the default group (the Spanner client's session RPCs use it) are judged at each.

@@ -54,6 +54,22 @@ const (
 	KindFlapDown
 	// KindFlapUp: the flapping member listens again, the flap goes on (see KindFlapDown).
 	KindFlapUp
+	// KindDieYoung: the TCP fake answers every new connection with the HTTP/2 server
+	// preface (SETTINGS), then GOAWAY(NO_ERROR), and closes it: connections that die young
+	// (a draining proxy or load balancer on the path; issue 40). Its live connections are
+	// reset when it begins, so the client must reconnect into it. Healed by KindPass.
+	KindDieYoung
+	// Database layer: the database behind every frontend, not one endpoint (State.Database).
+	// KindQueryOverload: the database refuses one query (the load's marked query,
+	// heavyQueryHeader) with RESOURCE_EXHAUSTED and no RetryInfo at every frontend: a query
+	// over a resource limit, which no endpoint would serve. Healed by KindOverloadPass.
+	KindQueryOverload
+	// KindDatabaseOverload: the database sheds load: every frontend fails
+	// dbOverloadFraction of the application's data calls with RESOURCE_EXHAUSTED carrying a
+	// RetryInfo of dbOverloadDelay, all at one time. Healed by KindOverloadPass.
+	KindDatabaseOverload
+	// KindOverloadPass heals KindQueryOverload and KindDatabaseOverload.
+	KindOverloadPass
 	// Configuration.
 	KindReconfigure // UpdateMultiEndpoints: endpoints added, removed, reordered
 	numKinds
@@ -66,6 +82,8 @@ const (
 	layerTCP layer = iota
 	layerFrontend
 	layerConfig
+	// layerDatabase: the database behind every endpoint (State.Database); needs frontends.
+	layerDatabase
 )
 
 // kindInfo describes a kind: its name, its layer, and how it affects an endpoint.
@@ -115,9 +133,23 @@ var kinds = [numKinds]kindInfo{
 	KindFrontendCommitFailLong: {name: "fe-commit-fail-long", layer: layerFrontend, hard: true, silent: true, heal: KindFrontendPass},
 	// A member flap: hard while the member is down, a fault (not hard) while it is up between
 	// two downs; healed by KindUp after its last down.
-	KindFlapDown:    {name: "flap-down", layer: layerTCP, hard: true, heal: KindUp},
-	KindFlapUp:      {name: "flap-up", layer: layerTCP, heal: KindUp},
-	KindReconfigure: {name: "reconfigure", layer: layerConfig},
+	KindFlapDown: {name: "flap-down", layer: layerTCP, hard: true, heal: KindUp},
+	KindFlapUp:   {name: "flap-up", layer: layerTCP, heal: KindUp},
+	// Hard: no new connection lives; the live ones are reset when it begins (see apply).
+	KindDieYoung: {name: "die-young", layer: layerTCP, hard: true, heal: KindPass},
+	// Neither hard nor silent: every other call passes (query-overload) or passes mostly and is
+	// retried by the Spanner client (db-overload, with its RetryInfo); the calls they fail
+	// are the database's refusals (classOverload), not a failover's.
+	KindQueryOverload:    {name: "query-overload", layer: layerDatabase, heal: KindOverloadPass},
+	KindDatabaseOverload: {name: "db-overload", layer: layerDatabase, heal: KindOverloadPass},
+	KindOverloadPass:     {name: "overload-pass", layer: layerDatabase},
+	KindReconfigure:      {name: "reconfigure", layer: layerConfig},
+}
+
+// needsFrontends reports whether kind k acts through the endpoints' gRPC frontends (their own,
+// or the database's at every one), so that it is drawn only when they exist.
+func (k Kind) needsFrontends() bool {
+	return kinds[k].layer == layerFrontend || kinds[k].layer == layerDatabase
 }
 
 func (k Kind) String() string {
@@ -183,7 +215,7 @@ func (f Fault) String() string {
 		b.WriteString(")")
 	case KindFrontendLatency, KindFrontendBrownout:
 		fmt.Fprintf(&b, "(%v)", f.Latency)
-	case KindFrontendPartial:
+	case KindFrontendPartial, KindDatabaseOverload:
 		fmt.Fprintf(&b, "(%.0f%%)", 100*f.Fraction)
 	}
 	return b.String()

@@ -2,245 +2,11 @@ package chaos
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 )
-
-// NumEndpoints is the number of fake PSC endpoints, e1..e3, all in front of ONE backend.
-const NumEndpoints = 3
-
-// The three groups (MultiEndpoints). Session RPCs of the Spanner client use the default group.
-const (
-	GroupDefault = "default"
-	GroupWest    = "west"
-	// GroupTiered has tiers (groupTiers): its top tier has two members.
-	GroupTiered = "tiered"
-)
-
-// groupNames lists the groups in a fixed order; Groups is indexed the same way.
-var groupNames = [...]string{GroupDefault, GroupWest, GroupTiered}
-
-const numGroups = len(groupNames)
-
-// tieredGroup is GroupTiered's index in groupNames.
-const tieredGroup = 2
-
-// groupTiers are the tiers of the groups that have them (Settings.Tiers), by index in
-// groupNames; nil for a group without tiers (each endpoint its own tier). A tiered group keeps
-// its tiers for the whole run: UpdateMultiEndpoints keeps Settings.Tiers and refuses another
-// list for such a group (docs/tiers.md), so a reconfiguration gives it its tiers flattened.
-var groupTiers = [numGroups][][]int{tieredGroup: {{0, 1}, {2}}}
-
-// tierSlowStart is the tiered group's TierSettings.SlowStart: compressed like the schedule
-// (a member flap's member is down and up every 1-3s), so that a run sees ramps end.
-const tierSlowStart = 2 * time.Second
-
-// Groups is a configuration: for each group (in groupNames order) its endpoints' indexes in
-// priority order (a tiered group: its tiers flattened). Slices are never modified once in a
-// Groups.
-type Groups [numGroups][]int
-
-// initialGroups is the configuration the client starts with and the plan may restore.
-var initialGroups = Groups{{0, 1, 2}, {2, 0}, flatten(groupTiers[tieredGroup])}
-
-// flatten returns the endpoints of tiers in order.
-func flatten(tiers [][]int) []int {
-	var out []int
-	for _, t := range tiers {
-		out = append(out, t...)
-	}
-	return out
-}
-
-// tiersOf returns group g's tiers under the configuration eps (its list in Groups): its
-// groupTiers, or each endpoint a tier of its own.
-func tiersOf(g int, eps []int) [][]int {
-	if groupTiers[g] != nil {
-		return groupTiers[g]
-	}
-	out := make([][]int, len(eps))
-	for i, e := range eps {
-		out[i] = []int{e}
-	}
-	return out
-}
-
-func (g Groups) String() string {
-	var b strings.Builder
-	for i, name := range groupNames {
-		if i > 0 {
-			b.WriteString(" ")
-		}
-		if groupTiers[i] == nil {
-			fmt.Fprintf(&b, "%s=[%s]", name, endpointList(g[i]))
-			continue
-		}
-		var parts []string
-		for _, t := range groupTiers[i] {
-			if len(t) == 1 {
-				parts = append(parts, endpointName(t[0]))
-			} else {
-				parts = append(parts, "["+endpointList(t)+"]")
-			}
-		}
-		fmt.Fprintf(&b, "%s=[%s]", name, strings.Join(parts, " "))
-	}
-	return b.String()
-}
-
-// endpointName is e1, e2 or e3 for index 0, 1, 2.
-func endpointName(i int) string { return fmt.Sprintf("e%d", i+1) }
-
-func endpointList(eps []int) string {
-	names := make([]string, len(eps))
-	for i, e := range eps {
-		names[i] = endpointName(e)
-	}
-	return strings.Join(names, " ")
-}
-
-// State is what the plan holds in force after a step: each endpoint's fault on each layer,
-// and the configuration.
-type State struct {
-	TCP      [NumEndpoints]Fault
-	Frontend [NumEndpoints]Fault
-	Groups   Groups
-}
-
-// healthy reports whether calls through endpoint e can succeed: no hard fault on either layer.
-func (s *State) healthy(e int) bool { return !s.TCP[e].hard() && !s.Frontend[e].hard() }
-
-// serves reports whether endpoint e is a healthy member of a group's current tier (its first
-// healthy endpoint, for a group without tiers): where the group's traffic belongs.
-func (s *State) serves(e int) bool {
-	for g := range numGroups {
-		if slices.Contains(s.currentTier(g), e) && s.healthy(e) {
-			return true
-		}
-	}
-	return false
-}
-
-// currentTier returns group g's current tier as the plan sees it: its first tier with a
-// healthy member (for a group without tiers, the first healthy endpoint alone); nil when no
-// endpoint of g is healthy.
-func (s *State) currentTier(g int) []int {
-	for _, t := range tiersOf(g, s.Groups[g]) {
-		if slices.ContainsFunc(t, s.healthy) {
-			return t
-		}
-	}
-	return nil
-}
-
-// faultFree reports whether endpoint e has no fault in force on either layer.
-func (s *State) faultFree(e int) bool { return !s.TCP[e].active() && !s.Frontend[e].active() }
-
-// groupHealthy reports whether group g lists at least one healthy endpoint.
-func (s *State) groupHealthy(g int) bool {
-	return slices.ContainsFunc(s.Groups[g], s.healthy)
-}
-
-// allGroupsHealthy reports whether every group lists a healthy endpoint.
-func (s *State) allGroupsHealthy() bool {
-	for g := range numGroups {
-		if !s.groupHealthy(g) {
-			return false
-		}
-	}
-	return true
-}
-
-// faults returns the faults in force, "e1:down e3:fe-hang", or "none".
-func (s *State) faults() string {
-	var parts []string
-	for e := range NumEndpoints {
-		for _, f := range []Fault{s.TCP[e], s.Frontend[e]} {
-			if f.active() {
-				parts = append(parts, endpointName(e)+":"+f.String())
-			}
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, " ")
-}
-
-// Step is one scheduled action.
-type Step struct {
-	// At is when the step is due, from the start of the schedule.
-	At time.Duration
-	// Kind is what it does.
-	Kind Kind
-	// Endpoint is the endpoint it acts on (an index; -1 for reconfigure).
-	Endpoint int
-	// Fault holds the parameters of a fault kind.
-	Fault Fault
-	// For is how long a fault is planned to hold (0 for instant steps and heals).
-	For time.Duration
-	// Groups is the new configuration of a reconfigure step.
-	Groups Groups
-	// Phase names the step's phase: "" for a phase in which every group keeps a healthy
-	// endpoint, "all-down" for the steps that start and end a phase with every endpoint down,
-	// "db-unavailable" for the heals before, the steps and the heals of a database-wide fault,
-	// "end" for the heals at the end of the schedule.
-	Phase string
-	// After is the plan's state once the step is applied.
-	After State
-}
-
-func (s Step) String() string {
-	var b strings.Builder
-	switch {
-	case s.Kind == KindReconfigure:
-		fmt.Fprintf(&b, "reconfigure %v", s.Groups)
-	case s.Fault.active():
-		fmt.Fprintf(&b, "%s %s", s.Fault, endpointName(s.Endpoint))
-	default:
-		fmt.Fprintf(&b, "%s %s", s.Kind, endpointName(s.Endpoint))
-	}
-	if s.For > 0 {
-		fmt.Fprintf(&b, " for %v", s.For.Round(time.Millisecond))
-	}
-	if s.Phase != "" {
-		fmt.Fprintf(&b, " [%s]", s.Phase)
-	}
-	return b.String()
-}
-
-// Plan is a whole schedule, a pure function of its seed, duration and whether frontends exist.
-type Plan struct {
-	Seed      uint64
-	Duration  time.Duration
-	Frontends bool
-	// Steps are in order of At.
-	Steps []Step
-	// Initial is the state before the first step.
-	Initial State
-	// Storm is the GOAWAY storm of the whole run (with frontends): one endpoint's frontend
-	// ends every connection once it is MaxAge old (gRPC adds ±10% jitter), and cuts the calls
-	// still running Grace later. gRPC fixes the age when the frontend starts, so the storm
-	// lasts the whole run, under every other fault.
-	Storm GoAwayStorm
-}
-
-// GoAwayStorm is a frontend's connection age limit; see Plan.Storm. The zero value is none.
-type GoAwayStorm struct {
-	Endpoint      int
-	MaxAge, Grace time.Duration
-}
-
-func (s GoAwayStorm) String() string {
-	if s.MaxAge == 0 {
-		return "none"
-	}
-	return fmt.Sprintf("%s's frontend sends GOAWAY on every connection %v old, cuts its calls %v later", endpointName(s.Endpoint), s.MaxAge, s.Grace)
-}
 
 // Timing of a plan. Durations are drawn uniformly from [min, max].
 const (
@@ -284,6 +50,11 @@ const (
 	// up for as long again, in turn: a cycle of 1-3s.
 	flapMin, flapMax         = 6 * time.Second, 30 * time.Second
 	flapHalfMin, flapHalfMax = 500 * time.Millisecond, 1500 * time.Millisecond
+	// Connections die young for dieYoungMin to dieYoungMax: long enough that the seconds after
+	// the first dieYoungSettle (in which the client may still reconnect at once) are counted.
+	dieYoungMin, dieYoungMax = 4 * time.Second, 10 * time.Second
+	// The database overloads hold overloadMin to overloadMax ("a few seconds").
+	overloadMin, overloadMax = 3 * time.Second, 8 * time.Second
 	// flapQuiet is how long a member flap's peer must have taken no step before the flap,
 	// and the lookback in which the flap's invariant holds a fault against it: a pool
 	// reconnects within a second of a heal (ReconnectMaxDelay 250ms, MinConnectTimeout 1s);
@@ -314,6 +85,11 @@ var weights = map[Kind]int{
 	KindFrontendCommitFailLong: 3,
 	// A member flap; drawn only where the phase leaves it flapMin (see eligible).
 	KindFlapDown: 12,
+	// Issue 40's faults: connections that die young, a query the database refuses at every
+	// endpoint, the database shedding load at every endpoint.
+	KindDieYoung:         8,
+	KindQueryOverload:    4,
+	KindDatabaseOverload: 4,
 }
 
 // partialFractions are the fractions a partial failure draws from: two the Spanner client's
@@ -497,6 +273,13 @@ func (g *planner) emit(s Step) int {
 			f = Fault{}
 		}
 		g.state.Frontend[s.Endpoint] = f
+	case info.layer == layerDatabase:
+		f := s.Fault
+		f.Step = idx
+		if info.heal == 0 {
+			f = Fault{}
+		}
+		g.state.Database = f
 	}
 	s.After = g.state
 	g.plan.Steps = append(g.plan.Steps, s)
@@ -531,6 +314,9 @@ func (g *planner) healAll(t time.Duration, phase string) {
 			g.emit(Step{At: t, Kind: kinds[f.Kind].heal, Endpoint: e, Phase: phase})
 		}
 	}
+	if f := g.state.Database; f.active() {
+		g.emit(Step{At: t, Kind: kinds[f.Kind].heal, Endpoint: -1, Phase: phase})
+	}
 }
 
 // pick draws one step among the kinds that can apply at t and emits it, with its heal.
@@ -543,7 +329,7 @@ func (g *planner) pick(t time.Duration) {
 	total := 0
 	for k := KindNone + 1; k < numKinds; k++ {
 		w := weights[k]
-		if w == 0 || (kinds[k].layer == layerFrontend && !g.plan.Frontends) {
+		if w == 0 || (k.needsFrontends() && !g.plan.Frontends) {
 			continue
 		}
 		var eps []int
@@ -581,6 +367,12 @@ func (g *planner) pick(t time.Duration) {
 	case o.kind == KindFrontendCommitFailLong:
 		s.For = g.between(commitLongMin, min(commitLongMax, g.phaseEnd-t))
 		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case o.kind == KindDieYoung:
+		s.For = g.between(dieYoungMin, dieYoungMax)
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
+	case kinds[o.kind].layer == layerDatabase:
+		s.For = g.between(overloadMin, overloadMax)
+		g.heals = append(g.heals, Step{At: t + s.For, Kind: kinds[o.kind].heal, Endpoint: e})
 	case o.kind == KindFlapDown:
 		peers := slices.DeleteFunc(g.flapPeers(e, t), func(p int) bool { return g.shielded(p, t) })
 		s.For = g.memberFlap(t, e, g.between(flapMin, min(flapMax, g.phaseEnd-t)))
@@ -610,179 +402,4 @@ func (g *planner) memberFlap(t time.Duration, e int, d time.Duration) time.Durat
 		g.heals = append(g.heals, Step{At: at, Kind: KindFlapDown, Endpoint: e, Fault: Fault{Kind: KindFlapDown}})
 		at += down
 	}
-}
-
-// eligible returns the endpoints that kind k can hit at t: not shielded by a brownout, the
-// layer is free (for reset: the endpoint forwards), and a hard fault leaves every group a
-// healthy endpoint. A brownout also needs the phase to leave it room (brownoutMin before
-// phaseEnd), no other brownout in force, an endpoint with no fault on either layer and not
-// the GOAWAY storm's (its latency must stay known), and a fallback (see fallbacks).
-func (g *planner) eligible(k Kind, t time.Duration) []int {
-	if k == KindFrontendBrownout && (g.phaseEnd-t < brownoutMin || t < g.brown.until) {
-		return nil
-	}
-	if k == KindFrontendCommitFailLong && g.phaseEnd-t < commitLongMin {
-		return nil
-	}
-	if k == KindFlapDown && (g.phaseEnd-t < flapMin || t < g.flap.until) {
-		return nil
-	}
-	// A long commit failure hits an endpoint that serves a group (its writes with it), with
-	// no fault on its TCP layer: the client must see its commits fail and eject it for them.
-	longCommitOn := func(e int) bool { return !g.state.TCP[e].active() && g.state.serves(e) }
-	var out []int
-	for e := range NumEndpoints {
-		if g.shielded(e, t) {
-			continue
-		}
-		if k == KindFrontendBrownout && (e == g.plan.Storm.Endpoint || g.state.TCP[e].active() || len(g.fallbacks(e)) == 0) {
-			continue
-		}
-		if k == KindFrontendCommitFailLong && !longCommitOn(e) {
-			continue
-		}
-		// A member flap hits a fault-free member of a tiered group's top tier that has a
-		// fault-free peer, neither of them shielded.
-		if k == KindFlapDown && (!g.state.faultFree(e) || !slices.ContainsFunc(g.flapPeers(e, t), func(p int) bool { return !g.shielded(p, t) })) {
-			continue
-		}
-		switch kinds[k].layer {
-		case layerTCP:
-			cur := g.state.TCP[e].Kind
-			if k == KindReset {
-				if cur != KindNone && cur != KindSlow {
-					continue
-				}
-			} else if cur != KindNone {
-				continue
-			}
-		case layerFrontend:
-			if !kinds[k].instant && g.state.Frontend[e].active() {
-				continue
-			}
-		}
-		if kinds[k].hard || k == KindFrontendPartial { // partial may draw a hard fraction
-			next := g.worst(t)
-			f := Fault{Kind: k, Fraction: 1}
-			if kinds[k].layer == layerTCP {
-				next.TCP[e] = f
-			} else {
-				next.Frontend[e] = f
-			}
-			if !next.allGroupsHealthy() {
-				continue
-			}
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// params draws the parameters of fault kind k.
-func (g *planner) params(k Kind) Fault {
-	f := Fault{Kind: k}
-	switch k {
-	case KindSlow:
-		f.Latency = g.between(5*time.Millisecond, 80*time.Millisecond).Round(time.Millisecond)
-		if g.rng.IntN(2) == 0 {
-			f.Bandwidth = (128 + g.rng.IntN(897)) << 10 // 128 KiB/s to 1 MiB/s
-		}
-	case KindFrontendLatency:
-		f.Latency = g.between(10*time.Millisecond, 300*time.Millisecond).Round(time.Millisecond)
-	case KindFrontendBrownout:
-		f.Latency = g.between(350*time.Millisecond, 600*time.Millisecond).Round(time.Millisecond)
-	case KindFrontendPartial:
-		f.Fraction = partialFractions[g.rng.IntN(len(partialFractions))]
-	}
-	return f
-}
-
-// reconfiguration draws a configuration in which every group without tiers lists 1 to 3
-// endpoints in a random order, every tiered group its tiers, each group a healthy endpoint
-// (the member of a member flap in force counted down), and, while a brownout holds at t, a group lists its
-// endpoint and its fallback; one draw in four restores the initial one. It reports false when
-// 20 draws found none.
-func (g *planner) reconfiguration(t time.Duration) (Groups, bool) {
-	for range 20 {
-		var next Groups
-		if g.rng.IntN(4) == 0 {
-			next = initialGroups
-		} else {
-			for i := range numGroups {
-				if groupTiers[i] != nil { // a tiered group keeps its tiers (see groupTiers)
-					next[i] = initialGroups[i]
-					continue
-				}
-				next[i] = g.rng.Perm(NumEndpoints)[:1+g.rng.IntN(NumEndpoints)]
-			}
-		}
-		s := g.worst(t)
-		s.Groups = next
-		if t < g.brown.until && !slices.ContainsFunc(next[:], func(eps []int) bool {
-			return slices.Contains(eps, g.brown.e) && slices.Contains(eps, g.brown.fallback)
-		}) {
-			continue
-		}
-		if s.allGroupsHealthy() {
-			return next, true
-		}
-	}
-	return Groups{}, false
-}
-
-// Print writes the plan, one step a line.
-func (p *Plan) Print(w io.Writer) {
-	fmt.Fprintf(w, "schedule of seed %d, duration %v, frontend faults %v: %d steps; initial configuration %v; GOAWAY storm: %v\n",
-		p.Seed, p.Duration, p.Frontends, len(p.Steps), p.Initial.Groups, p.Storm)
-	for _, s := range p.Steps {
-		fmt.Fprintf(w, "%7.1fs %s\n", s.At.Seconds(), s)
-	}
-}
-
-// soloWindows returns, for each endpoint, the longest stretch of the plan during which some
-// group's traffic belongs on it: it has no fault on either layer and every endpoint listed
-// before it in that group has a hard one. A soak whose plan gives every endpoint a stretch of a
-// few seconds moves traffic to every endpoint whatever the timing of the machine.
-func soloWindows(p *Plan) [NumEndpoints]time.Duration {
-	var best, open [NumEndpoints]time.Duration
-	var since [NumEndpoints]time.Duration
-	serving := func(s *State) [NumEndpoints]bool {
-		var on [NumEndpoints]bool
-		for _, g := range s.Groups {
-			for _, e := range g {
-				if !s.TCP[e].active() && !s.Frontend[e].active() {
-					on[e] = true
-					break
-				}
-				if s.healthy(e) {
-					break
-				}
-			}
-		}
-		return on
-	}
-	prev := serving(&p.Initial)
-	close := func(e int, at time.Duration) {
-		if open[e] = at - since[e]; open[e] > best[e] {
-			best[e] = open[e]
-		}
-	}
-	for _, s := range p.Steps {
-		now := serving(&s.After)
-		for e := range NumEndpoints {
-			switch {
-			case now[e] && !prev[e]:
-				since[e] = s.At
-			case !now[e] && prev[e]:
-				close(e, s.At)
-			}
-		}
-		prev = now
-	}
-	for e := range NumEndpoints {
-		if prev[e] {
-			close(e, p.Duration)
-		}
-	}
-	return best
 }

@@ -90,6 +90,13 @@ func checkPlan(t *testing.T, p *Plan) {
 				t.Fatalf("%s: step %d (%v) on an endpoint in %v", where, i, s, f)
 			}
 		case info.instant:
+		case info.layer == layerDatabase:
+			checkDatabaseLayer(t, where, state, s, i)
+			want.Database = Fault{}
+			if info.heal != 0 {
+				want.Database = s.Fault
+				want.Database.Step = i
+			}
 		case info.heal != 0: // a fault: its layer was free
 			cur := state.TCP[s.Endpoint]
 			if info.layer == layerFrontend {
@@ -150,6 +157,10 @@ func checkPlan(t *testing.T, p *Plan) {
 			checkCommitFailLong(t, where, p, i)
 		case s.Kind == KindFlapDown && !before.TCP[s.Endpoint].active():
 			checkMemberFlap(t, where, p, i)
+		case s.Kind == KindDieYoung:
+			checkHeldFor(t, where, p, i, KindPass, dieYoungMin, dieYoungMax)
+		case s.Kind == KindQueryOverload || s.Kind == KindDatabaseOverload:
+			checkHeldFor(t, where, p, i, KindOverloadPass, overloadMin, overloadMax)
 		}
 		if s.Phase == "all-down" && s.Kind == KindDown && i+1 < len(p.Steps) && p.Steps[i+1].Kind == KindUp {
 			for e := range NumEndpoints {
@@ -307,4 +318,78 @@ func checkMemberFlap(t *testing.T, where string, p *Plan, i int) {
 		}
 	}
 	t.Fatalf("%s: member flap of step %d (%v) never ended", where, i, s)
+}
+
+// checkDatabaseLayer checks step i of the database layer (query-overload, db-overload and their
+// heal): it names no endpoint (it acts on every one), only frontends carry it, a fault starts
+// on a free layer (one overload at a time) and a heal ends the one in force; db-overload fails
+// dbOverloadFraction of the calls.
+func checkDatabaseLayer(t *testing.T, where string, before State, s Step, i int) {
+	t.Helper()
+	if s.Endpoint != -1 {
+		t.Fatalf("%s: step %d (%v) names endpoint %d", where, i, s, s.Endpoint)
+	}
+	switch s.Kind {
+	case KindOverloadPass:
+		if !before.Database.active() {
+			t.Fatalf("%s: step %d (%v) with no overload in force", where, i, s)
+		}
+	default:
+		if before.Database.active() {
+			t.Fatalf("%s: step %d (%v) on top of %v", where, i, s, before.Database)
+		}
+		if s.Kind == KindDatabaseOverload && s.Fault.Fraction != dbOverloadFraction {
+			t.Fatalf("%s: step %d (%v) fails %v of the calls, want %v", where, i, s, s.Fault.Fraction, dbOverloadFraction)
+		}
+	}
+}
+
+// checkHeldFor checks that the fault of step i holds lo to hi (its For) and is healed by heal at
+// its At+For, or earlier by a phase that heals everything (all-down, db-unavailable, end).
+func checkHeldFor(t *testing.T, where string, p *Plan, i int, heal Kind, lo, hi time.Duration) {
+	t.Helper()
+	s := p.Steps[i]
+	if s.For < lo || s.For > hi {
+		t.Fatalf("%s: step %d (%v) holds %v, want %v-%v", where, i, s, s.For, lo, hi)
+	}
+	for _, h := range p.Steps[i+1:] {
+		if h.Kind != heal || h.Endpoint != s.Endpoint {
+			continue
+		}
+		if h.At > s.At+s.For || (h.At < s.At+s.For && h.Phase == "") {
+			t.Fatalf("%s: step %d (%v) healed at %v [%s], want %v or a phase's heal before", where, i, s, h.At, h.Phase, s.At+s.For)
+		}
+		return
+	}
+	t.Fatalf("%s: step %d (%v) never healed", where, i, s)
+}
+
+// TestPlanDrawsIssue40Faults: issue 40's faults appear in 3-minute plans with frontends (die-young
+// also without), at their weights' odds, and never without frontends for the database layer.
+func TestPlanDrawsIssue40Faults(t *testing.T) {
+	counts := map[bool]map[Kind]int{true: {}, false: {}}
+	for seed := uint64(1); seed <= 60; seed++ {
+		for _, fe := range []bool{true, false} {
+			p, err := NewPlan(seed, 3*time.Minute, fe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range p.Steps {
+				counts[fe][s.Kind]++
+			}
+		}
+	}
+	for _, k := range []Kind{KindDieYoung, KindQueryOverload, KindDatabaseOverload} {
+		if counts[true][k] < 20 {
+			t.Errorf("%v drawn %d times in 60 3-minute plans with frontends, want at least 20", k, counts[true][k])
+		}
+	}
+	if counts[false][KindDieYoung] < 20 {
+		t.Errorf("die-young drawn %d times without frontends, want at least 20 (a TCP fault)", counts[false][KindDieYoung])
+	}
+	for _, k := range []Kind{KindQueryOverload, KindDatabaseOverload, KindOverloadPass} {
+		if n := counts[false][k]; n > 0 {
+			t.Errorf("%v drawn %d times without frontends", k, n)
+		}
+	}
 }

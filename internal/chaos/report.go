@@ -59,6 +59,13 @@ type Report struct {
 	// Interrupted is how far the schedule got when the run was interrupted (its context
 	// ended); zero for a whole run. An interrupted run is not OK, whatever the table says.
 	Interrupted time.Duration
+	// Failover is the failover table (issue 43): per kind of fault that made an endpoint
+	// unusable, how long the affected groups took to move and to come back.
+	Failover []FailoverRow
+	// failed are the load's failed calls, classified (writes settled as committed left out).
+	failed []classified
+	// overloaded are the failed calls the database's overloads refused (classOverload).
+	overloaded []classified
 }
 
 // OK reports whether the whole schedule ran and no invariant failed.
@@ -95,6 +102,7 @@ func (r *Report) Summary() string {
 
 // Print writes the table of invariants and the summary line.
 func (r *Report) Print(w io.Writer) {
+	printFailover(w, r.Failover)
 	fmt.Fprintf(w, "\nInvariants (seed %d, %v, %s)\n", r.Seed, r.Duration, r.Backend)
 	fmt.Fprintf(w, "  %-3s %-7s %-58s %s\n", "#", "result", "invariant", "figures")
 	for i, inv := range r.Invariants {

@@ -254,6 +254,8 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 
 	l := newLoad(client, accounts, be.Emulator)
 	x := &executor{plan: plan, topo: topo, gme: gme, out: out}
+	w40 := startIssue40Watch(gme, topo, l)
+	x.w40 = w40
 	if plan.Frontends {
 		x.db = &dbWatch{gme: gme, topo: topo}
 	}
@@ -263,6 +265,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	health.mu.Lock()
 	health.start, health.counts, health.events = start, nil, nil // events before the load are the pools' first connections
 	health.mu.Unlock()
+	topo.fo.begin(start, l)
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
 	brown := startBrownoutLog(out, start, topo, gme)
@@ -278,6 +281,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	l.halt()
 	tl.stop()
 	brown.stop()
+	w40.stop()
 	fmt.Fprintf(out, "%7.1fs ** load stopped; verifying through a direct client\n", time.Since(start).Seconds())
 
 	vctx, vcancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -328,6 +332,11 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
 	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, rule4.spans(), &x.timeline, plan.Frontends))
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
+	eps, buckets, t0 := topo.fo.collect()
+	r.Failover = failoverTable(eps, &x.timeline, r.failed, buckets, t0, time.Now())
+	r.Invariants = append(r.Invariants, failoverInvariant(r.Failover, plan.Frontends))
+	r.Invariants = append(r.Invariants, dieYoungInvariant(dieYoungRuns(&x.timeline), w40.connSamples(), start))
+	r.Invariants = append(r.Invariants, overloadInvariants(w40.overloads(), r.overloaded, switches.Events(), &x.timeline, topo.name, plan.Frontends)...)
 	return r, nil // the deferred closes run before Run's leak check
 }
 
@@ -370,84 +379,6 @@ func settle(ctx context.Context, gme *spannerme.GCPMultiEndpoint, topo *topology
 	}
 }
 
-// executor applies the plan's steps at their times and records when it did.
-type executor struct {
-	plan *Plan
-	topo *topology
-	gme  *spannerme.GCPMultiEndpoint
-	out  io.Writer
-
-	mu       sync.Mutex // guards timeline.steps (appended) and errs
-	timeline faultTimeline
-	errs     []string
-	// db follows the database-wide faults (nil without frontends).
-	db *dbWatch
-}
-
-// state returns the state in force now.
-func (x *executor) state() State {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if n := len(x.timeline.steps); n > 0 {
-		return x.timeline.steps[n-1].step.After
-	}
-	return x.timeline.initial
-}
-
-// run applies every step at start + its At, in order. When ctx ends first it heals what is
-// in force and returns how long the schedule ran; it returns 0 after the whole schedule.
-func (x *executor) run(ctx context.Context, start time.Time) (interrupted time.Duration) {
-	for _, s := range x.plan.Steps {
-		select {
-		case <-time.After(time.Until(start.Add(s.At))):
-		case <-ctx.Done():
-			x.healNow(start)
-			return max(time.Since(start), time.Nanosecond)
-		}
-		x.apply(start, s)
-	}
-	return 0
-}
-
-// apply performs s and records it.
-func (x *executor) apply(start time.Time, s Step) {
-	var err error
-	x.db.before(s)
-	if s.Kind == KindReconfigure {
-		err = x.gme.UpdateMultiEndpoints(x.topo.options(s.Groups, RecoveryTimeout, SwitchingDelay))
-	} else {
-		err = x.topo.apply(s)
-	}
-	at := time.Now()
-	x.mu.Lock()
-	x.timeline.steps = append(x.timeline.steps, applied{at: at, step: s})
-	if err != nil {
-		x.errs = append(x.errs, fmt.Sprintf("%s: %v", s, err))
-	}
-	x.mu.Unlock()
-	x.db.after(s, at)
-	line := fmt.Sprintf("%7.1fs ** %s", at.Sub(start).Seconds(), s)
-	if err != nil {
-		line += fmt.Sprintf(" FAILED: %v", err)
-	}
-	fmt.Fprintln(x.out, line)
-}
-
-// healNow heals every fault in force, at once (the run was interrupted).
-func (x *executor) healNow(start time.Time) {
-	s := x.state()
-	for e := range NumEndpoints {
-		if f := s.TCP[e]; f.active() {
-			s.TCP[e] = Fault{}
-			x.apply(start, Step{Kind: kinds[f.Kind].heal, Endpoint: e, Phase: "interrupted", After: s})
-		}
-		if f := s.Frontend[e]; f.active() {
-			s.Frontend[e] = Fault{}
-			x.apply(start, Step{Kind: kinds[f.Kind].heal, Endpoint: e, Phase: "interrupted", After: s})
-		}
-	}
-}
-
 // printHeader prints what the run is: seed, topology, groups, load and fault odds.
 func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *topology) {
 	p := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
@@ -480,7 +411,7 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 	total := 0
 	var ks []Kind
 	for k, w := range weights {
-		if kinds[k].layer != layerFrontend || plan.Frontends {
+		if !k.needsFrontends() || plan.Frontends {
 			total += w
 			ks = append(ks, k)
 		}
@@ -498,166 +429,4 @@ func printHeader(out io.Writer, cfg Config, plan *Plan, be *rig.Backend, topo *t
 			dbOdds, dbLeadIn, dbMin, dbMax, dbAfter)
 	}
 	p("  schedule: %d steps, printed below as they are applied (the whole plan: -plan)", len(plan.Steps))
-}
-
-// invariantsOfData adds the rows about what the database holds.
-func (r *Report) invariantsOfData(v *verdict, verr error, l *load) {
-	if verr != nil {
-		r.Invariants = append(r.Invariants, Invariant{Name: "the database could be verified", Status: Fail, Result: verr.Error()})
-		return
-	}
-	inv := Invariant{Name: "total balance conserved", Status: Pass, Result: fmt.Sprintf("%d at the end, %d seeded", v.total, v.wantTotal)}
-	if v.total != v.wantTotal {
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-	inv = Invariant{Name: "every balance = seed + the transfers that committed", Status: Pass,
-		Result: fmt.Sprintf("%d accounts, %d differ", len(l.accounts), len(v.balances)), Details: firstLines(v.balances, 20)}
-	if len(v.balances) > 0 {
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-	r.Acked = v.transfersAcked + v.insertsAcked
-	r.Lost = v.lost()
-	inv = Invariant{Name: "every acknowledged commit present exactly once", Status: Pass,
-		Result:  fmt.Sprintf("%d transfers + %d inserts acknowledged; %d missing, %d duplicated", v.transfersAcked, v.insertsAcked, len(v.missing), len(v.duplicated)),
-		Details: firstLines(append(append([]string(nil), v.missing...), v.duplicated...), 20)}
-	if r.Lost > 0 {
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-	inv = Invariant{Name: "no unexplained rows (double commits, failed-then-committed)", Status: Pass,
-		Result: fmt.Sprintf("%d unexplained rows", len(v.wrong)), Details: firstLines(v.wrong, 20)}
-	if len(v.wrong) > 0 {
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-	r.UnknownCommitted = v.unknownCommitted
-	r.Invariants = append(r.Invariants, Invariant{Name: "commits with unknown outcome settled by their ID", Status: Pass,
-		Result: fmt.Sprintf("%d failed writes had sent Commit: %d committed (counted as done), %d did not (failed calls below)",
-			v.unknown, v.unknownCommitted, v.unknown-v.unknownCommitted)})
-	l.mu.Lock()
-	anomalies := append([]string(nil), l.anomalies...)
-	l.mu.Unlock()
-	inv = Invariant{Name: "every successful read consistent (sum, rows, balances >= 0)", Status: Pass,
-		Result:  fmt.Sprintf("%d reads, %d wrong", l.ok[opPointRead].Load()+l.ok[opSum].Load()+l.ok[opStream].Load(), len(anomalies)),
-		Details: firstLines(anomalies, 20)}
-	if len(anomalies) > 0 {
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-}
-
-// invariantsOfCalls classifies every failed call and adds the rows about them.
-func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTimeline) {
-	l.mu.Lock()
-	failures := append([]outcome(nil), l.failures...)
-	l.mu.Unlock()
-	sort.Slice(failures, func(i, j int) bool { return failures[i].start.Before(failures[j].start) })
-	var byClass [3][]classified
-	for _, f := range failures {
-		if v != nil && f.kind.isWrite() && v.settled[f.id] {
-			continue // committed: settled by its ID
-		}
-		c := classify(f, tl)
-		byClass[c.class] = append(byClass[c.class], c)
-	}
-	r.Unexplained, r.Silent, r.NoHealthy = len(byClass[classUnexplained]), len(byClass[classSilent]), len(byClass[classNoHealthy])
-	list := func(cs []classified, n int) []string {
-		var out []string
-		for _, c := range cs {
-			msg := c.err.Error()
-			if len(msg) > 200 {
-				msg = msg[:200] + "..."
-			}
-			out = append(out, fmt.Sprintf("%7.1fs %-16s %v after %v; faults in force: %s; %s",
-				c.start.Sub(tl.start).Seconds(), c.worker, c.code(), c.end.Sub(c.start).Round(time.Millisecond), c.faults, msg))
-		}
-		return firstLines(out, n)
-	}
-	inv := Invariant{Name: "failed calls while every group had a healthy endpoint", Status: Pass,
-		Result:  fmt.Sprintf("%d, none allowed (no silent fault on their groups either)", r.Unexplained),
-		Details: list(byClass[classUnexplained], 30)}
-	if r.Unexplained > 0 {
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-	r.Invariants = append(r.Invariants, tierInvariant(byClass[classUnexplained], tl, list))
-
-	silent := byClass[classSilent]
-	inv = Invariant{Name: "failed calls under silent faults (READY but failing/hung)", Details: list(silent, 30)}
-	summary := countBy(silent)
-	if !cfg.HealthDetection {
-		inv.Status = Counted
-		inv.Result = fmt.Sprintf("%d (%s); this build has no outcome-based health (issue 8), so a group stays on such an endpoint: bound = every call routed there during the fault", len(silent), summary)
-	} else {
-		over := overSilentBound(silent)
-		inv.Status = Pass
-		inv.Result = fmt.Sprintf("%d (%s); bound per worker per fault: 1 + ceil(%v / its deadline) (the call in flight, and those before failover)",
-			len(silent), summary, silentDetection)
-		if len(over) > 0 {
-			inv.Status = Fail
-			inv.Details = append(firstLines(over, 10), inv.Details...)
-		}
-	}
-	r.Invariants = append(r.Invariants, inv)
-	r.Invariants = append(r.Invariants, Invariant{Name: "failed calls while a group had no healthy endpoint", Status: Counted,
-		Result:  fmt.Sprintf("%d (%s); allowed: nothing could serve them", r.NoHealthy, countBy(byClass[classNoHealthy])),
-		Details: list(byClass[classNoHealthy], 10)})
-}
-
-// countBy summarizes failed calls by code: "DeadlineExceeded x3, Unavailable x1", or "none".
-func countBy(cs []classified) string {
-	counts := map[string]int{}
-	for _, c := range cs {
-		counts[c.code().String()]++
-	}
-	var parts []string
-	for code, n := range counts {
-		parts = append(parts, fmt.Sprintf("%s x%d", code, n))
-	}
-	sort.Strings(parts)
-	return joinOr(parts, "none")
-}
-
-// invariantsOfRun adds the rows about the schedule and the client's recovery.
-func (r *Report) invariantsOfRun(x *executor, settled time.Duration, settleErr error, switches *rig.SwitchLog, health *healthLog) {
-	x.mu.Lock()
-	errs := append([]string(nil), x.errs...)
-	n := len(x.timeline.steps)
-	x.mu.Unlock()
-	var applied []string
-	for k := KindNone + 1; k < numKinds; k++ {
-		if c := r.Applied[k]; c > 0 {
-			applied = append(applied, fmt.Sprintf("%s %d", k, c))
-		}
-	}
-	inv := Invariant{Name: "every scheduled step applied", Status: Pass,
-		Result: fmt.Sprintf("%d of %d steps: %s", n, len(x.plan.Steps), strings.Join(applied, ", ")), Details: firstLines(errs, 20)}
-	switch {
-	case len(errs) > 0:
-		inv.Status = Fail
-	case r.Interrupted > 0:
-		inv.Status = NotChecked
-		inv.Result = fmt.Sprintf("interrupted at %v: ", r.Interrupted.Round(100*time.Millisecond)) + inv.Result
-	case n < len(x.plan.Steps):
-		inv.Status = Fail
-	}
-	r.Invariants = append(r.Invariants, inv)
-	reasons := map[string]int{}
-	for _, ev := range switches.Events() {
-		reasons[ev.Reason.String()]++
-	}
-	var rs []string
-	for k, v := range reasons {
-		rs = append(rs, fmt.Sprintf("%s %d", k, v))
-	}
-	sort.Strings(rs)
-	inv = Invariant{Name: "client settled after the last heal", Status: Pass,
-		Result: fmt.Sprintf("every group on an Available, READY endpoint %v after the last heal; switches: %s; health: %s; KB served by e1/e2/e3: %d/%d/%d",
-			settled.Round(time.Millisecond), joinOr(rs, "none"), health.summary(), r.Served[0], r.Served[1], r.Served[2])}
-	if settleErr != nil {
-		inv.Status, inv.Result = Fail, settleErr.Error()
-	}
-	r.Invariants = append(r.Invariants, inv)
 }

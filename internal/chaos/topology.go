@@ -28,19 +28,26 @@ type endpoint struct {
 // topology is the run's network: ONE backend and NumEndpoints endpoints in front of it.
 type topology struct {
 	eps [NumEndpoints]endpoint
+	// db is the database layer's fault at every frontend (query-overload, db-overload).
+	db dbOverload
+	// seed is the plan's, for the database layer's draws.
+	seed uint64
+	// fo measures failovers from the calls the frontends serve.
+	fo failoverWatch
 }
 
 // startTopology starts the endpoints in front of b, with a gRPC frontend behind each TCP
 // fake when p has frontend faults (seeded from p.Seed, the GOAWAY storm p.Storm). Errors: a
 // listener cannot start; what started is closed then.
 func startTopology(b *rig.Backend, p *Plan) (*topology, error) {
-	t := &topology{}
+	t := &topology{seed: p.Seed}
+	t.fo.topo = t
 	for i := range t.eps {
 		target := b.Addr
 		if p.Frontends {
-			t.eps[i].calls = &appCalls{}
+			t.eps[i].calls = &appCalls{fo: &t.fo, e: i}
 			opts := []spannermetest.FrontendOption{spannermetest.WithSeed(int64(p.Seed) + int64(i)),
-				spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(t.eps[i].calls.intercept))}
+				spannermetest.WithServerOptions(grpc.ChainStreamInterceptor(t.db.interceptor(i), t.eps[i].calls.intercept))}
 			if p.Storm.MaxAge > 0 && p.Storm.Endpoint == i {
 				opts = append(opts, spannermetest.WithMaxConnectionAge(p.Storm.MaxAge, p.Storm.Grace))
 			}
@@ -129,6 +136,17 @@ var errNoFrontend = errors.New("chaos: frontend fault without frontends")
 
 // apply performs a fault or heal step on its endpoint (not reconfigure).
 func (t *topology) apply(s Step) error {
+	if kinds[s.Kind].layer == layerDatabase {
+		if t.eps[0].fe == nil {
+			return errNoFrontend
+		}
+		k := s.Kind
+		if k == KindOverloadPass {
+			k = KindNone
+		}
+		t.db.set(k, t.seed^uint64(s.At))
+		return nil
+	}
 	e := t.eps[s.Endpoint]
 	if kinds[s.Kind].layer == layerFrontend && e.fe == nil {
 		return errNoFrontend
@@ -145,6 +163,11 @@ func (t *topology) apply(s Step) error {
 		e.tcp.Drop()
 	case KindSilentBlackhole:
 		e.tcp.Blackhole()
+	case KindDieYoung:
+		// DieYoung answers new connections with SETTINGS, GOAWAY and a close, and leaves live
+		// ones forwarding: Drop sends the client into it.
+		e.tcp.DieYoung()
+		e.tcp.Drop()
 	case KindSlow:
 		e.tcp.Slow(s.Fault.Latency, s.Fault.Bandwidth)
 	case KindPass:

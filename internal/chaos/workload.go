@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/spanner"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/fixture"
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
@@ -25,10 +27,13 @@ const (
 	opPointRead               // strong single-row read of an account
 	opSum                     // strong query: SUM(Balance) and COUNT(*) of Accounts
 	opStream                  // streaming query of every Events row, checked row by row
+	// opHeavy: a query over Events marked with heavyQueryHeader: the one the database refuses
+	// during a query-overload (RESOURCE_EXHAUSTED without RetryInfo, at every endpoint).
+	opHeavy
 	numOpKinds
 )
 
-var opNames = [numOpKinds]string{"transfer", "insert", "point read", "sum query", "stream query"}
+var opNames = [numOpKinds]string{"transfer", "insert", "point read", "sum query", "stream query", "heavy query"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -71,6 +76,9 @@ var workers = []workerSpec{
 	{"read/tiered", opPointRead, GroupTiered, 3 * time.Second, 2 * time.Millisecond, nil},
 	{"insert/tiered", opInsert, GroupTiered, 6 * time.Second, 5 * time.Millisecond, nil},
 	{"stream/tiered", opStream, GroupTiered, 8 * time.Second, 20 * time.Millisecond, nil},
+	// The heavy query, every 50ms (issue 40's case): refused everywhere during a
+	// query-overload, served otherwise. Last, so that the other workers keep their draws.
+	{"heavy/default", opHeavy, GroupDefault, 3 * time.Second, 50 * time.Millisecond, nil},
 }
 
 // The Events rows the stream queries read: eventRows rows of eventPayload bytes each.
@@ -121,6 +129,8 @@ type load struct {
 	wg   sync.WaitGroup
 
 	ok, failed [numOpKinds]atomic.Int64
+	// groupCalls counts each group's calls ended, failed or not (in groupNames order).
+	groupCalls [numGroups]atomic.Int64
 
 	mu        sync.Mutex // guards the fields below
 	failures  []outcome  // every failed call
@@ -180,6 +190,7 @@ func (l *load) call(ctx context.Context, w workerSpec, rng *rand.Rand, n int) {
 	if w.group != GroupDefault {
 		cctx = spannerme.NewMEContext(cctx, w.group)
 	}
+	cctx = metadata.AppendToOutgoingContext(cctx, groupHeader, w.group) // for the failover table
 	o := outcome{worker: w.name, kind: w.kind, group: w.group, start: time.Now()}
 	var anomaly string
 	switch w.kind {
@@ -209,8 +220,13 @@ func (l *load) call(ctx context.Context, w workerSpec, rng *rand.Rand, n int) {
 		anomaly, o.err = l.sum(cctx)
 	case opStream:
 		anomaly, o.err = l.stream(cctx)
+	case opHeavy:
+		anomaly, o.err = l.heavy(cctx)
 	}
 	o.end = time.Now()
+	if g := slices.Index(groupNames[:], w.group); g >= 0 {
+		l.groupCalls[g].Add(1)
+	}
 	if o.err != nil {
 		l.failed[w.kind].Add(1)
 		l.mu.Lock()
@@ -298,6 +314,30 @@ func (l *load) stream(ctx context.Context) (anomaly string, err error) {
 		return err.Error(), nil
 	}
 	return "", err
+}
+
+// heavy runs the heavy query (opHeavy), marked with heavyQueryHeader: every Events row counted.
+func (l *load) heavy(ctx context.Context) (anomaly string, err error) {
+	ctx = metadata.AppendToOutgoingContext(ctx, heavyQueryHeader, "1")
+	var n int64
+	err = l.client.Single().Query(ctx, spanner.Statement{SQL: "SELECT COUNT(*) FROM " + fixture.TableEvents}).Do(
+		func(r *spanner.Row) error { return r.Columns(&n) })
+	if err != nil {
+		return "", err
+	}
+	if n != eventRows {
+		return fmt.Sprintf("COUNT(*) of %s %d, want %d", fixture.TableEvents, n, eventRows), nil
+	}
+	return "", nil
+}
+
+// reads returns the reads (point reads, sum and stream queries) ended so far, failed or not.
+func (l *load) reads() int64 {
+	var n int64
+	for _, k := range []opKind{opPointRead, opSum, opStream} {
+		n += l.ok[k].Load() + l.failed[k].Load()
+	}
+	return n
 }
 
 // totals returns the calls so far: succeeded and failed, all kinds together.

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/callinfo"
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
@@ -111,7 +112,8 @@ func (h *Hedger) NewStream(ctx context.Context, g *Group, p *pool.Pool, me *mult
 	desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	start := h.env.Begin(pctx, p, me.Name())
-	cs, err := p.NewStream(pctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: spannerreq.Class(method, nil)})
+	cs, err := p.NewStream(pctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: spannerreq.Class(method, nil),
+		Rec: callinfo.HandleFrom(ctx)})
 	if err != nil {
 		cancel()
 		return nil, err

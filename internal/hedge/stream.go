@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/callinfo"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
 	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
@@ -205,7 +206,8 @@ func (s *Stream) openHedge(ctx context.Context, req proto.Message) (grpc.ClientS
 	}
 	opts = append(opts, grpc.Header(&s.hedgeHeader), grpc.Trailer(&s.hedgeTrail), grpc.Peer(&s.hedgePeer))
 	start := s.h.env.Begin(ctx, p, s.me.Name())
-	cs, err := p.NewStream(ctx, s.desc, s.method, opts, pool.CallInfo{Group: s.me.Name(), Tag: s.id, Start: start, Class: spannerreq.Class(s.method, nil)})
+	cs, err := p.NewStream(ctx, s.desc, s.method, opts, pool.CallInfo{Group: s.me.Name(), Tag: s.id, Start: start, Class: spannerreq.Class(s.method, nil),
+		Rec: callinfo.HandleFrom(s.ctx).Hedge(p.Endpoint())})
 	if err == nil {
 		if err = cs.SendMsg(req); err == nil {
 			err = cs.CloseSend()
@@ -326,6 +328,7 @@ func (s *Stream) first(m any) error {
 	<-s.hedgeDone
 	s.drainPrimary(err)
 	s.group.won.Add(1)
+	callinfo.HandleFrom(s.ctx).HedgeWon()
 	s.hedged.Store(true)
 	if s.hedgeErr != nil {
 		s.endHedged()

@@ -79,7 +79,7 @@ func (s *Stream) resend(err error) *Stream {
 	if !ok {
 		return nil
 	}
-	call.Resend = nil
+	call.Resend, call.Rec = nil, s.call.Rec.Resent(q.Endpoint())
 	r, err := q.StartStream(s.ctx, s.desc, s.method, s.callerOpts, call)
 	if err != nil {
 		return nil

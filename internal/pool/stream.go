@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/callinfo"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 )
 
@@ -39,6 +40,9 @@ type CallInfo struct {
 	// Resend, if not nil, may send a server-streaming stream that failed before any
 	// response message again on another pool (resend.go). Nil costs nothing.
 	Resend Resender
+	// Rec, if not nil, is the stream's attempt in the caller's call record (internal/callinfo):
+	// told of the stream's end, and of its resend. Nil costs nothing.
+	Rec *callinfo.Handle
 }
 
 // FirstResponder receives the first response of a stream (CallInfo.First). It is called
@@ -208,6 +212,7 @@ func (s *Stream) end(err error) {
 			err = nil
 		}
 		s.first(err)
+		s.call.Rec.End(err)
 		if !s.call.Start.IsZero() {
 			s.pool.obs.CallEnd(s.ctx, s.call.Group, s.call.Start, err)
 		}

@@ -1,4 +1,6 @@
-package spannerme
+// Package endpointname checks the endpoints a configuration names and gives each the form that
+// is its identity (spannerme's groups, tiers, endpoint options and configuration file).
+package endpointname
 
 import (
 	"net"
@@ -11,7 +13,7 @@ import (
 // (https://github.com/grpc/grpc/blob/master/doc/naming.md).
 var targetSchemes = []string{"dns:", "passthrough:", "unix:", "unix-abstract:"}
 
-// normalizeEndpoint checks one configured endpoint and returns the form used as its identity:
+// Normalize checks one configured endpoint and returns the form used as its identity:
 //
 //   - "host:port" and "[v6]:port" are kept as they are;
 //   - gRPC target URIs ("dns:///host:port", "passthrough:///addr", "unix:path",
@@ -19,7 +21,7 @@ var targetSchemes = []string{"dns:", "passthrough:", "unix:", "unix-abstract:"}
 //   - "https://host[:port]" becomes "host:port" (port 443 when absent).
 //
 // Anything else returns a non-empty problem.
-func normalizeEndpoint(e string) (normalized, problem string) {
+func Normalize(e string) (normalized, problem string) {
 	if e == "" {
 		return "", "empty endpoint"
 	}
@@ -42,7 +44,7 @@ func normalizeEndpoint(e string) (normalized, problem string) {
 		if _, _, err := net.SplitHostPort(rest); err != nil {
 			rest = net.JoinHostPort(strings.Trim(rest, "[]"), "443")
 		}
-		if p := checkHostPort(rest); p != "" {
+		if p := CheckHostPort(rest); p != "" {
 			return "", p
 		}
 		return rest, ""
@@ -50,13 +52,14 @@ func normalizeEndpoint(e string) (normalized, problem string) {
 	if strings.Contains(e, "://") {
 		return "", "unsupported scheme (use host:port, https://host[:port], or a dns:, passthrough: or unix: gRPC target)"
 	}
-	if p := checkHostPort(e); p != "" {
+	if p := CheckHostPort(e); p != "" {
 		return "", p
 	}
 	return e, ""
 }
 
-func checkHostPort(hp string) string {
+// CheckHostPort returns what is wrong with hp as "host:port" (a port from 1 to 65535), or "".
+func CheckHostPort(hp string) string {
 	host, port, err := net.SplitHostPort(hp)
 	if err != nil {
 		return "not host:port (" + err.Error() + ")"

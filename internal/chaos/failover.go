@@ -1,0 +1,223 @@
+package chaos
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// How fast the client recovers (issue 43): for every fault that makes an endpoint unusable,
+// the time from its start to the first success of each affected group's calls on another
+// endpoint (the failover), and from its heal to the group's first success back on it (the
+// switch-back; for a member of a tier, to its full share of the tier's calls). The frontends
+// see which group each application call belongs to (groupHeader) and report its success here
+// (failoverWatch.served); the executor tells when faults start and heal.
+
+// groupHeader carries the group of each of the load's calls to the frontends (the Spanner
+// client keeps the caller's outgoing metadata on every RPC of a call: see heavyQueryHeader).
+const groupHeader = "x-chaos-group"
+
+const (
+	// shareBucket is the resolution of the tiered group's successes per endpoint, from which
+	// a member's return to its full share is found.
+	shareBucket = 100 * time.Millisecond
+	// shareWindow is the window over which a member's share of its tier is measured, and
+	// shareMin the least calls of the tier in it for the share to mean anything.
+	shareWindow = time.Second
+	shareMin    = 5
+	// fullShare is a member's full share of a tier of two as issue 40 states it (35-65%):
+	// each member at least 35% of the tier's calls.
+	fullShare = 0.35
+)
+
+// unusable reports whether fault f makes its endpoint unusable (issue 43's kinds: kill,
+// blackhole, UNAVAILABLE on a live connection, hang, brownout, connections that die young, a
+// tier member's death); prev is the endpoint's fault on that layer before it, so that only the
+// first flap-down of a member flap starts one.
+func unusable(f, prev Fault) bool {
+	switch f.Kind {
+	case KindDown, KindBlackhole, KindSilentBlackhole, KindDieYoung, KindFrontendUnavailable, KindFrontendHang, KindFrontendBrownout:
+		return true
+	case KindFrontendPartial:
+		return f.Fraction >= hardPartial
+	case KindFlapDown:
+		return !prev.active()
+	}
+	return false
+}
+
+// foKind is the row of the failover table a fault is counted in.
+func foKind(f Fault) string {
+	switch f.Kind {
+	case KindFlapDown:
+		return "member-flap" // from its first down, and back from its final up
+	case KindFrontendPartial:
+		return "fe-partial(>=50%)"
+	}
+	return f.Kind.String()
+}
+
+// episode is one fault that made an endpoint unusable, seen from one group whose calls it
+// served when it began.
+type episode struct {
+	kind     string
+	fault    Fault
+	endpoint int
+	group    int
+	tiered   bool // the group's tier spreads its calls (the share is measured on the way back)
+	start    time.Time
+	heal     time.Time // zero: not healed before the run ended
+	// elsewhere is the group's first success on another endpoint at or after start (its
+	// arrival at the frontend at or after start, reported when it succeeded); zero: none.
+	elsewhere time.Time
+	// back is the group's first success on endpoint at or after heal (watched only when the
+	// heal made it the group's first healthy endpoint again: backWatched); zero: none.
+	back        time.Time
+	backWatched bool
+	// callsAtStart and callsAtHeal are the group's calls ended by then (load.groupCalls).
+	callsAtStart, callsAtHeal int64
+}
+
+// failoverWatch follows the episodes: the executor opens them (after) and the frontends close
+// their watches (served). Safe for concurrent use.
+type failoverWatch struct {
+	topo *topology
+	load *load // nil until the load starts (set by begin)
+
+	mu       sync.Mutex // guards the fields below
+	start    time.Time
+	episodes []*episode
+	// tierBuckets counts the tiered group's successes per endpoint per shareBucket from start.
+	tierBuckets [NumEndpoints][]int32
+}
+
+// begin starts the watch at t0 with the load whose groups' calls it counts.
+func (w *failoverWatch) begin(t0 time.Time, l *load) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.start, w.load = t0, l
+}
+
+// served is called by endpoint e's frontend for each of the application's calls that
+// succeeded: arrived at arrival, its group named by group.
+func (w *failoverWatch) served(e int, group string, arrival time.Time) {
+	g := slices.Index(groupNames[:], group)
+	if g < 0 {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.start.IsZero() || arrival.Before(w.start) {
+		return
+	}
+	if g == tieredGroup {
+		b := int(arrival.Sub(w.start) / shareBucket)
+		for len(w.tierBuckets[e]) <= b {
+			w.tierBuckets[e] = append(w.tierBuckets[e], 0)
+		}
+		w.tierBuckets[e][b]++
+	}
+	for _, ep := range w.episodes {
+		if ep.group != g {
+			continue
+		}
+		if ep.elsewhere.IsZero() && e != ep.endpoint && !arrival.Before(ep.start) {
+			ep.elsewhere = now
+		}
+		if ep.backWatched && ep.back.IsZero() && e == ep.endpoint && !arrival.Before(ep.heal) {
+			ep.back = now
+		}
+	}
+}
+
+// groupOf returns the group named in the call's groupHeader, or "".
+func groupOf(ss grpc.ServerStream) string {
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	if v := md.Get(groupHeader); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// after is called once step s was applied at at; prev is the plan's state before it and
+// current the groups' current endpoints (indexes, -1 for none) just before it. A fault that
+// makes an endpoint unusable opens an episode for every group whose calls it served (its
+// current endpoint; for a tiered group, a member of its current tier) and that keeps a healthy
+// endpoint; a heal of that endpoint's layer closes them, and watches the way back of each
+// group for which it is the first healthy endpoint again (a member of its current tier).
+func (w *failoverWatch) after(s Step, at time.Time, prev State, current [numGroups]int) {
+	if w == nil || s.Endpoint < 0 {
+		return
+	}
+	info := kinds[s.Kind]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.load == nil {
+		return
+	}
+	e := s.Endpoint
+	prevFault := prev.TCP[e]
+	if info.layer == layerFrontend {
+		prevFault = prev.Frontend[e]
+	}
+	if info.heal != 0 && unusable(s.Fault, prevFault) {
+		for g := range numGroups {
+			tiered := groupTiers[g] != nil
+			serves := current[g] == e
+			if tiered {
+				serves = slices.Contains(prev.currentTier(g), e)
+			}
+			if !serves || !s.After.groupHealthy(g) {
+				continue
+			}
+			w.episodes = append(w.episodes, &episode{kind: foKind(s.Fault), fault: s.Fault, endpoint: e, group: g, tiered: tiered,
+				start: at, callsAtStart: w.load.groupCalls[g].Load()})
+		}
+		return
+	}
+	if info.heal != 0 || info.instant || s.Kind == KindReconfigure {
+		return
+	}
+	// A heal of e's layer (info.heal == 0): the episodes of faults on that layer end.
+	for _, ep := range w.episodes {
+		if ep.endpoint != e || !ep.heal.IsZero() || kinds[ep.fault.Kind].layer != info.layer {
+			continue
+		}
+		ep.heal, ep.callsAtHeal = at, w.load.groupCalls[ep.group].Load()
+		if ep.tiered {
+			ep.backWatched = slices.Contains(s.After.currentTier(ep.group), e)
+		} else {
+			ep.backWatched = firstHealthy(s.After, ep.group) == e
+		}
+	}
+}
+
+// firstHealthy returns group g's first healthy endpoint in s, or -1.
+func firstHealthy(s State, g int) int {
+	for _, e := range s.Groups[g] {
+		if s.healthy(e) {
+			return e
+		}
+	}
+	return -1
+}
+
+// collect returns the episodes and the tiered group's successes per bucket; call it once the
+// load stopped.
+func (w *failoverWatch) collect() ([]episode, [NumEndpoints][]int32, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]episode, len(w.episodes))
+	for i, ep := range w.episodes {
+		out[i] = *ep
+	}
+	var b [NumEndpoints][]int32
+	for e := range b {
+		b[e] = append([]int32(nil), w.tierBuckets[e]...)
+	}
+	return out, b, w.start
+}

@@ -1,0 +1,362 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The bounds of the failover table: what the docs promise for each kind of fault, with the
+// run's settings (RecoveryTimeout 500ms, SwitchingDelay 1s without jitter, ReconnectMaxDelay
+// 250ms, MinConnectTimeout 1s, healthSettings, the default brownout settings, tierSlowStart).
+const (
+	// oneConnect is one reconnection: the reconnect backoff's most (ReconnectMaxDelay) and
+	// one connection attempt's most (MinConnectTimeout).
+	oneConnect = 250*time.Millisecond + time.Second
+	// brownoutDetection is how long a brownout takes to show: the Window, and two latency
+	// samples (BrownoutSettings.ProbeInterval, 2s) to confirm it (docs/health.md, F26:
+	// "Window + 2 samples + SwitchingDelay").
+	brownoutDetection = brownoutWindow + 2*2*time.Second
+	// ejectionReadmit is the longest an ejected endpoint waits after its fault healed before a
+	// probe readmits it: MaxEjectionTime, then a ProbeInterval (docs/health.md).
+	ejectionReadmit = 20*time.Second + time.Second
+	// never stands for a failover or a switch-back that did not come within its bound while it
+	// should have.
+	never = time.Duration(math.MaxInt64)
+)
+
+// detection is how kind k's fault shows to the client: by connectivity, by the calls'
+// outcomes (ejection), or by latency (brownout).
+type detection int
+
+const (
+	byConnectivity detection = iota
+	byEjection
+	byLatency
+)
+
+func detectionOf(k Kind) detection {
+	switch k {
+	case KindSilentBlackhole, KindFrontendUnavailable, KindFrontendHang, KindFrontendPartial:
+		return byEjection
+	case KindFrontendBrownout:
+		return byLatency
+	}
+	return byConnectivity // down, blackhole, die-young, a member flap's down
+}
+
+// failoverBound is the docs' bound from a fault's start to the affected group's first success
+// elsewhere: RecoveryTimeout plus one connect (connectivity; docs/failure-semantics.md,
+// Failover); the ejection's detection window, silentDetection (docs/failure-semantics.md,
+// Silent death; docs/health.md); the brownout's Window and its two samples, plus
+// RecoveryTimeout (docs/health.md, Brownout).
+func failoverBound(k Kind) time.Duration {
+	switch detectionOf(k) {
+	case byEjection:
+		return silentDetection
+	case byLatency:
+		return brownoutDetection + RecoveryTimeout
+	}
+	return RecoveryTimeout + oneConnect
+}
+
+// backBound is the docs' bound from the heal to the first success back: the endpoint usable
+// again (one connect; the ejection's end and a probe; the brownout's Window and two samples),
+// then SwitchingDelay (no jitter in the run: Settings.SwitchingJitter 0); for a tier member,
+// its slow start (tierSlowStart) and the window in which its share is measured instead.
+func backBound(k Kind, tiered bool) time.Duration {
+	usable := oneConnect
+	switch detectionOf(k) {
+	case byEjection:
+		usable = ejectionReadmit
+	case byLatency:
+		usable = brownoutDetection
+	}
+	if tiered {
+		return usable + tierSlowStart + shareWindow
+	}
+	return usable + SwitchingDelay
+}
+
+// FailoverRow is one row of the failover table: one kind of fault (a tier's episodes apart).
+type FailoverRow struct {
+	// Kind is the fault's kind, with " [tier]" for the tiered group's episodes.
+	Kind string
+	// Failover are the times from the fault's start to the group's first success on another
+	// endpoint; Back from the heal to its first success back on the endpoint (a tier: the
+	// member's full share). A time that never came while it should have is never (counted
+	// above any bound).
+	Failover, Back []time.Duration
+	// FailoverBound and BackBound are the docs' bounds for the kind.
+	FailoverBound, BackBound time.Duration
+	// HealedFirst counts the faults that healed before the group moved (too short to need a
+	// failover); Censored the times that could not be measured (the group lost every
+	// healthy endpoint, its configuration or the endpoint's state changed first, or the run
+	// ended).
+	HealedFirst, Censored int
+	// Calls and Lost: the group's calls that ended from the fault's start to its heal, and
+	// those of them that failed while the group had another usable endpoint.
+	Calls, Lost int64
+}
+
+// percentile returns the p-th percentile (nearest rank) of sorted ds, 0 for none.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(ds)))) - 1
+	return ds[max(0, min(i, len(ds)-1))]
+}
+
+// overBound reports whether the p99 of ds passes bound.
+func overBound(ds []time.Duration, bound time.Duration) bool {
+	return len(ds) > 0 && percentile(ds, 99) > bound
+}
+
+// otherHealthy reports whether group g lists a healthy endpoint other than e in s.
+func otherHealthy(s State, g, e int) bool {
+	return slices.ContainsFunc(s.Groups[g], func(o int) bool { return o != e && s.healthy(o) })
+}
+
+// preferred reports whether e is where group g's calls belong in s: its first healthy
+// endpoint, or for a tiered group a member of its current tier.
+func preferred(s State, g, e int, tiered bool) bool {
+	if tiered {
+		return slices.Contains(s.currentTier(g), e)
+	}
+	return firstHealthy(s, g) == e
+}
+
+// failoverTable turns the episodes into the table's rows, in the order of the kinds. tl is the
+// run's timeline, failures the load's failed calls (classified), buckets the tiered group's
+// successes per shareBucket from t0, stop when the load stopped.
+func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buckets [NumEndpoints][]int32, t0, stop time.Time) []FailoverRow {
+	rows := map[string]*FailoverRow{}
+	for _, ep := range eps {
+		key := ep.kind
+		if ep.tiered {
+			key += " [tier]"
+		}
+		r := rows[key]
+		if r == nil {
+			r = &FailoverRow{Kind: key, FailoverBound: failoverBound(ep.fault.Kind), BackBound: backBound(ep.fault.Kind, ep.tiered)}
+			rows[key] = r
+		}
+		switch d, ok, healed := failoverTime(ep, tl, r.FailoverBound); {
+		case ok:
+			r.Failover = append(r.Failover, d)
+		case healed:
+			r.HealedFirst++
+		default:
+			r.Censored++
+		}
+		if ep.backWatched {
+			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound); ok {
+				r.Back = append(r.Back, d)
+			} else {
+				r.Censored++
+			}
+		}
+		if !ep.heal.IsZero() {
+			r.Calls += ep.callsAtHeal - ep.callsAtStart
+			r.Lost += int64(lostIn(ep, tl, failures))
+		}
+	}
+	out := make([]FailoverRow, 0, len(rows))
+	for _, r := range rows {
+		slices.Sort(r.Failover)
+		slices.Sort(r.Back)
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}
+
+// failoverTime returns the episode's failover time. ok is false when it is not measured:
+// healed is set when the fault healed first (within the bound, or with the group without
+// another healthy endpoint meanwhile); otherwise the group lost every other healthy endpoint
+// first or the run ended. A group that kept another healthy endpoint for longer than the bound
+// without a success there counts as never.
+func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Duration, ok, healed bool) {
+	end := ep.elsewhere
+	if end.IsZero() || (!ep.heal.IsZero() && ep.heal.Before(end)) {
+		end = ep.heal
+		if end.IsZero() {
+			return 0, false, false
+		}
+		covered := end.Sub(ep.start) > bound
+		for _, s := range tl.during(ep.start, ep.start.Add(min(bound, end.Sub(ep.start)))) {
+			covered = covered && otherHealthy(s, ep.group, ep.endpoint)
+		}
+		if covered {
+			return never, true, false
+		}
+		return 0, false, true
+	}
+	for _, s := range tl.during(ep.start, end) {
+		if !otherHealthy(s, ep.group, ep.endpoint) {
+			return 0, false, false
+		}
+	}
+	return end.Sub(ep.start), true, false
+}
+
+// backTime returns the episode's switch-back time: to the first success back (a tier: the end of
+// the first window of shareWindow in which the member carried fullShare of its tier's calls),
+// if the endpoint stayed where the group's calls belong until then; never when it stayed so
+// for the whole bound, within the run, without one; ok false otherwise.
+func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration) (time.Duration, bool) {
+	back := ep.back
+	if ep.tiered {
+		back = shareBack(ep, buckets, t0)
+	}
+	until := back
+	if until.IsZero() {
+		until = ep.heal.Add(bound)
+		if until.After(stop) {
+			return 0, false
+		}
+	}
+	for _, s := range tl.during(ep.heal, until) {
+		if !preferred(s, ep.group, ep.endpoint, ep.tiered) {
+			return 0, false
+		}
+	}
+	if back.IsZero() {
+		return never, true
+	}
+	return back.Sub(ep.heal), true
+}
+
+// shareBack returns the end of the first window of shareWindow, from the heal on, in which the
+// member carried at least fullShare of its tier's successes (at least shareMin of them); zero
+// when none did.
+func shareBack(ep episode, buckets [NumEndpoints][]int32, t0 time.Time) time.Time {
+	var tier []int
+	for _, t := range groupTiers[ep.group] {
+		if slices.Contains(t, ep.endpoint) {
+			tier = t
+		}
+	}
+	per := int(shareWindow / shareBucket)
+	at := func(e, b int) int {
+		if b < len(buckets[e]) {
+			return int(buckets[e][b])
+		}
+		return 0
+	}
+	n := 0
+	for _, b := range buckets {
+		n = max(n, len(b))
+	}
+	for b := int(ep.heal.Sub(t0)/shareBucket) + 1; b+per <= n; b++ {
+		mine, all := 0, 0
+		for i := b; i < b+per; i++ {
+			mine += at(ep.endpoint, i)
+			for _, e := range tier {
+				all += at(e, i)
+			}
+		}
+		if all >= shareMin && float64(mine) >= fullShare*float64(all) {
+			return t0.Add(time.Duration(b+per) * shareBucket)
+		}
+	}
+	return time.Time{}
+}
+
+// lostIn counts the group's failed calls that ended from the episode's start to its heal while
+// the group had another usable endpoint throughout (the database's refusals are not the
+// failover's).
+func lostIn(ep episode, tl *faultTimeline, failures []classified) int {
+	n := 0
+	for _, f := range failures {
+		if f.class == classOverload || f.group != groupNames[ep.group] || f.end.Before(ep.start) || f.end.After(ep.heal) {
+			continue
+		}
+		ok := true
+		for _, s := range tl.during(f.start, f.end) {
+			ok = ok && otherHealthy(s, ep.group, ep.endpoint)
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// failoverInvariant is the row that fails when a kind's p99 passes its bound.
+func failoverInvariant(rows []FailoverRow, frontends bool) Invariant {
+	inv := Invariant{Name: "failover and switch-back p99 within each kind's bound"}
+	if !frontends {
+		inv.Status, inv.Result = NotChecked, "no frontends (-no-frontends): the frontends see which group each call is"
+		return inv
+	}
+	n, m := 0, 0
+	for _, r := range rows {
+		n += len(r.Failover)
+		m += len(r.Back)
+		if overBound(r.Failover, r.FailoverBound) {
+			inv.Details = append(inv.Details, fmt.Sprintf("%s: failover p99 %s over its bound %v", r.Kind, fmtDur(percentile(r.Failover, 99)), r.FailoverBound))
+		}
+		if overBound(r.Back, r.BackBound) {
+			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound))
+		}
+	}
+	inv.Status = Pass
+	inv.Result = fmt.Sprintf("%d kinds, %d failovers and %d switch-backs measured; %d over their bound (the failover table above)", len(rows), n, m, len(inv.Details))
+	if len(inv.Details) > 0 {
+		inv.Status = Fail
+	}
+	return inv
+}
+
+// fmtDur prints a table's time: seconds with 2 decimals, or "never".
+func fmtDur(d time.Duration) string {
+	if d == never {
+		return "never"
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// printFailover writes the failover table.
+func printFailover(w io.Writer, rows []FailoverRow) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nFailover: from a fault's start to the affected group's first success on another endpoint; back: from its heal to the first success on it again\n")
+	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
+		100*fullShare, shareWindow)
+	fmt.Fprintf(w, "  %-24s %5s %7s %7s %7s %7s | %5s %7s %7s %7s %7s | %6s %8s %7s\n",
+		"kind", "n", "p50", "p99", "max", "bound", "back", "p50", "p99", "max", "bound", "healed", "calls", "lost")
+	cell := func(ds []time.Duration, bound time.Duration) string {
+		if len(ds) == 0 {
+			return fmt.Sprintf("%5d %7s %7s %7s %7s", 0, "-", "-", "-", fmt.Sprintf("%.1fs", bound.Seconds()))
+		}
+		flag := ""
+		if overBound(ds, bound) {
+			flag = "!"
+		}
+		return fmt.Sprintf("%5d %7s %7s %7s %7s", len(ds), fmtDur(percentile(ds, 50)), fmtDur(percentile(ds, 99))+flag, fmtDur(ds[len(ds)-1]), fmt.Sprintf("%.1fs", bound.Seconds()))
+	}
+	for _, r := range rows {
+		lost := "-"
+		if r.Calls > 0 {
+			lost = fmt.Sprintf("%.2f%%", 100*float64(r.Lost)/float64(r.Calls))
+		}
+		fmt.Fprintf(w, "  %-24s %s | %s | %6d %8d %7s\n", r.Kind, cell(r.Failover, r.FailoverBound), cell(r.Back, r.BackBound), r.HealedFirst, r.Calls, lost)
+	}
+	fmt.Fprintf(w, "  (healed: faults that healed before the group moved; %s censored: the group had no other healthy endpoint, or changed, or the run ended first; ! p99 over the bound)\n",
+		strings.TrimSpace(fmt.Sprint(censored(rows))))
+}
+
+func censored(rows []FailoverRow) int {
+	n := 0
+	for _, r := range rows {
+		n += r.Censored
+	}
+	return n
+}

@@ -1,0 +1,207 @@
+package chaos
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// downTimeline is a run in which e1 (every group's first endpoint, a member of tiered's top
+// tier) is down from t0+10s to t0+20s, and nothing else happens.
+func downTimeline(t0 time.Time) *faultTimeline {
+	down := State{Groups: initialGroups}
+	down.TCP[0] = Fault{Kind: KindDown, Step: 0}
+	up := State{Groups: initialGroups}
+	return &faultTimeline{start: t0, initial: State{Groups: initialGroups}, steps: []applied{
+		{at: t0.Add(10 * time.Second), step: Step{Kind: KindDown, Endpoint: 0, Fault: Fault{Kind: KindDown}, After: down}},
+		{at: t0.Add(20 * time.Second), step: Step{Kind: KindUp, Endpoint: 0, After: up}},
+	}}
+}
+
+// TestFailoverTableJudgesP99 feeds the table a run in which the default group's failovers from
+// a downed e1 took 0.1s to 0.9s and one took 3s, over the bound for a kill (RecoveryTimeout and
+// one connect, 1.75s): the row of down fails, with the p99 named; without the slow one it
+// holds.
+func TestFailoverTableJudgesP99(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	var eps []episode
+	for i, d := range []time.Duration{100, 200, 300, 400, 500, 600, 700, 800, 900, 3000} {
+		eps = append(eps, episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal,
+			elsewhere: start.Add(d * time.Millisecond), backWatched: true, back: heal.Add(time.Duration(i+1) * 100 * time.Millisecond),
+			callsAtStart: 1000, callsAtHeal: 2000})
+	}
+	stop := t0.Add(time.Minute)
+	rows := failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, stop)
+	if len(rows) != 1 || rows[0].Kind != "down" || len(rows[0].Failover) != 10 || len(rows[0].Back) != 10 {
+		t.Fatalf("rows %+v", rows)
+	}
+	r := rows[0]
+	if got := percentile(r.Failover, 50); got != 500*time.Millisecond {
+		t.Errorf("p50 %v, want 500ms", got)
+	}
+	if got := percentile(r.Failover, 99); got != 3*time.Second {
+		t.Errorf("p99 %v, want 3s", got)
+	}
+	if r.FailoverBound != RecoveryTimeout+oneConnect || r.BackBound != oneConnect+SwitchingDelay {
+		t.Errorf("bounds %v and %v", r.FailoverBound, r.BackBound)
+	}
+	if r.Calls != 10*1000 {
+		t.Errorf("calls %d, want 10000", r.Calls)
+	}
+	inv := failoverInvariant(rows, true)
+	if inv.Status != Fail || len(inv.Details) != 1 || !strings.Contains(inv.Details[0], "down: failover p99 3.00s") {
+		t.Fatalf("a p99 of 3s for a kill: %v %s %v", inv.Status, inv.Result, inv.Details)
+	}
+	var out bytes.Buffer
+	printFailover(&out, rows)
+	if !strings.Contains(out.String(), "3.00s!") {
+		t.Errorf("the table does not flag the p99:\n%s", out.String())
+	}
+	rows = failoverTable(eps[:9], tl, nil, [NumEndpoints][]int32{}, t0, stop)
+	if inv := failoverInvariant(rows, true); inv.Status != Pass {
+		t.Fatalf("failovers of 0.1s to 0.9s: %v %s %v", inv.Status, inv.Result, inv.Details)
+	}
+	if inv := failoverInvariant(nil, false); inv.Status != NotChecked {
+		t.Fatalf("without frontends: %v", inv.Status)
+	}
+}
+
+// TestFailoverTimeCases: what is measured, what counts as never, and what is left out.
+func TestFailoverTimeCases(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	bound := failoverBound(KindDown)
+	base := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal}
+	cases := []struct {
+		name           string
+		mod            func(*episode)
+		want           time.Duration
+		ok, healed     bool
+		tl             *faultTimeline
+		wantBackOK     bool
+		wantBack       time.Duration
+		backWatchedSet bool
+	}{
+		{name: "moved", mod: func(e *episode) { e.elsewhere = start.Add(300 * time.Millisecond) }, want: 300 * time.Millisecond, ok: true},
+		// The group kept a healthy e2 for the whole 10s fault and never succeeded there.
+		{name: "never moved", mod: func(e *episode) {}, want: never, ok: true},
+		// A fault that healed within its bound before the group moved: it needed no failover.
+		{name: "healed first", mod: func(e *episode) { e.heal = start.Add(time.Second) }, healed: true},
+		// The run ended before the heal and before a success elsewhere: not measured.
+		{name: "run ended", mod: func(e *episode) { e.heal = time.Time{} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := base
+			tc.mod(&ep)
+			d, ok, healed := failoverTime(ep, tl, bound)
+			if d != tc.want || ok != tc.ok || healed != tc.healed {
+				t.Fatalf("got %v %v %v, want %v %v %v", d, ok, healed, tc.want, tc.ok, tc.healed)
+			}
+		})
+	}
+	// The way back: measured while e1 stays default's first healthy endpoint; never when the
+	// whole bound passed without a success on it; not measured when the run stopped first.
+	stop := t0.Add(time.Minute)
+	ep := base
+	ep.backWatched, ep.back = true, heal.Add(1500*time.Millisecond)
+	if d, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false)); !ok || d != 1500*time.Millisecond {
+		t.Fatalf("back: %v %v", d, ok)
+	}
+	ep.back = time.Time{}
+	if d, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false)); !ok || d != never {
+		t.Fatalf("no success back for a minute: %v %v", d, ok)
+	}
+	if _, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, heal.Add(time.Second), backBound(KindDown, false)); ok {
+		t.Fatal("measured a switch-back after the load stopped")
+	}
+}
+
+// TestShareBack: a member of tiered's top tier is back at its full share at the end of the
+// first 1s window in which it carried 35% of the tier's successes.
+func TestShareBack(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	heal := t0.Add(10 * time.Second)
+	var b [NumEndpoints][]int32
+	n := int(20 * time.Second / shareBucket)
+	for e := range b {
+		b[e] = make([]int32, n)
+	}
+	healB := int(10 * time.Second / shareBucket)
+	for i := range n {
+		b[1][i] = 10 // the peer, e2, always
+		switch {
+		case i <= healB: // e1 down
+		case i < healB+20: // slow start: 1 in 11
+			b[0][i] = 1
+		default:
+			b[0][i] = 10
+		}
+	}
+	ep := episode{endpoint: 0, group: tieredGroup, tiered: true, heal: heal}
+	got := shareBack(ep, b, t0)
+	// Windows of 10 buckets from healB+1; e1 reaches 35% of the tier when at least 5 of the
+	// 10 buckets are at 10 each: (5*10+5*1)/(5*10+5*1+100) = 0.355, the window from healB+15.
+	want := t0.Add(time.Duration(healB+15+10) * shareBucket)
+	if !got.Equal(want) {
+		t.Fatalf("back at %v, want %v", got.Sub(t0), want.Sub(t0))
+	}
+}
+
+// TestLostIn counts the group's failed calls during the episode while another endpoint was
+// usable: not another group's, not the database's refusals, not those from before the fault.
+func TestLostIn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	ep := episode{endpoint: 0, group: 0, start: start, heal: heal}
+	call := func(group string, at time.Duration, class failureClass) classified {
+		s := start.Add(at)
+		return classified{outcome: outcome{group: group, start: s, end: s.Add(100 * time.Millisecond), err: errors.New("x")}, class: class}
+	}
+	fs := []classified{
+		call(GroupDefault, time.Second, classUnexplained),
+		call(GroupDefault, 2*time.Second, classSilent),
+		call(GroupWest, time.Second, classUnexplained),       // another group
+		call(GroupDefault, 3*time.Second, classOverload),     // the database's refusal
+		call(GroupDefault, -5*time.Second, classUnexplained), // before the fault
+		call(GroupDefault, 11*time.Second, classUnexplained), // after the heal
+	}
+	if n := lostIn(ep, tl, fs); n != 2 {
+		t.Fatalf("lost %d, want 2", n)
+	}
+}
+
+// TestFailoverWatch: a down of e1 opens an episode for each group that was on it (default by its
+// current endpoint, tiered as a member of its current tier; west, on e3, none); successes on
+// another endpoint close the failover, and after the heal a success on e1 closes the way back.
+func TestFailoverWatch(t *testing.T) {
+	t0 := time.Now()
+	w := &failoverWatch{}
+	w.begin(t0, &load{})
+	down := State{Groups: initialGroups}
+	down.TCP[0] = Fault{Kind: KindDown}
+	w.after(Step{Kind: KindDown, Endpoint: 0, Fault: Fault{Kind: KindDown}, After: down}, t0, State{Groups: initialGroups}, [numGroups]int{0, 2, 0})
+	w.served(0, GroupDefault, t0.Add(-time.Millisecond)) // arrived before the fault: not a failover
+	w.served(1, GroupDefault, t0.Add(time.Millisecond))
+	w.served(1, GroupWest, t0.Add(time.Millisecond))
+	heal := t0.Add(time.Second)
+	w.after(Step{Kind: KindUp, Endpoint: 0, After: State{Groups: initialGroups}}, heal, down, [numGroups]int{-1, -1, -1})
+	w.served(0, GroupDefault, heal.Add(time.Millisecond))
+	eps, _, _ := w.collect()
+	if len(eps) != 2 {
+		t.Fatalf("%d episodes, want 2 (default, tiered): %+v", len(eps), eps)
+	}
+	d, tr := eps[0], eps[1]
+	if d.group != 0 || d.elsewhere.IsZero() || !d.heal.Equal(heal) || !d.backWatched || d.back.IsZero() || d.kind != "down" {
+		t.Fatalf("default's episode %+v", d)
+	}
+	if tr.group != tieredGroup || !tr.tiered || !tr.elsewhere.IsZero() || !tr.backWatched {
+		t.Fatalf("tiered's episode %+v", tr)
+	}
+}

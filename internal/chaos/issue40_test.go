@@ -1,0 +1,230 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
+)
+
+// samplesAt makes connSamples every 100ms from t0 for d, endpoint e accepting perSecond(t)
+// connections a second (the others none).
+func samplesAt(t0 time.Time, d time.Duration, e int, perSecond func(time.Duration) int64) []connSample {
+	var out []connSample
+	var acc float64
+	for at := time.Duration(0); at <= d; at += connPoll {
+		var s connSample
+		s.at = t0.Add(at)
+		acc += float64(perSecond(at)) * connPoll.Seconds()
+		s.accepted[e] = int64(acc + 0.5)
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestDieYoungInvariant(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	run := []dieYoungRun{{endpoint: 1, start: t0.Add(time.Second), end: t0.Add(7 * time.Second)}}
+	cases := []struct {
+		name      string
+		perSecond func(time.Duration) int64
+		want      Status
+	}{
+		// At once for the first 2s (the client cannot know yet), then backed off: holds.
+		{"backed off", func(at time.Duration) int64 {
+			if at < 3*time.Second {
+				return 300
+			}
+			return 3
+		}, Pass},
+		// Issue 40's measured 3,600 a second throughout: broken.
+		{"reconnects at once", func(time.Duration) int64 { return 3600 }, Fail},
+		// Backed off but one second over the bound: broken.
+		{"one second over", func(at time.Duration) int64 {
+			if at >= 5*time.Second && at < 6*time.Second {
+				return 8
+			}
+			return 2
+		}, Fail},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := dieYoungInvariant(run, samplesAt(t0, 10*time.Second, 1, tc.perSecond), t0)
+			if inv.Status != tc.want {
+				t.Fatalf("status %v, want %v: %s %v", inv.Status, tc.want, inv.Result, inv.Details)
+			}
+		})
+	}
+	short := []dieYoungRun{{endpoint: 0, start: t0, end: t0.Add(2500 * time.Millisecond)}}
+	inv := dieYoungInvariant(short, samplesAt(t0, 5*time.Second, 0, func(time.Duration) int64 { return 3600 }), t0)
+	if inv.Status != Pass || !strings.Contains(inv.Result, "0 judged") {
+		t.Fatalf("a fault shorter than 3s was judged: %v %s", inv.Status, inv.Result)
+	}
+	if inv := dieYoungInvariant(nil, nil, t0); inv.Status != NotChecked {
+		t.Fatalf("no fault: status %v, want N/A", inv.Status)
+	}
+}
+
+func TestDieYoungRuns(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := &faultTimeline{start: t0, steps: []applied{
+		{at: t0.Add(time.Second), step: Step{Kind: KindDieYoung, Endpoint: 2}},
+		{at: t0.Add(2 * time.Second), step: Step{Kind: KindPass, Endpoint: 1}}, // another endpoint's heal
+		{at: t0.Add(5 * time.Second), step: Step{Kind: KindPass, Endpoint: 2}},
+		{at: t0.Add(6 * time.Second), step: Step{Kind: KindDieYoung, Endpoint: 0}}, // not healed
+	}}
+	got := dieYoungRuns(tl)
+	if len(got) != 2 || got[0].endpoint != 2 || !got[0].end.Equal(t0.Add(5*time.Second)) || !got[1].end.IsZero() {
+		t.Fatalf("runs %+v", got)
+	}
+}
+
+func TestOverloadInvariants(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	name := func(addr string) string { return addr }
+	start, end := t0.Add(10*time.Second), t0.Add(15*time.Second)
+	refusal := errors.New("spanner: code = \"ResourceExhausted\", desc = \"" + overloadMarker + " refuses this query\"")
+	heavy := func(n int) []classified {
+		var out []classified
+		for i := range n {
+			at := start.Add(time.Duration(i) * 10 * time.Millisecond)
+			out = append(out, classified{outcome: outcome{kind: opHeavy, start: at, end: at, err: refusal}, class: classOverload})
+		}
+		return out
+	}
+	reads := func(n int) []classified {
+		var out []classified
+		for i := range n {
+			at := start.Add(time.Duration(i) * 10 * time.Millisecond)
+			out = append(out, classified{outcome: outcome{kind: opPointRead, start: at, end: at, err: refusal}, class: classOverload})
+		}
+		return out
+	}
+	tl := &faultTimeline{start: t0, initial: State{Groups: initialGroups}}
+	away := []spannerme.SwitchEvent{{Name: GroupDefault, From: "e1", To: "e2", Reason: spannerme.Fallback, At: start.Add(time.Second)}}
+	cases := []struct {
+		name         string
+		run          overloadRun
+		refused      []classified
+		switches     []spannerme.SwitchEvent
+		wantQ, wantD Status
+	}{
+		{"query refused once each", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 50}, heavy(50), nil, Pass, NotChecked},
+		{"query resent elsewhere", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 100}, heavy(50), nil, Fail, NotChecked},
+		{"query cooled an endpoint", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 50, cooled: []string{"e1"}}, heavy(50), nil, Fail, NotChecked},
+		{"query moved a group", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 50}, heavy(50), away, Fail, NotChecked},
+		{"db few failures", overloadRun{kind: KindDatabaseOverload, start: start, end: end, reads: 1000}, reads(10), nil, NotChecked, Pass},
+		{"db too many failures", overloadRun{kind: KindDatabaseOverload, start: start, end: end, reads: 1000}, reads(11), nil, NotChecked, Fail},
+		{"db moved a group", overloadRun{kind: KindDatabaseOverload, start: start, end: end, reads: 1000}, nil, away, NotChecked, Fail},
+		// A switch away from an endpoint with a fault of its own is that fault's, not the overload's.
+		{"db switch of another fault", overloadRun{kind: KindDatabaseOverload, start: start, end: end, reads: 1000}, nil,
+			[]spannerme.SwitchEvent{{Name: GroupDefault, From: "e3", To: "e1", Reason: spannerme.Fallback, At: start.Add(time.Second)}}, NotChecked, Pass},
+		{"db recovery switch", overloadRun{kind: KindDatabaseOverload, start: start, end: end, reads: 1000}, nil,
+			[]spannerme.SwitchEvent{{Name: GroupDefault, From: "e2", To: "e1", Reason: spannerme.Recovery, At: start.Add(time.Second)}}, NotChecked, Pass},
+	}
+	down := State{Groups: initialGroups}
+	down.TCP[2] = Fault{Kind: KindDown}
+	tl.steps = []applied{{at: start.Add(-time.Second), step: Step{Kind: KindDown, Endpoint: 2, After: down}}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			invs := overloadInvariants([]overloadRun{tc.run}, tc.refused, tc.switches, tl, name, true)
+			if invs[0].Status != tc.wantQ || invs[1].Status != tc.wantD {
+				t.Fatalf("query-overload %v, db-overload %v; want %v, %v:\n%s %v\n%s %v", invs[0].Status, invs[1].Status, tc.wantQ, tc.wantD,
+					invs[0].Result, invs[0].Details, invs[1].Result, invs[1].Details)
+			}
+		})
+	}
+	if invs := overloadInvariants(nil, nil, nil, tl, name, false); invs[0].Status != NotChecked || invs[1].Status != NotChecked {
+		t.Fatal("without frontends the overload rows are not N/A")
+	}
+}
+
+func TestClassifyOverloadRefusal(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := &faultTimeline{start: t0, initial: State{Groups: initialGroups}}
+	o := outcome{kind: opHeavy, group: GroupDefault, start: t0, end: t0.Add(time.Millisecond),
+		err: status.Error(codes.ResourceExhausted, overloadMarker+" refuses this query")}
+	if c := classify(o, tl); c.class != classOverload {
+		t.Fatalf("class %v, want classOverload", c.class)
+	}
+	o.err = status.Error(codes.ResourceExhausted, "quota of the project")
+	if c := classify(o, tl); c.class != classUnexplained {
+		t.Fatalf("another RESOURCE_EXHAUSTED: class %v, want classUnexplained", c.class)
+	}
+}
+
+// fakeStream is a grpc.ServerStream whose context carries md.
+type fakeStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (f fakeStream) Context() context.Context { return f.ctx }
+
+func TestDatabaseOverloadInterceptor(t *testing.T) {
+	var d dbOverload
+	icpt := d.interceptor(1)
+	call := func(method string, md metadata.MD) error {
+		ss := fakeStream{ctx: metadata.NewIncomingContext(context.Background(), md)}
+		return icpt(nil, ss, &grpc.StreamServerInfo{FullMethod: method}, func(any, grpc.ServerStream) error { return nil })
+	}
+	const query = "/google.spanner.v1.Spanner/ExecuteStreamingSql"
+	heavy := metadata.Pairs(heavyQueryHeader, "1")
+	probe := metadata.Pairs("x-goog-request-params", "session="+spannerme.ProbeSessionID)
+	if err := call(query, heavy); err != nil {
+		t.Fatalf("no overload in force: %v", err)
+	}
+	d.set(KindQueryOverload, 1)
+	if err := call(query, heavy); status.Code(err) != codes.ResourceExhausted || !isOverloadRefusal(err) || hasRetryInfo(err) {
+		t.Fatalf("query-overload, heavy query: %v (want RESOURCE_EXHAUSTED without RetryInfo)", err)
+	}
+	if err := call(query, nil); err != nil {
+		t.Fatalf("query-overload, another query: %v", err)
+	}
+	d.set(KindDatabaseOverload, 1)
+	shed := 0
+	const n = 2000
+	for range n {
+		err := call(query, nil)
+		if err != nil {
+			if status.Code(err) != codes.ResourceExhausted || !hasRetryInfo(err) {
+				t.Fatalf("db-overload: %v (want RESOURCE_EXHAUSTED with RetryInfo)", err)
+			}
+			shed++
+		}
+		if err := call("/google.spanner.v1.Spanner/BatchCreateSessions", nil); err != nil {
+			t.Fatalf("db-overload failed a session call: %v", err)
+		}
+		if err := call("/google.spanner.v1.Spanner/Commit", probe); err != nil {
+			t.Fatalf("db-overload failed a probe: %v", err)
+		}
+	}
+	if share := float64(shed) / n; share < 0.25 || share > 0.35 {
+		t.Fatalf("db-overload shed %.3f of the data calls, want about %v", share, dbOverloadFraction)
+	}
+	if r, s := d.totals(); r != 1 || s != int64(shed) {
+		t.Fatalf("totals %d refused, %d shed; want 1, %d", r, s, shed)
+	}
+	d.set(KindNone, 1)
+	if err := call(query, heavy); err != nil {
+		t.Fatalf("healed: %v", err)
+	}
+}
+
+func hasRetryInfo(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() == dbOverloadDelay {
+			return true
+		}
+	}
+	return false
+}
