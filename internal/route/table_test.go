@@ -33,9 +33,10 @@ func TestGroupRoute_Pool(t *testing.T) {
 	defer tiered.Close()
 	pools := map[string]*pool.Pool{a1: new(pool.Pool), a2: new(pool.Pool), b: new(pool.Pool)}
 	reg := spread.NewRegistry(spread.EndpointOptions{})
-	// Draws whose top 24 bits are all ones are never uniform; i then is the second member
-	// (bits 20 to 39 at half their range), j the first, and equal costs keep i.
-	second := func() uint64 { return 0xFFFFFF<<40 | 1<<39 }
+	// Draws whose top 24 bits are all ones are never uniform, and make the soft comparison
+	// take j when costs are equal (u is then almost 1); with the other bits 0, i is the
+	// first member and j the second.
+	second := func() uint64 { return 0xFFFFFF << 40 }
 	picker, err := spread.New(spread.Options{Resolve: reg.Endpoint, Rand: second})
 	if err != nil {
 		t.Fatal(err)
