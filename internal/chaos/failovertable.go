@@ -17,6 +17,10 @@ const (
 	// oneConnect is one reconnection: the reconnect backoff's most (ReconnectMaxDelay) and
 	// one connection attempt's most (MinConnectTimeout).
 	oneConnect = 250*time.Millisecond + time.Second
+	// youngDwell is what an endpoint whose connections died young adds to a reconnection:
+	// the jitter of its backoff's last wait (20% of ReconnectMaxDelay) and the dwell, 500ms,
+	// before it is available (internal/pool young.go).
+	youngDwell = 50*time.Millisecond + 500*time.Millisecond
 	// brownoutDetection is how long a brownout takes to show: the Window, and two latency
 	// samples (BrownoutSettings.ProbeInterval, 2s) to confirm it (docs/health.md, F26:
 	// "Window + 2 samples + SwitchingDelay").
@@ -65,11 +69,17 @@ func failoverBound(k Kind) time.Duration {
 }
 
 // backBound is the docs' bound from the heal to the first success back: the endpoint usable
-// again (one connect; the ejection's end and a probe; the brownout's Window and two samples),
+// again (one connect, and for connections that died young the backoff's jitter and the
+// dwell; the ejection's end and a probe; the brownout's Window and two samples),
 // then SwitchingDelay (no jitter in the run: Settings.SwitchingJitter 0); for a tier member,
 // its slow start (tierSlowStart) and the window in which its share is measured instead.
 func backBound(k Kind, tiered bool) time.Duration {
 	usable := oneConnect
+	if k == KindDieYoung {
+		// Its pool backs off (the wait's most: ReconnectMaxDelay, +20% of jitter) and is
+		// usable after the dwell (docs/channels.md, "Connections that die young").
+		usable += youngDwell
+	}
 	switch detectionOf(k) {
 	case byEjection:
 		usable = ejectionReadmit
