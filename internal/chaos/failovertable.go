@@ -189,7 +189,8 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 // failoverTime returns the episode's failover time. ok is false when it is not measured:
 // healed is set when the fault healed first (within the bound, or with the group without
 // another healthy endpoint meanwhile); otherwise the group lost every other healthy endpoint
-// first or the run ended. A group that kept another healthy endpoint for longer than the bound
+// first, the run ended, or a failover longer than the bound met a fault on the group's next
+// endpoint (its own detection's time). A group that kept another healthy endpoint for longer than the bound
 // without a success there counts as never.
 func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Duration, ok, healed bool) {
 	end := ep.elsewhere
@@ -207,12 +208,31 @@ func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Du
 		}
 		return 0, false, true
 	}
+	nextFaulty := false
 	for _, s := range tl.during(ep.start, end) {
 		if !otherHealthy(s, ep.group, ep.endpoint) {
 			return 0, false, false
 		}
+		nextFaulty = nextFaulty || !nextHealthy(s, ep.group, ep.endpoint)
+	}
+	if nextFaulty && end.Sub(ep.start) > bound {
+		// The group's next endpoint had a fault of its own meanwhile (one the client may
+		// learn only by its own detection: a hang, a silent blackhole): the time is that
+		// fault's too, not this kind's.
+		return 0, false, false
 	}
 	return end.Sub(ep.start), true, false
+}
+
+// nextHealthy reports whether the first endpoint other than e that group g lists in s, the
+// one its calls go to when e fails, is healthy.
+func nextHealthy(s State, g, e int) bool {
+	for _, o := range s.Groups[g] {
+		if o != e {
+			return s.healthy(o)
+		}
+	}
+	return false
 }
 
 // backTime returns the episode's switch-back time: to the first success back (a tier: the end of

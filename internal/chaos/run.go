@@ -62,6 +62,8 @@ const (
 	// What stays is gRPC's and the Spanner client's lazily built global state (codecs,
 	// metric instruments, resolver and balancer registries), measured at about 1-3 MiB.
 	heapBound = 16 << 20
+	// reconnectMaxDelay is the client's Settings.ReconnectMaxDelay in a run.
+	reconnectMaxDelay = 250 * time.Millisecond
 )
 
 // clientSettings are the client's settings during a run: quick reconnects and connection
@@ -71,7 +73,7 @@ const (
 func clientSettings(logger *slog.Logger, switches *rig.SwitchLog, health *healthLog, topo *topology) spannerme.Settings {
 	return spannerme.Settings{
 		Tiers:             topo.tiers(),
-		ReconnectMaxDelay: 250 * time.Millisecond,
+		ReconnectMaxDelay: reconnectMaxDelay,
 		MinConnectTimeout: time.Second,
 		DrainTimeout:      30 * time.Second,
 		Logger:            logger,
