@@ -123,9 +123,9 @@ func planTransport(config spanner.ClientConfig, withDialFunc bool) (*clientTrans
 	}
 	if nativeMetricsOn(t.client) {
 		t.client.DisableNativeMetrics, t.exportable = true, true
-		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics) for this client, which shares a GCPMultiEndpoint it does not own: "+
+		t.infos = append(t.infos, "the Spanner client's native metrics export to Cloud Monitoring is turned off (ClientConfig.DisableNativeMetrics) for this client, which shares endpoints' pools it does not own: "+
 			"its client options have no effect, and the exporter is dialed with them; "+
-			"its built-in metrics still reach ClientConfig.ClientMetricsProvider, and the client that owns the GCPMultiEndpoint exports its own")
+			"its built-in metrics still reach ClientConfig.ClientMetricsProvider, and the client that owns the pools exports its own")
 	}
 	//lint:ignore SA1019 the pool sizing rule reads NumChannels, as upstream's multi-endpoint client does
 	if n := config.NumChannels; n > 0 {
