@@ -149,7 +149,7 @@
 //   - failed calls the database refused (RESOURCE_EXHAUSTED with the overloads' message,
 //     classOverload): counted, not lost, judged by the two overload rows below;
 //   - every die-young fault of at least 3s: from dieYoungSettle (2s) after its start to its
-//     heal, at most dieYoungRate (5) connections reach the endpoint in any second (its TCP
+//     heal, at most dieYoungRate (30 at the run's ReconnectMaxDelay) connections reach the endpoint in any second (its TCP
 //     fake's accepted connections, sampled every 100ms; a plain grpc-go ClientConn makes 1 in
 //     10s); its failed calls are judged by the rows above (it is hard, not silent: a group
 //     with another healthy endpoint fails none);

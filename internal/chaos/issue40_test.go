@@ -48,10 +48,11 @@ func TestDieYoungInvariant(t *testing.T) {
 		}, Pass},
 		// Issue 40's measured 3,600 a second throughout: broken.
 		{"reconnects at once", func(time.Duration) int64 { return 3600 }, Fail},
-		// Backed off but one second over the bound: broken.
+		// Backed off but one second over the bound (dieYoungRate: 30 at the run's
+		// ReconnectMaxDelay): broken.
 		{"one second over", func(at time.Duration) int64 {
 			if at >= 5*time.Second && at < 6*time.Second {
-				return 8
+				return 2 * int64(dieYoungRate)
 			}
 			return 2
 		}, Fail},
