@@ -3,7 +3,6 @@
 package spannermetest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -18,9 +17,10 @@ import (
 // a connection to a port without a listening socket with a reset (ECONNREFUSED).
 type heldPort struct{ fd int }
 
-// holdPort binds a socket to addr ("127.0.0.1:port"). It sets SO_REUSEADDR only when the
-// port has TIME_WAIT sockets: on Linux two sockets that both set it may bind one port while
-// neither listens, and Go's listeners set it.
+// holdPort binds a socket to addr ("127.0.0.1:port"). It does not set SO_REUSEADDR: on
+// Linux two sockets that both set it may bind one port while neither listens, and Go's
+// listeners set it. So connections the endpoint closed gracefully and left in TIME_WAIT on
+// the port make it fail (EADDRINUSE): the port is then not held, as before.
 func holdPort(addr string) (*heldPort, error) {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil || !ap.Addr().Is4() {
@@ -32,17 +32,7 @@ func holdPort(addr string) (*heldPort, error) {
 	}
 	syscall.CloseOnExec(fd)
 	sa := &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
-	err = syscall.Bind(fd, sa)
-	if errors.Is(err, syscall.EADDRINUSE) {
-		// Connections the endpoint closed gracefully left TIME_WAIT sockets on the port: bind
-		// with SO_REUSEADDR, which they allow. A Go listener (which sets it too) could then
-		// share the port until Up; an outgoing connection still cannot take it as its local
-		// port, which is what kept a Down endpoint's port from being listened on again.
-		if err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err == nil {
-			err = syscall.Bind(fd, sa)
-		}
-	}
-	if err != nil {
+	if err := syscall.Bind(fd, sa); err != nil {
 		_ = syscall.Close(fd)
 		return nil, fmt.Errorf("spannermetest: hold %s: %w", addr, err)
 	}

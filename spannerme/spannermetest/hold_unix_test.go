@@ -42,29 +42,3 @@ func TestDownKeepsThePort(t *testing.T) {
 	}
 	ln.Close()
 }
-
-// A port with TIME_WAIT sockets (connections the endpoint closed first, as DieYoung does) is
-// held too, with SO_REUSEADDR: an outgoing connection cannot take it as its local port while
-// the endpoint is Down.
-func TestDownHoldsAPortWithTimeWait(t *testing.T) {
-	e := NewEndpointTB(t, startEcho(t).addr())
-	e.DieYoung()
-	c := dial(t, e.Addr())
-	buf := make([]byte, 64)
-	for { // the endpoint's SETTINGS and GOAWAY, then its close: it closed first
-		if _, err := c.Read(buf); err != nil {
-			break
-		}
-	}
-	c.Close()
-	e.Down()
-	e.mu.Lock()
-	held := e.held != nil
-	e.mu.Unlock()
-	if !held {
-		t.Fatal("the port of a Down endpoint with a TIME_WAIT socket is not held")
-	}
-	if err := e.Up(); err != nil {
-		t.Fatal(err)
-	}
-}
