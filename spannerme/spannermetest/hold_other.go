@@ -12,8 +12,6 @@ type heldPort struct{}
 
 func holdPort(string) (*heldPort, error) { return nil, errors.New("spannermetest: no port hold here") }
 
-func (h *heldPort) listen() (net.Listener, error) {
-	return nil, errors.New("spannermetest: no port hold here")
-}
+func (h *heldPort) listen() (net.Listener, error) { return nil, errors.New("spannermetest: no port hold here") }
 
 func (h *heldPort) release() {}
