@@ -119,7 +119,6 @@ type Endpoint struct {
 	mu     sync.Mutex
 	mode   Mode
 	ln     net.Listener // nil while Down or Closed
-	held   *heldPort    // while Down: the port, bound and not listening (hold_unix.go); nil if none
 	links  map[*link]struct{}
 	closed bool
 
@@ -349,9 +348,7 @@ func (e *Endpoint) dropAll(pass bool) {
 
 // Down closes the listener, so that new dials to [Endpoint.Addr] fail at
 // once with ECONNREFUSED, and drops every live connection with a TCP reset
-// on both sides. On Unix the port stays bound (not listening) until Up, so
-// that no other listener, of this process or another, takes it meanwhile.
-// Down is idempotent and does nothing after Close.
+// on both sides. Down is idempotent and does nothing after Close.
 func (e *Endpoint) Down() {
 	e.mu.Lock()
 	if e.closed || e.ln == nil {
@@ -360,7 +357,6 @@ func (e *Endpoint) Down() {
 	}
 	_ = e.ln.Close()
 	e.ln = nil
-	e.held, _ = holdPort(e.addr) // nil if another socket took the port meanwhile
 	e.mode = Down
 	e.shaping.Store(nil)
 	drop := e.linksLocked()
@@ -389,18 +385,7 @@ func (e *Endpoint) Up() error {
 			e.Pass()
 			return nil
 		}
-		e.mu.Lock()
-		held := e.held
-		e.held = nil
-		e.mu.Unlock()
-		var ln net.Listener
-		var err error
-		if held != nil {
-			ln, err = held.listen()
-		}
-		if held == nil || err != nil {
-			ln, err = net.Listen("tcp4", e.addr)
-		}
+		ln, err := net.Listen("tcp4", e.addr)
 		if err != nil {
 			if !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
 				return fmt.Errorf("spannermetest: listen again on %s: %w", e.addr, err)
@@ -436,10 +421,6 @@ func (e *Endpoint) Close() error {
 		if e.ln != nil {
 			_ = e.ln.Close()
 			e.ln = nil
-		}
-		if e.held != nil {
-			e.held.release()
-			e.held = nil
 		}
 		e.cancel()
 	}
