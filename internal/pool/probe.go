@@ -39,10 +39,15 @@ func (p *Pool) startHealth(o HealthOptions) {
 	if o.Probe != nil {
 		probe = p.probe
 	}
+	// The detector's idle-probe timer may fire before New returns (a short probe interval),
+	// and the probe's goroutine reads p.health: it is set under probes.mu, which probe takes
+	// before it starts that goroutine.
+	p.probes.mu.Lock()
 	p.health = health.New(health.Options{
 		Config: o.Config, Clock: p.clock, Probe: probe,
 		OnEvent: func(ev health.Event) { p.obs.Health(p, ev) },
 	})
+	p.probes.mu.Unlock()
 	if o.Latency != nil {
 		p.startLatency(*o.Latency)
 	}
