@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/spannerme/spanner-multiendpoint/internal/steer"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -109,10 +110,18 @@ func TestPeerErrorsAreKeptBounded(t *testing.T) {
 			}
 
 			onE1, onE2 := failed.Load(), queries(e2)
+			refused := 0
 			for i := range 90 {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				_, err := countAccounts(ctx, client)
 				cancel()
+				if err != nil && tc.code == codes.ResourceExhausted && status.Code(err) == codes.ResourceExhausted && refused < steer.OverloadStreak {
+					// Without a RetryInfo a RESOURCE_EXHAUSTED is the query's, surfaced as by a
+					// plain client, until OverloadStreak of them in a row make it E1's, which
+					// then cools (internal/steer NoteOverload).
+					refused++
+					continue
+				}
 				if err != nil {
 					t.Fatalf("query %d: %v", i, status.Code(err))
 				}
