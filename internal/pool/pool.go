@@ -290,15 +290,6 @@ func (p *Pool) DrainThenClose(timeout time.Duration, stop <-chan struct{}) (time
 	return timedOut
 }
 
-// Young returns the state of the pool's backoff for connections that die young (young.go);
-// zero without a watch.
-func (p *Pool) Young() YoungStatus {
-	if p.watch == nil {
-		return YoungStatus{}
-	}
-	return p.watch.youth.status()
-}
-
 // Status is a point-in-time view of a pool.
 type Status struct {
 	Endpoint     string

@@ -122,7 +122,7 @@ func (y *youth) inBackoff() bool {
 	return y.strikes > 0
 }
 
-// YoungStatus is what a pool's young-death backoff holds (Pool.Young).
+// YoungStatus is what a pool's young-death backoff holds (youth.status, for its tests).
 type YoungStatus struct {
 	// Deaths counts the connections that died young since the pool was dialed.
 	Deaths int64
