@@ -39,7 +39,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -515,14 +514,7 @@ func (fakeSpanner) ExecuteStreamingSql(_ *sppb.ExecuteSqlRequest, stream sppb.Sp
 // startFakeSpanner serves fakeSpanner on 127.0.0.1:0 and returns its address.
 func startFakeSpanner(tb testing.TB) string {
 	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	srv := grpc.NewServer()
 	sppb.RegisterSpannerServer(srv, fakeSpanner{})
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	tb.Cleanup(func() { srv.Stop(); <-done })
-	return lis.Addr().String()
+	return serveOn(tb, srv)
 }

@@ -240,14 +240,14 @@ func TestOverloadOfOneEndpointStillCoolsIt(t *testing.T) {
 }
 
 // serveOn serves srv on 127.0.0.1:0 until the test ends and returns its address.
-func serveOn(t *testing.T, srv *grpc.Server) string {
-	t.Helper()
+func serveOn(tb testing.TB, srv *grpc.Server) string {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
+	tb.Cleanup(func() { srv.Stop(); <-done })
 	return lis.Addr().String()
 }
