@@ -173,6 +173,40 @@ func TestOverloadOfOneQueryMovesNothing(t *testing.T) {
 	}
 }
 
+// The same refused query sent again and again with nothing else ending on E1 between (as when
+// the endpoint's other calls are slow, or go elsewhere): after steer.OverloadStreak refusals
+// in a row E1 is probed, the probe is answered, and E1 never cools: each query fails after
+// one frontend call, and the next other query still goes to E1.
+func TestOverloadOfOneQueryAloneCoolsNothing(t *testing.T) {
+	r := newOverloadRig(t)
+	r.streams.take()
+	before := r.e1.Stats().Methods[methodQuery].Received + r.e2.Stats().Methods[methodQuery].Received
+	const n = 30
+	for i := range n {
+		if err := r.query(refusedSQL); spanner.ErrCode(err) != codes.ResourceExhausted {
+			t.Fatalf("refused query %d: %v, want RESOURCE_EXHAUSTED", i, err)
+		}
+	}
+	eventually(t, 10*time.Second, "a probe of E1 answered after the streak", func() bool {
+		return r.gme.steering.Counts().OverloadChecked > 0
+	})
+	if err := r.query("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.e1.Stats().Methods[methodQuery].Received + r.e2.Stats().Methods[methodQuery].Received - before
+	streams := r.streams.take(r.e1.Addr(), r.e2.Addr())
+	ph, _ := poolOf(r.gme, r.e1.Addr())
+	c := r.gme.steering.Counts()
+	t.Logf("%d refused queries: %d frontend query calls in all; streams on E1 %d, E2 %d; E1 cooldown %+v; counts %+v",
+		n, calls, streams[0], streams[1], ph.Cooldown, c)
+	if ph.Cooldown != nil && ph.Cooldown.Total != 0 {
+		t.Errorf("E1 cooled %d times for one query's refusals", ph.Cooldown.Total)
+	}
+	if calls != n+1 || streams[1] != 0 {
+		t.Errorf("%d frontend query calls, %d of them on E2; want %d, none", calls, streams[1], n+1)
+	}
+}
+
 // The database sheds 30% of the queries with RESOURCE_EXHAUSTED and a 300 ms RetryInfo on
 // every endpoint for 8 s under 8 workers: the first overload cools E1, and the calls sent to
 // E2 meet the same, so the overload is the database's: E2 carries at most 20% of the

@@ -111,6 +111,17 @@ type FailoverRow struct {
 	// Calls and Lost: the group's calls that ended from the fault's start to its heal, and
 	// those of them that failed while the group had another usable endpoint.
 	Calls, Lost int64
+	// WorstFailover and WorstBack describe the episode of the longest time measured (its
+	// endpoint, when it started from the run's start, and the faults in force then), for
+	// the invariant's details.
+	WorstFailover, WorstBack string
+}
+
+// describe says where and when episode ep was, and what else was in force at instant at:
+// "e1 at +123.4s (in force: e1:down e2:fe-latency)".
+func describe(ep episode, tl *faultTimeline, at time.Time) string {
+	states := tl.during(at, at)
+	return fmt.Sprintf("%s at +%.1fs (in force: %s)", endpointName(ep.endpoint), at.Sub(tl.start).Seconds(), states[len(states)-1].faults())
 }
 
 // percentile returns the p-th percentile (nearest rank) of sorted ds, 0 for none.
@@ -158,6 +169,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 		}
 		switch d, ok, healed := failoverTime(ep, tl, r.FailoverBound); {
 		case ok:
+			if len(r.Failover) == 0 || d > slices.Max(r.Failover) {
+				r.WorstFailover = describe(ep, tl, ep.start)
+			}
 			r.Failover = append(r.Failover, d)
 		case healed:
 			r.HealedFirst++
@@ -166,6 +180,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 		}
 		if ep.backWatched {
 			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound); ok {
+				if len(r.Back) == 0 || d > slices.Max(r.Back) {
+					r.WorstBack = describe(ep, tl, ep.heal)
+				}
 				r.Back = append(r.Back, d)
 			} else {
 				r.Censored++
@@ -330,10 +347,10 @@ func failoverInvariant(rows []FailoverRow, frontends bool) Invariant {
 		n += len(r.Failover)
 		m += len(r.Back)
 		if overBound(r.Failover, r.FailoverBound) {
-			inv.Details = append(inv.Details, fmt.Sprintf("%s: failover p99 %s over its bound %v", r.Kind, fmtDur(percentile(r.Failover, 99)), r.FailoverBound))
+			inv.Details = append(inv.Details, fmt.Sprintf("%s: failover p99 %s over its bound %v; the longest: %s", r.Kind, fmtDur(percentile(r.Failover, 99)), r.FailoverBound, r.WorstFailover))
 		}
 		if overBound(r.Back, r.BackBound) {
-			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound))
+			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v; the longest: %s (healed)", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound, r.WorstBack))
 		}
 	}
 	inv.Status = Pass

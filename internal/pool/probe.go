@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,92 @@ func (p *Pool) probe(seq uint64, c health.Class) {
 		}
 		p.health.ProbeDone(seq, err, end.Sub(at))
 	}()
+}
+
+// Check sends one probe through p now, on a goroutine p tracks, and gives done the status
+// the endpoint answered it with (nil: OK), or the probe's own error when no call of the
+// probe got a status other than OK (HealthOptions.Probe maps answers such as NOT_FOUND or
+// RESOURCE_EXHAUSTED to nil: they prove the path): a question the detector did not ask,
+// such as whether the endpoint refuses every call or only some (internal/steer asks it of
+// an endpoint whose calls keep getting RESOURCE_EXHAUSTED). It returns false, and done is
+// not called, when p has no probe (health off), its health is stopped, or it has no ready
+// connection; done is not called either when p's health stops while the probe runs. The
+// probe takes HealthOptions.ProbeTimeout; the detector does not count it.
+func (p *Pool) Check(done func(error)) bool {
+	p.probes.mu.Lock()
+	defer p.probes.mu.Unlock()
+	if p.probes.probe == nil || p.probes.stopped || p.State() != connectivity.Ready {
+		return false
+	}
+	p.probes.wg.Add(1)
+	go func() {
+		defer p.probes.wg.Done()
+		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
+		rc := &answerConn{cc: p.probes.conn}
+		err := p.probes.probe(ctx, rc)
+		cancel()
+		if p.probes.ctx.Err() != nil {
+			return // stopped
+		}
+		if a := rc.answer(); a != nil {
+			err = a
+		}
+		done(err)
+	}()
+	return true
+}
+
+// answerConn is the connection Check gives the probe: it keeps the first error status one of
+// the probe's calls ended with, the endpoint's own answer, before the probe maps it.
+type answerConn struct {
+	cc grpc.ClientConnInterface
+	mu sync.Mutex // guards err
+	// err is the first error a call ended with; nil: none.
+	err error
+}
+
+func (c *answerConn) keep(err error) {
+	if err == nil || err == io.EOF {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+func (c *answerConn) answer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *answerConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	err := c.cc.Invoke(ctx, method, args, reply, opts...)
+	c.keep(err)
+	return err
+}
+
+func (c *answerConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := c.cc.NewStream(ctx, desc, method, opts...)
+	if err != nil {
+		c.keep(err)
+		return nil, err
+	}
+	return &answerStream{ClientStream: cs, c: c}, nil
+}
+
+// answerStream is a stream of answerConn: it keeps the error its RecvMsg ends with.
+type answerStream struct {
+	grpc.ClientStream
+	c *answerConn
+}
+
+func (s *answerStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	s.c.keep(err)
+	return err
 }
 
 // haltHealth closes p's detector, stops its latency probes and cancels its probes,

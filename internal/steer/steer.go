@@ -70,12 +70,19 @@ type Steerer struct {
 	// queryScoped and shared count the RESOURCE_EXHAUSTED that cooled nothing: without a
 	// RetryInfo (the query's), and shared by several endpoints (the database's).
 	queryScoped, shared atomic.Int64
+	// checked counts the confirmation probes the endpoint answered (checkOverload): the
+	// streak that sent each was one query's.
+	checked atomic.Int64
 	// streaks counts, by endpoint, the RESOURCE_EXHAUSTED without RetryInfo in a row (no call
 	// succeeded on it in between); streaking is how many are above zero, so that a success
 	// costs one atomic load while none is. Guarded by streakMu.
 	streakMu  sync.Mutex
 	streaks   map[string]int
 	streaking atomic.Int32
+	// checks holds, by endpoint, the confirmation probe of a streak (checkOverload): in
+	// flight, or when the last one found the endpoint answering. Guarded by streakMu.
+	checks map[string]*check
+	clock  clock.Clock
 	// Resend is the pool.Resender of every stream (resendStream), made once by Init; nil turns
 	// resending off (tests set it before any stream).
 	Resend pool.Resender
@@ -87,7 +94,10 @@ type Counts struct {
 	// OverloadQuery and OverloadShared count the RESOURCE_EXHAUSTED that cooled no endpoint
 	// (NoteOverload): the query's, and the database's.
 	OverloadQuery, OverloadShared int64
-	Tokens                        float64
+	// OverloadChecked counts the probes that found an endpoint answering after a streak of
+	// RESOURCE_EXHAUSTED without RetryInfo (NoteOverload): the streak was one query's.
+	OverloadChecked int64
+	Tokens          float64
 }
 
 // Init prepares s: env reaches the connection, txns are the read-only transactions seen
@@ -95,6 +105,10 @@ type Counts struct {
 // group, clk runs the cooldowns.
 func (s *Steerer) Init(env Env, txns *spannerreq.ReadOnlyTxns, tiers *route.Tiering, clk clock.Clock) {
 	s.env, s.txns, s.tiers = env, txns, tiers
+	if clk == nil {
+		clk = clock.Real
+	}
+	s.clock = clk
 	s.cool = cooldown.New(clk, s.cooldownEnded)
 	s.Resend = s.resendStream
 }
@@ -115,7 +129,7 @@ func (s *Steerer) Budget() *retry.Budget { return &s.budget }
 func (s *Steerer) Counts() Counts {
 	return Counts{Steered: s.steered.Load(), Refused: s.refused.Load(), OverloadSkipped: s.skipped.Load(),
 		Resent: s.resent.Load(), ResendRefused: s.resendRefused.Load(), Tokens: s.budget.Tokens(),
-		OverloadQuery: s.queryScoped.Load(), OverloadShared: s.shared.Load()}
+		OverloadQuery: s.queryScoped.Load(), OverloadShared: s.shared.Load(), OverloadChecked: s.checked.Load()}
 }
 
 // CallEnded takes the outcome of one call of class c to method on p (a unary call, or a
@@ -158,7 +172,7 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 		}
 		return
 	}
-	if spannerreq.Overloaded(err) && !s.NoteOverload(p.Endpoint(), err) {
+	if spannerreq.Overloaded(err) && !s.noteOverload(p.Endpoint(), p, err) {
 		if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
 			s.budget.Success() // the backend answered: the query's limit
 		}
@@ -226,10 +240,17 @@ func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.
 //   - without a RetryInfo delay (spannerreq.RetryDelay) it is the query's: Spanner answers so
 //     a query over one of its limits, the Spanner client does not retry it and surfaces it
 //     (cloud.google.com/go/spanner v1.96.1, retry.go), and another endpoint, which leads to
-//     the same database, would answer the same. No cooldown; false. Unless it is the
-//     OverloadStreak-th in a row on the endpoint with no success between (its frontend
-//     refuses every call): then it is judged as one with a RetryInfo, below, and its
-//     cooldown's length is internal/cooldown's own;
+//     the same database, would answer the same. No cooldown; false. After OverloadStreak of
+//     them in a row on the endpoint with no success between, the endpoint is asked whether
+//     it refuses everything: the calls that ended on it may all be the same query (the one
+//     a worker keeps sending while the endpoint's other calls are slow, or go elsewhere).
+//     CallEnded sends one probe (pool.Pool.Check), at most one at a time per endpoint and,
+//     after one the endpoint answered, none for CheckEvery: when the probe is refused with
+//     RESOURCE_EXHAUSTED too, its frontend refuses every call, and the probe's error is
+//     judged as below (without a RetryInfo: a cooldown of internal/cooldown's own length);
+//     when it is answered, the refusals were the query's, and the streak starts again.
+//     Without a pool to probe (NoteOverload itself, a pool without health) the streak's
+//     last refusal is judged as below;
 //   - with one, when another endpoint had one within cooldown.SharedWindow (cooldown.Set.Shared),
 //     the database sheds load on every endpoint: moving calls relieves nothing and costs them
 //     the far endpoint's latency. No cooldown, and the cooldowns in progress end (their
@@ -240,11 +261,24 @@ func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.
 //     evaluated again: the verdicts read Cooling), as Env.Cooled is when it ends
 //     (cooldownEnded, on its timer).
 func (s *Steerer) NoteOverload(endpoint string, err error) bool {
-	delay, fromInfo := spannerreq.RetryDelay(err)
-	if !fromInfo && s.streak(endpoint) < OverloadStreak {
-		s.queryScoped.Add(1)
-		return false
+	return s.noteOverload(endpoint, nil, err)
+}
+
+// noteOverload is NoteOverload for a call on pool p (nil: none to probe).
+func (s *Steerer) noteOverload(endpoint string, p *pool.Pool, err error) bool {
+	if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
+		if s.streak(endpoint) < OverloadStreak || (p != nil && s.checkOverload(endpoint, p)) {
+			s.queryScoped.Add(1)
+			return false
+		}
 	}
+	return s.endpointOverload(endpoint, err)
+}
+
+// endpointOverload is NoteOverload's judgment of an overload that may be the endpoint's: the
+// database's when another endpoint shares it, else the endpoint's cooldown.
+func (s *Steerer) endpointOverload(endpoint string, err error) bool {
+	delay, fromInfo := spannerreq.RetryDelay(err)
 	if s.cool.Shared(endpoint) {
 		s.shared.Add(1)
 		s.cool.EndAll()
@@ -255,6 +289,62 @@ func (s *Steerer) NoteOverload(endpoint string, err error) bool {
 		s.env.Cooling(endpoint, length, fromInfo, repeats)
 	}
 	return true
+}
+
+// CheckEvery is the least time between two probes asking an endpoint whether it refuses every
+// call (NoteOverload), after one it answered: a query refused again and again costs the
+// endpoint one probe a second at most.
+const CheckEvery = time.Second
+
+// check is one endpoint's confirmation probe: inFlight while it runs, answered when the last
+// one found the endpoint answering.
+type check struct {
+	inFlight bool
+	answered time.Time
+}
+
+// checkOverload asks endpoint, through p, whether it refuses every call, unless a question is
+// in flight or was answered within CheckEvery; it reports whether the refusal that completed
+// the streak is left to that answer (false: p cannot be asked, judge it now).
+func (s *Steerer) checkOverload(endpoint string, p *pool.Pool) bool {
+	s.streakMu.Lock()
+	defer s.streakMu.Unlock()
+	if s.checks == nil {
+		s.checks = make(map[string]*check)
+	}
+	c := s.checks[endpoint]
+	if c == nil {
+		c = &check{}
+		s.checks[endpoint] = c
+	}
+	if c.inFlight || (!c.answered.IsZero() && s.clock.Now().Sub(c.answered) < CheckEvery) {
+		return true
+	}
+	if !p.Check(func(err error) { s.checkAnswered(endpoint, c, err) }) {
+		return false
+	}
+	c.inFlight = true
+	return true
+}
+
+// checkAnswered takes the answer of endpoint's confirmation probe c: refused with RESOURCE_EXHAUSTED,
+// the overload is the endpoint's (or the database's: endpointOverload judges it); otherwise
+// the refusals were the query's and the streak starts again. An error other than
+// RESOURCE_EXHAUSTED (UNAVAILABLE, a timeout) is health's business, not an overload.
+func (s *Steerer) checkAnswered(endpoint string, c *check, err error) {
+	refused := spannerreq.Overloaded(err)
+	s.streakMu.Lock()
+	c.inFlight = false
+	if !refused {
+		c.answered = s.clock.Now()
+	}
+	s.streakMu.Unlock()
+	if !refused {
+		s.checked.Add(1)
+		s.endStreak(endpoint)
+		return
+	}
+	s.endpointOverload(endpoint, err)
 }
 
 // OverloadStreak is how many RESOURCE_EXHAUSTED without RetryInfo in a row, with no call
