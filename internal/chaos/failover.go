@@ -189,7 +189,9 @@ func (w *failoverWatch) after(s Step, at time.Time, prev State, current [numGrou
 		}
 		ep.heal, ep.callsAtHeal = at, w.load.groupCalls[ep.group].Load()
 		if ep.tiered {
-			ep.backWatched = slices.Contains(s.After.currentTier(ep.group), e)
+			// A member whose other layer is still faulty (a frontend fault on an endpoint
+			// whose TCP path healed) does not get its share back: not watched.
+			ep.backWatched = slices.Contains(s.After.currentTier(ep.group), e) && s.After.healthy(e)
 		} else {
 			ep.backWatched = firstHealthy(s.After, ep.group) == e
 		}

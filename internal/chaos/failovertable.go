@@ -147,7 +147,7 @@ func otherHealthy(s State, g, e int) bool {
 // endpoint, or for a tiered group a member of its current tier.
 func preferred(s State, g, e int, tiered bool) bool {
 	if tiered {
-		return slices.Contains(s.currentTier(g), e)
+		return slices.Contains(s.currentTier(g), e) && s.healthy(e)
 	}
 	return firstHealthy(s, g) == e
 }

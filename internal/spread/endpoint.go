@@ -34,7 +34,11 @@
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
 // minimum share of the calls (Options.MinShare) in any case, so that it is never starved of
-// the samples that would clear it.
+// the samples that would clear it. A member that comes back to its tier (it became
+// unavailable, and available again: multiendpoint.Tier.Joined) starts with no score: the
+// one it had measured its fault (its calls that failed as it went count ErrorPenalty, 1 s),
+// and its minimum share alone would take seconds to clear it (a member back with a 400 ms
+// score beside a 20 ms peer got under 10 % of its tier for 4 to 14 s in the chaos soak).
 //
 // # Slow start
 //
@@ -179,6 +183,22 @@ func (e *Endpoint) observe(latency time.Duration) {
 		if e.score.CompareAndSwap(old, math.Float64bits(next)) {
 			return
 		}
+	}
+}
+
+// forgetBefore drops the score when its latest sample is older than joined (UnixNano on the
+// Endpoint's clock): the member left its tier after it (it became unavailable: a lost path,
+// an ejection, a brownout) and has just come back, and what the score holds measured the
+// fault (failed calls count ErrorPenalty) or a path that is gone. The next sample sets the
+// score alone; until then the member costs InitialLatency. A score fed at or after joined is
+// kept.
+func (e *Endpoint) forgetBefore(joined int64) {
+	last := e.last.Load()
+	if last == 0 || last >= joined-e.base.UnixNano()+1 {
+		return
+	}
+	if e.last.CompareAndSwap(last, 0) {
+		e.score.Store(0)
 	}
 }
 

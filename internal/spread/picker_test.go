@@ -469,3 +469,34 @@ func TestPick_ConcurrentWithViewChanges(t *testing.T) {
 	close(stop)
 	toggler.Wait()
 }
+
+// A member back in its tier after a fault starts with no score: the failed calls that
+// measured its fault (ErrorPenalty each) no longer hold it at its minimum share, and a score
+// fed after its return, or a peer's that never left, is kept.
+func TestPick_MemberBackForgetsItsFault(t *testing.T) {
+	f := newFixture(t, Options{})
+	start := f.clk.Now()
+	f.clk.Advance(time.Second)
+	f.score("a", 5*ms)
+	b := f.reg.Endpoint("b")
+	b.Begin()
+	b.Done(0, true) // its path went: a failed call counts ErrorPenalty
+	before := f.shares(&multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, start}}, 20000)["b"]
+	f.clk.Advance(5 * time.Second)
+	back := f.clk.Now()
+	v := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, back}}
+	after := f.shares(v, 20000)["b"]
+	t.Logf("b's share with its fault's score: %.3f; back in the tier, before a sample: %.3f", before, after)
+	if b.Stats().Latency != 0 || f.reg.Endpoint("a").Stats().Latency != 5*ms {
+		t.Fatalf("scores after b came back: a %v, b %v; want a's 5ms kept, b's forgotten", f.reg.Endpoint("a").Stats().Latency, b.Stats().Latency)
+	}
+	if before > 0.07 || after < 0.12 {
+		t.Fatalf("b's share: %.3f with its fault's score, %.3f back in the tier; want the minimum share (0.05), then at least 0.12 (10 ms unmeasured against a's 5 ms)", before, after)
+	}
+	f.score("b", 5*ms)
+	f.clk.Advance(time.Second)
+	v2 := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, back}}
+	if got := f.shares(v2, 20000)["b"]; got < 0.45 || got > 0.55 || b.Stats().Latency != 5*ms {
+		t.Fatalf("b measured at 5 ms after it came back: share %.3f, score %v; want an even split and the score kept", got, b.Stats().Latency)
+	}
+}
