@@ -190,6 +190,11 @@ func TestOverloadOfOneQueryAloneCoolsNothing(t *testing.T) {
 	eventually(t, 10*time.Second, "a probe of E1 answered after the streak", func() bool {
 		return r.gme.steering.Counts().OverloadChecked > 0
 	})
+	// The probe asked E1 with a query, the refused calls' path (SpannerProbe's reads probe is
+	// an ExecuteSql; the application's queries are streams).
+	if got := r.e1.Stats().Methods["/google.spanner.v1.Spanner/ExecuteSql"].Received; got == 0 {
+		t.Error("E1 received no ExecuteSql: the probe did not ask it with a query")
+	}
 	if err := r.query("SELECT 1"); err != nil {
 		t.Fatal(err)
 	}

@@ -115,11 +115,11 @@ func TestPeerErrorsAreKeptBounded(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				_, err := countAccounts(ctx, client)
 				cancel()
-				if err != nil && tc.code == codes.ResourceExhausted && status.Code(err) == codes.ResourceExhausted && refused < 2*steer.OverloadStreak {
+				if err != nil && tc.code == codes.ResourceExhausted && status.Code(err) == codes.ResourceExhausted && refused < steer.OverloadStreak+5 {
 					// Without a RetryInfo a RESOURCE_EXHAUSTED is the query's, surfaced as by a
 					// plain client, until OverloadStreak of them in a row have E1 probed and the
 					// probe is refused too: E1's, which then cools (internal/steer NoteOverload).
-					// The queries sent while the probe is out are refused as well.
+					// The few queries sent while the probe is out are refused as well.
 					refused++
 					continue
 				}

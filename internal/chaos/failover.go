@@ -77,6 +77,9 @@ type episode struct {
 	// heal made it the group's first healthy endpoint again: backWatched); zero: none.
 	back        time.Time
 	backWatched bool
+	// backCensored: the heal left the endpoint where the group's calls belong, but with a
+	// fault on its other layer: its way back is not measured, and counts as censored.
+	backCensored bool
 	// callsAtStart and callsAtHeal are the group's calls ended by then (load.groupCalls).
 	callsAtStart, callsAtHeal int64
 }
@@ -190,8 +193,10 @@ func (w *failoverWatch) after(s Step, at time.Time, prev State, current [numGrou
 		ep.heal, ep.callsAtHeal = at, w.load.groupCalls[ep.group].Load()
 		if ep.tiered {
 			// A member whose other layer is still faulty (a frontend fault on an endpoint
-			// whose TCP path healed) does not get its share back: not watched.
-			ep.backWatched = slices.Contains(s.After.currentTier(ep.group), e) && s.After.healthy(e)
+			// whose TCP path healed) does not get its share back: not watched, censored.
+			inTier := slices.Contains(s.After.currentTier(ep.group), e)
+			ep.backWatched = inTier && s.After.healthy(e)
+			ep.backCensored = inTier && !ep.backWatched
 		} else {
 			ep.backWatched = firstHealthy(s.After, ep.group) == e
 		}

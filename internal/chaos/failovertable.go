@@ -178,6 +178,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 		default:
 			r.Censored++
 		}
+		if ep.backCensored {
+			r.Censored++
+		}
 		if ep.backWatched {
 			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound); ok {
 				if len(r.Back) == 0 || d > slices.Max(r.Back) {

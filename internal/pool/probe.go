@@ -103,16 +103,17 @@ func (p *Pool) probe(seq uint64, c health.Class) {
 	}()
 }
 
-// Check sends one probe through p now, on a goroutine p tracks, and gives done the status
-// the endpoint answered it with (nil: OK), or the probe's own error when no call of the
-// probe got a status other than OK (HealthOptions.Probe maps answers such as NOT_FOUND or
-// RESOURCE_EXHAUSTED to nil: they prove the path): a question the detector did not ask,
-// such as whether the endpoint refuses every call or only some (internal/steer asks it of
-// an endpoint whose calls keep getting RESOURCE_EXHAUSTED). It returns false, and done is
-// not called, when p has no probe (health off), its health is stopped, or it has no ready
-// connection; done is not called either when p's health stops while the probe runs. The
-// probe takes HealthOptions.ProbeTimeout; the detector does not count it.
-func (p *Pool) Check(done func(error)) bool {
+// Check sends one probe of class c (health.WithProbeClass tells the probe function) through
+// p now, on a goroutine p tracks, and gives done the status the endpoint answered it with
+// (nil: OK), or the probe's own error when no call of the probe got a status other than OK
+// (HealthOptions.Probe maps answers such as NOT_FOUND or RESOURCE_EXHAUSTED to nil: they
+// prove the path): a question the detector did not ask, such as whether the endpoint refuses
+// every call or only some (internal/steer asks it of an endpoint whose calls keep getting
+// RESOURCE_EXHAUSTED). It returns false, and done is not called, when p has no probe (health
+// off), its health is stopped, or it has no ready connection; otherwise done is called once,
+// with context.Canceled when p's health stops while the probe runs. The probe takes
+// HealthOptions.ProbeTimeout; the detector does not count it.
+func (p *Pool) Check(c health.Class, done func(error)) bool {
 	p.probes.mu.Lock()
 	defer p.probes.mu.Unlock()
 	if p.probes.probe == nil || p.probes.stopped || p.State() != connectivity.Ready {
@@ -121,14 +122,14 @@ func (p *Pool) Check(done func(error)) bool {
 	p.probes.wg.Add(1)
 	go func() {
 		defer p.probes.wg.Done()
-		ctx, cancel := context.WithTimeout(p.probes.ctx, p.probes.timeout)
+		ctx, cancel := context.WithTimeout(health.WithProbeClass(p.probes.ctx, c), p.probes.timeout)
 		rc := &answerConn{cc: p.probes.conn}
 		err := p.probes.probe(ctx, rc)
 		cancel()
-		if p.probes.ctx.Err() != nil {
-			return // stopped
-		}
-		if a := rc.answer(); a != nil {
+		switch a := rc.answer(); {
+		case p.probes.ctx.Err() != nil:
+			err = context.Canceled // stopped: whatever came back says nothing
+		case a != nil:
 			err = a
 		}
 		done(err)

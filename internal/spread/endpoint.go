@@ -34,11 +34,12 @@
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
 // minimum share of the calls (Options.MinShare) in any case, so that it is never starved of
-// the samples that would clear it. A member that comes back to its tier (it became
-// unavailable, and available again: multiendpoint.Tier.Joined) starts with no score: the
-// one it had measured its fault (its calls that failed as it went count ErrorPenalty, 1 s),
-// and its minimum share alone would take seconds to clear it (a member back with a 400 ms
-// score beside a 20 ms peer got under 10 % of its tier for 4 to 14 s in the chaos soak).
+// the samples that would clear it. A member that comes back to its tier after its path
+// failed (its latest sample a failed call, taken before it became available again:
+// multiendpoint.Tier.Joined) starts with no score: the one it had measured its fault (its
+// calls that failed as it went count ErrorPenalty, 1 s), and its minimum share alone would
+// take seconds to clear it (a member back with a 400 ms score beside a 20 ms peer got under
+// 10 % of its tier for 4 to 14 s in the chaos soak).
 //
 // # Slow start
 //
@@ -76,11 +77,15 @@ type Endpoint struct {
 	// concurrent samples weigh the time between them once, not twice.
 	last    atomic.Int64
 	probeOK atomic.Bool // no call answered since the last probe: a probe may feed the score
-	base    time.Time
-	clock   clock.Clock
-	tau     float64 // DecayTime in nanoseconds
-	initial float64 // InitialLatency in microseconds
-	penalty time.Duration
+	// failedLast says the latest sample was a failed call (Done with failed true); forgot is
+	// when forgetBefore last dropped the score, as last counts time (0: never).
+	failedLast atomic.Bool
+	forgot     atomic.Int64
+	base       time.Time
+	clock      clock.Clock
+	tau        float64 // DecayTime in nanoseconds
+	initial    float64 // InitialLatency in microseconds
+	penalty    time.Duration
 }
 
 // EndpointOptions configures an Endpoint's score.
@@ -136,9 +141,13 @@ func (e *Endpoint) Begin() {
 // ABORTED...) is answered: failed false.
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	e.inflight.Add(-1)
-	if failed && latency < e.penalty {
-		latency = e.penalty
+	if failed {
+		if f := e.forgot.Load(); f != 0 && int64(e.clock.Now().Sub(e.base))+1-int64(latency) < f {
+			return // it started before the score was forgotten: the fault's, not the path's now
+		}
+		latency = max(latency, e.penalty)
 	}
+	e.failedLast.Store(failed)
 	e.observe(latency)
 	e.probeOK.Store(false)
 }
@@ -150,6 +159,7 @@ func (e *Endpoint) Probe(rtt time.Duration) bool {
 	if !e.probeOK.Swap(true) {
 		return false
 	}
+	e.failedLast.Store(false)
 	e.observe(rtt)
 	return true
 }
@@ -186,18 +196,21 @@ func (e *Endpoint) observe(latency time.Duration) {
 	}
 }
 
-// forgetBefore drops the score when its latest sample is older than joined (UnixNano on the
-// Endpoint's clock): the member left its tier after it (it became unavailable: a lost path,
-// an ejection, a brownout) and has just come back, and what the score holds measured the
-// fault (failed calls count ErrorPenalty) or a path that is gone. The next sample sets the
-// score alone; until then the member costs InitialLatency. A score fed at or after joined is
-// kept.
-func (e *Endpoint) forgetBefore(joined int64) {
+// forgetBefore drops the score when its latest sample was a failed call taken before joined
+// (on the Endpoint's clock): the member left its tier after it (its path failed) and has
+// just come back, and the score measured the fault (failed calls count ErrorPenalty) or a
+// path that is gone. The next sample sets the score alone; until then the member costs
+// InitialLatency. A call that started before the forgetting and fails after it (one held
+// by the fault) is not counted either. A score whose latest sample was answered, or was
+// taken at or after joined, is kept: a member that joins for another reason (a group
+// created or reconfigured, a change of tier) keeps what the other groups measured.
+func (e *Endpoint) forgetBefore(joined time.Time) {
 	last := e.last.Load()
-	if last == 0 || last >= joined-e.base.UnixNano()+1 {
+	if last == 0 || !e.failedLast.Load() || last >= int64(joined.Sub(e.base))+1 {
 		return
 	}
 	if e.last.CompareAndSwap(last, 0) {
+		e.forgot.Store(int64(e.clock.Now().Sub(e.base)) + 1)
 		e.score.Store(0)
 	}
 }

@@ -242,7 +242,7 @@ func (p *Picker) rebuild(old *set, v *multiendpoint.Tier) *set {
 	for i, a := range v.Members {
 		s.members[i] = p.resolve(a)
 		s.joined[i] = v.Joined[i].UnixNano()
-		s.members[i].forgetBefore(s.joined[i]) // a member back in its tier: its score is stale
+		s.members[i].forgetBefore(v.Joined[i]) // a member back in its tier after a fault: its score is stale
 		if p.window > 0 && len(v.Members) > 1 {
 			s.rampUntil = max(s.rampUntil, s.joined[i]+int64(p.window))
 		}

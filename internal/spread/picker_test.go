@@ -471,8 +471,9 @@ func TestPick_ConcurrentWithViewChanges(t *testing.T) {
 }
 
 // A member back in its tier after a fault starts with no score: the failed calls that
-// measured its fault (ErrorPenalty each) no longer hold it at its minimum share, and a score
-// fed after its return, or a peer's that never left, is kept.
+// measured its fault (ErrorPenalty each) no longer hold it at its minimum share, nor does a
+// call held by the fault that fails after its return; a score fed after its return, or one
+// whose latest sample was answered (a member that joins again for another reason), is kept.
 func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 	f := newFixture(t, Options{})
 	start := f.clk.Now()
@@ -493,10 +494,20 @@ func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 	if before > 0.07 || after < 0.12 {
 		t.Fatalf("b's share: %.3f with its fault's score, %.3f back in the tier; want the minimum share (0.05), then at least 0.12 (10 ms unmeasured against a's 5 ms)", before, after)
 	}
+	// A call held by the fault that fails now, after b came back, counts nothing.
+	b.Begin()
+	b.Done(6*time.Second, true)
+	if b.Stats().Latency != 0 {
+		t.Fatalf("a call that started before b came back and failed after set its score to %v", b.Stats().Latency)
+	}
 	f.score("b", 5*ms)
 	f.clk.Advance(time.Second)
-	v2 := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, back}}
+	// a joins again (say a group was reconfigured): its latest sample was answered, kept.
+	v2 := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{f.clk.Now(), back}}
 	if got := f.shares(v2, 20000)["b"]; got < 0.45 || got > 0.55 || b.Stats().Latency != 5*ms {
 		t.Fatalf("b measured at 5 ms after it came back: share %.3f, score %v; want an even split and the score kept", got, b.Stats().Latency)
+	}
+	if a := f.reg.Endpoint("a").Stats().Latency; a != 5*ms {
+		t.Fatalf("a joined again with an answered latest sample: score %v, want 5ms kept", a)
 	}
 }

@@ -80,7 +80,7 @@ type Steerer struct {
 	streaks   map[string]int
 	streaking atomic.Int32
 	// checks holds, by endpoint, the confirmation probe of a streak (checkOverload): in
-	// flight, or when the last one found the endpoint answering. Guarded by streakMu.
+	// flight, or when the last one ended. Guarded by streakMu.
 	checks map[string]*check
 	clock  clock.Clock
 	// Resend is the pool.Resender of every stream (resendStream), made once by Init; nil turns
@@ -172,7 +172,7 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 		}
 		return
 	}
-	if spannerreq.Overloaded(err) && !s.noteOverload(p.Endpoint(), p, err) {
+	if spannerreq.Overloaded(err) && !s.noteOverload(p.Endpoint(), p, c, err) {
 		if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
 			s.budget.Success() // the backend answered: the query's limit
 		}
@@ -244,11 +244,12 @@ func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.
 //     them in a row on the endpoint with no success between, the endpoint is asked whether
 //     it refuses everything: the calls that ended on it may all be the same query (the one
 //     a worker keeps sending while the endpoint's other calls are slow, or go elsewhere).
-//     CallEnded sends one probe (pool.Pool.Check), at most one at a time per endpoint and,
-//     after one the endpoint answered, none for CheckEvery: when the probe is refused with
+//     CallEnded sends one probe of the refused call's class (pool.Pool.Check), at most one at
+//     a time per endpoint and one per CheckEvery: when the probe is refused with
 //     RESOURCE_EXHAUSTED too, its frontend refuses every call, and the probe's error is
 //     judged as below (without a RetryInfo: a cooldown of internal/cooldown's own length);
-//     when it is answered, the refusals were the query's, and the streak starts again.
+//     when it is answered, the refusals were the query's, and the streak starts again; a
+//     probe the endpoint did not answer (a timeout, UNAVAILABLE) judges nothing.
 //     Without a pool to probe (NoteOverload itself, a pool without health) the streak's
 //     last refusal is judged as below;
 //   - with one, when another endpoint had one within cooldown.SharedWindow (cooldown.Set.Shared),
@@ -261,13 +262,13 @@ func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.
 //     evaluated again: the verdicts read Cooling), as Env.Cooled is when it ends
 //     (cooldownEnded, on its timer).
 func (s *Steerer) NoteOverload(endpoint string, err error) bool {
-	return s.noteOverload(endpoint, nil, err)
+	return s.noteOverload(endpoint, nil, health.Calls, err)
 }
 
-// noteOverload is NoteOverload for a call on pool p (nil: none to probe).
-func (s *Steerer) noteOverload(endpoint string, p *pool.Pool, err error) bool {
+// noteOverload is NoteOverload for a call of class c on pool p (nil: none to probe).
+func (s *Steerer) noteOverload(endpoint string, p *pool.Pool, c health.Class, err error) bool {
 	if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
-		if s.streak(endpoint) < OverloadStreak || (p != nil && s.checkOverload(endpoint, p)) {
+		if s.streak(endpoint) < OverloadStreak || (p != nil && s.checkOverload(endpoint, p, c)) {
 			s.queryScoped.Add(1)
 			return false
 		}
@@ -292,59 +293,71 @@ func (s *Steerer) endpointOverload(endpoint string, err error) bool {
 }
 
 // CheckEvery is the least time between two probes asking an endpoint whether it refuses every
-// call (NoteOverload), after one it answered: a query refused again and again costs the
-// endpoint one probe a second at most.
+// call (NoteOverload): a query refused again and again costs the endpoint one probe a second
+// at most.
 const CheckEvery = time.Second
 
-// check is one endpoint's confirmation probe: inFlight while it runs, answered when the last
-// one found the endpoint answering.
+// check is one endpoint's confirmation probe: inFlight while it runs, and when the last one
+// ended.
 type check struct {
 	inFlight bool
-	answered time.Time
+	ended    time.Time
 }
 
 // checkOverload asks endpoint, through p, whether it refuses every call, unless a question is
-// in flight or was answered within CheckEvery; it reports whether the refusal that completed
-// the streak is left to that answer (false: p cannot be asked, judge it now).
-func (s *Steerer) checkOverload(endpoint string, p *pool.Pool) bool {
+// in flight or the last one ended within CheckEvery; it reports whether the refusal that
+// completed the streak is left to that answer (false: p cannot be asked, judge it now). The
+// probe goes down the refused call's path (class c: SpannerProbe sends a query for reads).
+func (s *Steerer) checkOverload(endpoint string, p *pool.Pool, c health.Class) bool {
 	s.streakMu.Lock()
 	defer s.streakMu.Unlock()
 	if s.checks == nil {
 		s.checks = make(map[string]*check)
 	}
-	c := s.checks[endpoint]
-	if c == nil {
-		c = &check{}
-		s.checks[endpoint] = c
+	ck := s.checks[endpoint]
+	if ck == nil {
+		ck = &check{}
+		s.checks[endpoint] = ck
 	}
-	if c.inFlight || (!c.answered.IsZero() && s.clock.Now().Sub(c.answered) < CheckEvery) {
+	if ck.inFlight || (!ck.ended.IsZero() && s.clock.Now().Sub(ck.ended) < CheckEvery) {
 		return true
 	}
-	if !p.Check(func(err error) { s.checkAnswered(endpoint, c, err) }) {
+	if !p.Check(c, func(err error) { s.checkAnswered(endpoint, ck, err) }) {
 		return false
 	}
-	c.inFlight = true
+	ck.inFlight = true
 	return true
 }
 
-// checkAnswered takes the answer of endpoint's confirmation probe c: refused with RESOURCE_EXHAUSTED,
-// the overload is the endpoint's (or the database's: endpointOverload judges it); otherwise
-// the refusals were the query's and the streak starts again. An error other than
-// RESOURCE_EXHAUSTED (UNAVAILABLE, a timeout) is health's business, not an overload.
-func (s *Steerer) checkAnswered(endpoint string, c *check, err error) {
+// checkAnswered takes the outcome of endpoint's confirmation probe ck. Refused with
+// RESOURCE_EXHAUSTED, the overload is the endpoint's (or the database's: endpointOverload
+// judges it). Answered otherwise (OK, or an answer such as NOT_FOUND), the refusals were the
+// query's and the streak starts again. With no answer (UNAVAILABLE, a timeout, a lost
+// connection, the pool stopped: health's business, not an overload's) nothing is judged, and
+// the streak goes on: its next refusal asks again, CheckEvery after this one.
+func (s *Steerer) checkAnswered(endpoint string, ck *check, err error) {
 	refused := spannerreq.Overloaded(err)
+	answered := !refused && !noAnswer(err)
 	s.streakMu.Lock()
-	c.inFlight = false
-	if !refused {
-		c.answered = s.clock.Now()
-	}
+	ck.inFlight = false
+	ck.ended = s.clock.Now()
 	s.streakMu.Unlock()
-	if !refused {
+	switch {
+	case refused:
+		s.endpointOverload(endpoint, err)
+	case answered:
 		s.checked.Add(1)
 		s.endStreak(endpoint)
-		return
 	}
-	s.endpointOverload(endpoint, err)
+}
+
+// noAnswer reports whether a probe's err says the endpoint did not answer it.
+func noAnswer(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.Internal:
+		return true
+	}
+	return false
 }
 
 // OverloadStreak is how many RESOURCE_EXHAUSTED without RetryInfo in a row, with no call
@@ -375,6 +388,11 @@ func (s *Steerer) endStreak(endpoint string) {
 	if _, ok := s.streaks[endpoint]; ok {
 		delete(s.streaks, endpoint)
 		s.streaking.Add(-1)
+	}
+	// The endpoint's check is kept only while it runs or paces the next one: the map holds
+	// the endpoints with a streak or a recent probe, not every address ever configured.
+	if ck := s.checks[endpoint]; ck != nil && !ck.inFlight && s.clock.Now().Sub(ck.ended) >= CheckEvery {
+		delete(s.checks, endpoint)
 	}
 }
 
