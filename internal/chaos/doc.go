@@ -206,7 +206,8 @@
 //     member of its current tier), to the group's first success on it; for a tier, to the end
 //     of the first second in which the member carried 35% of its tier's calls (its full share
 //     after slow start, fullShare). Measured only while the endpoint stays where the group's
-//     calls belong; never when the whole bound passed so;
+//     calls belong, with no fault on either layer (a member whose other layer is still faulty
+//     at the heal is censored); never when the whole bound passed so;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).
 //
