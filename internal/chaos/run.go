@@ -288,7 +288,15 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 
 	vctx, vcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer vcancel()
-	v, verr := verify(vctx, direct, l)
+	// A new direct client: the setup's has been idle since the load began, and the backend
+	// deletes sessions idle for an hour (Spanner does, https://cloud.google.com/spanner/docs/sessions;
+	// the emulator answered a 60-minute run's verification "Session not found").
+	checker, err := fixture.NewClient(vctx, be.Addr, be.Database)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: a direct client to verify the database: %w", err)
+	}
+	defer checker.Close()
+	v, verr := verify(vctx, checker, l)
 
 	r := &Report{Seed: cfg.Seed, Duration: cfg.Duration, Backend: be.Name, Reproduce: cfg.Reproduce, Applied: map[Kind]int{}, Interrupted: interrupted}
 	for _, a := range x.timeline.steps {
