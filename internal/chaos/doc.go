@@ -206,8 +206,9 @@
 //     member of its current tier), to the group's first success on it; for a tier, to the end
 //     of the first second in which the member carried 35% of its tier's calls (its full share
 //     after slow start, fullShare). Measured only while the endpoint stays where the group's
-//     calls belong, with no fault on either layer (a member whose other layer is still faulty
-//     at the heal is censored); never when the whole bound passed so;
+//     calls belong, with no fault on either layer (an endpoint with a fault still in force at
+//     the heal, hard or soft, is censored); never when the whole bound passed so. A failover
+//     is likewise censored when the group's next endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).
 //

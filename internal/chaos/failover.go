@@ -191,15 +191,16 @@ func (w *failoverWatch) after(s Step, at time.Time, prev State, current [numGrou
 			continue
 		}
 		ep.heal, ep.callsAtHeal = at, w.load.groupCalls[ep.group].Load()
+		// The docs' bound for the way back is an endpoint's that works again: one with a
+		// fault still in force on either layer (a frontend fault on an endpoint whose TCP
+		// path healed, a partial failure that may eject it, a slow link) is not watched,
+		// and counts as censored.
+		belongs := firstHealthy(s.After, ep.group) == e
 		if ep.tiered {
-			// A member whose other layer is still faulty (a frontend fault on an endpoint
-			// whose TCP path healed) does not get its share back: not watched, censored.
-			inTier := slices.Contains(s.After.currentTier(ep.group), e)
-			ep.backWatched = inTier && s.After.healthy(e)
-			ep.backCensored = inTier && !ep.backWatched
-		} else {
-			ep.backWatched = firstHealthy(s.After, ep.group) == e
+			belongs = slices.Contains(s.After.currentTier(ep.group), e)
 		}
+		ep.backWatched = belongs && s.After.faultFree(e)
+		ep.backCensored = belongs && !ep.backWatched
 	}
 }
 

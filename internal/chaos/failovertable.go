@@ -147,9 +147,9 @@ func otherHealthy(s State, g, e int) bool {
 // endpoint, or for a tiered group a member of its current tier.
 func preferred(s State, g, e int, tiered bool) bool {
 	if tiered {
-		return slices.Contains(s.currentTier(g), e) && s.healthy(e)
+		return slices.Contains(s.currentTier(g), e) && s.faultFree(e)
 	}
-	return firstHealthy(s, g) == e
+	return firstHealthy(s, g) == e && s.faultFree(e)
 }
 
 // failoverTable turns the episodes into the table's rows, in the order of the kinds. tl is the
@@ -210,8 +210,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 // healed is set when the fault healed first (within the bound, or with the group without
 // another healthy endpoint meanwhile); otherwise the group lost every other healthy endpoint
 // first, the run ended, or a failover longer than the bound met a fault on the group's next
-// endpoint (its own detection's time). A group that kept another healthy endpoint for longer than the bound
-// without a success there counts as never.
+// endpoint, hard or soft (a partial failure, a hang, a slow link: its own detection's time).
+// A group that kept another healthy endpoint for longer than the bound without a success
+// there, its next endpoint fault-free meanwhile, counts as never.
 func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Duration, ok, healed bool) {
 	end := ep.elsewhere
 	if end.IsZero() || (!ep.heal.IsZero() && ep.heal.Before(end)) {
@@ -219,11 +220,15 @@ func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Du
 		if end.IsZero() {
 			return 0, false, false
 		}
-		covered := end.Sub(ep.start) > bound
+		covered, nextFaulty := end.Sub(ep.start) > bound, false
 		for _, s := range tl.during(ep.start, ep.start.Add(min(bound, end.Sub(ep.start)))) {
 			covered = covered && otherHealthy(s, ep.group, ep.endpoint)
+			nextFaulty = nextFaulty || !nextFaultFree(s, ep.group, ep.endpoint)
 		}
-		if covered {
+		switch {
+		case covered && nextFaulty:
+			return 0, false, false // the next endpoint's own fault had its share in the wait
+		case covered:
 			return never, true, false
 		}
 		return 0, false, true
@@ -233,7 +238,7 @@ func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Du
 		if !otherHealthy(s, ep.group, ep.endpoint) {
 			return 0, false, false
 		}
-		nextFaulty = nextFaulty || !nextHealthy(s, ep.group, ep.endpoint)
+		nextFaulty = nextFaulty || !nextFaultFree(s, ep.group, ep.endpoint)
 	}
 	if nextFaulty && end.Sub(ep.start) > bound {
 		// The group's next endpoint had a fault of its own meanwhile (one the client may
@@ -244,12 +249,14 @@ func failoverTime(ep episode, tl *faultTimeline, bound time.Duration) (d time.Du
 	return end.Sub(ep.start), true, false
 }
 
-// nextHealthy reports whether the first endpoint other than e that group g lists in s, the
-// one its calls go to when e fails, is healthy.
-func nextHealthy(s State, g, e int) bool {
+// nextFaultFree reports whether the first endpoint other than e that group g lists in s, the
+// one its calls go to when e fails, has no fault in force on either layer (the docs' bound
+// for a failover is one to an endpoint that works: a partial failure, a hang or a slow link
+// there adds its own detection's time).
+func nextFaultFree(s State, g, e int) bool {
 	for _, o := range s.Groups[g] {
 		if o != e {
-			return s.healthy(o)
+			return s.faultFree(o)
 		}
 	}
 	return false

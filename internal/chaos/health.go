@@ -259,6 +259,20 @@ func (b *brownoutLog) summary() string {
 	return fmt.Sprintf("%d %s (%s), %d ended", len(b.degradations), noun, strings.Join(parts, ", "), b.recoveries)
 }
 
+// instantOn reports whether an instant fault (reset, fe-restart, fe-partial-reset: it leaves
+// nothing in force) hit endpoint from from to to.
+func (tl *faultTimeline) instantOn(endpoint string, from, to time.Time) bool {
+	for _, a := range tl.steps {
+		if a.at.Before(from) || a.at.After(to) || a.step.Endpoint < 0 || !kinds[a.step.Kind].instant {
+			continue
+		}
+		if endpointName(a.step.Endpoint) == endpoint {
+			return true
+		}
+	}
+	return false
+}
+
 // faultOn reports whether a fault for which is holds was in force, on either layer, on the
 // endpoint named endpoint at some time from from to to; true for a name outside the topology
 // (nothing to hold an event on it against).

@@ -251,7 +251,9 @@ func dieYoungInvariant(runs []dieYoungRun, samples []connSample, t0 time.Time) I
 
 // blamedSwitches returns the switches of a group to a fallback (not a recovery, not a
 // reconfiguration) from start to end away from an endpoint that had no fault on either layer
-// from justifyLookback before start to the switch: what only the overload can have made.
+// from justifyLookback before start to the switch, nor an instant one (a reset or a frontend
+// restart cuts its connections: a switch is then the client's right answer): what only the
+// overload can have made.
 func blamedSwitches(switches []spannerme.SwitchEvent, start, end time.Time, tl *faultTimeline, name func(string) string) []string {
 	var out []string
 	for _, ev := range switches {
@@ -259,7 +261,7 @@ func blamedSwitches(switches []spannerme.SwitchEvent, start, end time.Time, tl *
 			continue
 		}
 		from := name(ev.From)
-		if tl.faultOn(from, start.Add(-justifyLookback), ev.At, Fault.active) {
+		if tl.faultOn(from, start.Add(-justifyLookback), ev.At, Fault.active) || tl.instantOn(from, start.Add(-justifyLookback), ev.At) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("%s %s->%s at %+.1fs", ev.Name, from, name(ev.To), ev.At.Sub(start).Seconds()))

@@ -229,3 +229,29 @@ func hasRetryInfo(err error) bool {
 	}
 	return false
 }
+
+// A switch away from an endpoint during an overload is blamed on the overload only when
+// nothing else hit the endpoint: a frontend restart on it just before (its connections cut)
+// makes the switch the client's right answer.
+func TestBlamedSwitchesExcuseInstantFaults(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	start := t0.Add(10 * time.Second)
+	sw := []spannerme.SwitchEvent{{Name: "default", From: "e1", To: "e3", Reason: spannerme.Fallback, At: start.Add(1300 * time.Millisecond)}}
+	name := func(s string) string { return s }
+	for _, tc := range []struct {
+		name   string
+		steps  []applied
+		blamed bool
+	}{
+		{"nothing on e1", nil, true},
+		{"fe-restart on e1 0.4 s before", []applied{{at: start.Add(900 * time.Millisecond), step: Step{Kind: KindFrontendRestart, Endpoint: 0}}}, false},
+		{"fe-restart on e2", []applied{{at: start.Add(900 * time.Millisecond), step: Step{Kind: KindFrontendRestart, Endpoint: 1}}}, true},
+		{"fe-restart on e1 long before", []applied{{at: t0, step: Step{Kind: KindFrontendRestart, Endpoint: 0}}}, true},
+	} {
+		tl := &faultTimeline{start: t0, initial: State{Groups: initialGroups}, steps: tc.steps}
+		got := blamedSwitches(sw, start, start.Add(5*time.Second), tl, name)
+		if (len(got) > 0) != tc.blamed {
+			t.Errorf("%s: blamed %v, want blamed %v", tc.name, got, tc.blamed)
+		}
+	}
+}
