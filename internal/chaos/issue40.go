@@ -239,7 +239,7 @@ func dieYoungInvariant(runs []dieYoungRun, samples []connSample, t0 time.Time) I
 		}
 		inv.Details = append(inv.Details, line)
 	}
-	inv.Details = firstLines(inv.Details, 20)
+	inv.Details = firstLines(brokenFirst(inv.Details, " OVER"), 20)
 	inv.Status = Pass
 	inv.Result = fmt.Sprintf("%d faults, %d judged (at least %v), %d over %d connections in a second after the first %v; most in a second: %d",
 		len(runs), judged, dieYoungSettle+time.Second, bad, dieYoungRate, dieYoungSettle, worst)
@@ -334,7 +334,7 @@ func overloadInvariants(runs []overloadRun, refused []classified, switches []spa
 			}
 		}
 	}
-	q.Details, d.Details = firstLines(q.Details, 20), firstLines(d.Details, 20)
+	q.Details, d.Details = firstLines(brokenFirst(q.Details, " BROKEN"), 20), firstLines(brokenFirst(d.Details, " BROKEN"), 20)
 	if nq == 0 {
 		q.Status, q.Result = NotChecked, "none in this schedule"
 	} else {
@@ -397,6 +397,24 @@ func faultFreeCooled(r overloadRun, tl *faultTimeline) []string {
 		}
 		if free {
 			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// brokenFirst returns lines with those that end with mark first, each group in its order: the
+// details a report cuts at 20 lines keep the faults that broke a row (an hour's run has about
+// 90 of each kind).
+func brokenFirst(lines []string, mark string) []string {
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		if strings.HasSuffix(l, mark) {
+			out = append(out, l)
+		}
+	}
+	for _, l := range lines {
+		if !strings.HasSuffix(l, mark) {
+			out = append(out, l)
 		}
 	}
 	return out

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,5 +254,13 @@ func TestBlamedSwitchesExcuseInstantFaults(t *testing.T) {
 		if (len(got) > 0) != tc.blamed {
 			t.Errorf("%s: blamed %v, want blamed %v", tc.name, got, tc.blamed)
 		}
+	}
+}
+
+// The lines of faults that broke a row come first, so that a report cut at 20 lines shows them.
+func TestBrokenFirst(t *testing.T) {
+	got := brokenFirst([]string{"a", "b BROKEN", "c", "d BROKEN"}, " BROKEN")
+	if want := []string{"b BROKEN", "d BROKEN", "a", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("brokenFirst: %q, want %q", got, want)
 	}
 }
