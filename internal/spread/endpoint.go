@@ -147,7 +147,9 @@ func (e *Endpoint) Done(latency time.Duration, failed bool) {
 		}
 		latency = max(latency, e.penalty)
 	}
-	e.failedLast.Store(failed)
+	if e.failedLast.Load() != failed {
+		e.failedLast.Store(failed) // stored on a change only: the line is shared by every caller
+	}
 	e.observe(latency)
 	e.probeOK.Store(false)
 }
