@@ -150,8 +150,9 @@
 //     classOverload): counted, not lost, judged by the two overload rows below;
 //   - every die-young fault of at least 3s: from dieYoungSettle (2s) after its start to its
 //     heal, at most dieYoungRate (30 at the run's ReconnectMaxDelay) connections reach the endpoint in any second (its TCP
-//     fake's accepted connections, sampled every 100ms; a plain grpc-go ClientConn makes 1 in
-//     10s); its failed calls are judged by the rows above (it is hard, not silent: a group
+//     fake's accepted connections, sampled every 100ms; two samples a late one leaves more
+//     than a second apart are held to that span's bound, dieYoungAllowed; a plain grpc-go
+//     ClientConn makes 1 in 10s); its failed calls are judged by the rows above (it is hard, not silent: a group
 //     with another healthy endpoint fails none);
 //   - every query-overload: the heavy query fails with RESOURCE_EXHAUSTED at most 1.5
 //     frontend calls each on average (the client neither resends it elsewhere nor retries

@@ -66,6 +66,25 @@ func TestDieYoungInvariant(t *testing.T) {
 			}
 		})
 	}
+	// A loaded machine took no sample from 5s to 6.3s: the second from 6s is counted from
+	// the sample at 5s, 2s of backed-off reconnects (25 a second) in one cell. Within the
+	// bound of the span the samples cover (55); 29 a second, within the bound of every whole
+	// second, is over it in that span.
+	for _, tc := range []struct {
+		rate int64
+		want Status
+	}{{25, Pass}, {29, Fail}} {
+		var late []connSample
+		for _, s := range samplesAt(t0, 10*time.Second, 1, func(time.Duration) int64 { return tc.rate }) {
+			if at := s.at.Sub(t0); at <= 5*time.Second || at >= 6300*time.Millisecond {
+				late = append(late, s)
+			}
+		}
+		inv := dieYoungInvariant(run, late, t0)
+		if inv.Status != tc.want || !strings.Contains(strings.Join(inv.Details, " "), "/2.0s") {
+			t.Fatalf("%d a second, a sample 1.3s late: status %v, want %v: %s %v", tc.rate, inv.Status, tc.want, inv.Result, inv.Details)
+		}
+	}
 	short := []dieYoungRun{{endpoint: 0, start: t0, end: t0.Add(2500 * time.Millisecond)}}
 	inv := dieYoungInvariant(short, samplesAt(t0, 5*time.Second, 0, func(time.Duration) int64 { return 3600 }), t0)
 	if inv.Status != Pass || !strings.Contains(inv.Result, "0 judged") {

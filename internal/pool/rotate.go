@@ -304,8 +304,13 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case prev == connectivity.Ready:
 			stopTimer(c)
 			if st == connectivity.Idle { // the server ended it (GOAWAY, or closed it)
-				b.learnLocked(now.Sub(c.readyAt), now, &a)
-				s = b.endedLocked(c, true, s, &a)
+				var young bool
+				// A connection that died young tells nothing of the server's age: its
+				// lifetime is the peer's refusal, and rotating on it would connect
+				// replacements outside the young-death backoff.
+				if s, young = b.endedLocked(c, true, s, &a); !young {
+					b.learnLocked(now.Sub(c.readyAt), now, &a)
+				}
 			}
 			if n := ch.next; n != nil { // too late: grpc_gcp reconnects the channel
 				ch.next = nil
@@ -313,7 +318,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 			}
 		case prev == connectivity.Connecting && st == connectivity.Idle:
 			// Established and ended before gRPC reported it READY.
-			s = b.endedLocked(c, false, s, &a)
+			s, _ = b.endedLocked(c, false, s, &a)
 		}
 		return ch, s, a
 	case roleNext:

@@ -153,12 +153,12 @@ func diedYoung(life time.Duration, ready bool, wait time.Duration) error {
 // wasReady: from READY, else from CONNECTING), and returns the state to report to grpc_gcp:
 // s, for a connection that carried a call or lived youngLife (the backoff ends; grpc_gcp
 // reconnects at once), or TRANSIENT_FAILURE for one that died young, whose channel the
-// backoff's timer connects again (reconnect). Times are the watch's youth clock. b.mu must
-// be held; a's run records the error.
-func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnState, a *afterUnlock) balancer.SubConnState {
+// backoff's timer connects again (reconnect); young reports the latter. Times are the watch's
+// youth clock. b.mu must be held; a's run records the error.
+func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnState, a *afterUnlock) (_ balancer.SubConnState, young bool) {
 	w := b.watch
 	if w == nil || b.closed || c.ch.shut {
-		return s
+		return s, false
 	}
 	now := w.youthClock.Now()
 	var life time.Duration
@@ -166,7 +166,7 @@ func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnSta
 		life = now.Sub(c.bornAt)
 		if c.carried.Load() || life >= youngLife {
 			w.youth.lived()
-			return s
+			return s, false
 		}
 	}
 	wait := w.youth.died(now)
@@ -174,7 +174,7 @@ func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnSta
 	gen := c.gen
 	c.timer = w.youthClock.AfterFunc(wait, func() { b.reconnect(c, gen) })
 	a.young, a.youngIn = diedYoung(life, wasReady, wait), w
-	return balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: a.young}
+	return balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: a.young}, true
 }
 
 // reconnect connects c again at the end of its young-death wait, if it is still its

@@ -203,3 +203,36 @@ func TestYoungDeathLatencyConnection(t *testing.T) {
 func (s *fakeSubConn) GetOrBuildProducer(balancer.ProducerBuilder) (balancer.Producer, func()) {
 	return nil, func() {}
 }
+
+// A connection that died young teaches the rotation nothing: its lifetime is the peer's
+// refusal, not a maximum connection age, and a rotation timed on it would connect a
+// replacement beside the backoff (more connections a second than the backoff allows). One
+// that carried a call and was ended as young is still a lifetime.
+func TestYoungDeathIsNoLifetime(t *testing.T) {
+	r := newRotationRig(t)
+	r.watch.SetBackoff(backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1, MaxDelay: 100 * time.Millisecond})
+	b := r.b.(*poolBalancer)
+	samples := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.lives.n
+	}
+	sc := r.sub(1)
+	for i := range 5 {
+		r.ready(sc)
+		r.clk.Advance(5 * time.Millisecond)
+		r.state(sc, connectivity.Idle) // GOAWAY 5 ms after READY, no call
+		if n := samples(); n != 0 {
+			t.Fatalf("young death %d: %d lifetime samples, want 0", i+1, n)
+		}
+		r.clk.Advance(time.Second) // the backoff's wait (jittered) is over; reconnected
+	}
+	r.ready(sc)
+	if n := len(r.cc.subConns()); n != 1 {
+		t.Fatalf("%d SubConns after five young deaths, want 1 (no replacement timed)", n)
+	}
+	r.learn(5*time.Millisecond, 5*time.Millisecond, 5*time.Millisecond) // each carried a call
+	if n := samples(); n != 3 {
+		t.Fatalf("%d lifetime samples after three connections that carried a call, want 3", n)
+	}
+}
