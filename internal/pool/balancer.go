@@ -155,6 +155,11 @@ type poolBalancer struct {
 	// never across a call into grpc_gcp.
 	pubMu     sync.Mutex
 	published balancer.State
+	// fromChild is grpc_gcp's last state, its picker wrapped; failed is the error of a
+	// channel's attempt that failed since grpc_gcp last published READY, nil if none
+	// (failfast.go). Guarded by pubMu.
+	fromChild balancer.State
+	failed    error
 }
 
 func (b *poolBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -209,6 +214,9 @@ func (b *poolBalancer) subConnState(sc balancer.SubConn, s balancer.SubConnState
 	if fwd != nil {
 		//lint:ignore SA1019 grpc_gcp v1.6.0 creates its SubConns without a StateListener
 		b.child.UpdateSubConnState(fwd, fs)
+		if _, ok := fwd.(*channel); ok && fs.ConnectivityState == connectivity.TransientFailure {
+			b.attemptFailed(fs)
+		}
 	}
 }
 
@@ -310,15 +318,19 @@ func (c *poolClientConn) UpdateAddresses(sc balancer.SubConn, addrs []resolver.A
 	sc.UpdateAddresses(addrs)
 }
 
-// UpdateState hands gRPC grpc_gcp's state with its picker wrapped (poolPicker).
+// UpdateState hands gRPC grpc_gcp's state with its picker wrapped (poolPicker), or failing
+// every pick while the pool is connecting after a failed attempt (failfast.go).
 func (c *poolClientConn) UpdateState(s balancer.State) {
 	c.b.pubMu.Lock()
 	defer c.b.pubMu.Unlock()
 	if s.Picker != nil {
 		s.Picker = &poolPicker{child: s.Picker}
 	}
-	c.b.published = s
-	c.ClientConn.UpdateState(s)
+	if s.ConnectivityState == connectivity.Ready {
+		c.b.failed = nil
+	}
+	c.b.fromChild = s
+	c.b.publishLocked()
 }
 
 // republish hands gRPC the last state again with a new picker over the same grpc_gcp picker,
