@@ -319,6 +319,10 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case prev == connectivity.Connecting && st == connectivity.Idle:
 			// Established and ended before gRPC reported it READY.
 			s, _ = b.endedLocked(c, false, s, &a)
+		case st == connectivity.TransientFailure && b.watch != nil:
+			// An attempt that failed: the endpoint refuses connections rather than
+			// ending them young, and gRPC's own backoff paces it (young.go).
+			b.watch.youth.refused()
 		}
 		return ch, s, a
 	case roleNext:

@@ -34,7 +34,9 @@ import (
 // While a pool is in backoff (strikes > 0), its monitor does not report it available when a
 // connection becomes READY until the pool has stayed READY for youngLife (the dwell), so that
 // no group switches to (or back to) an endpoint whose connections die at once; the dwell's
-// end resets the backoff.
+// end resets the backoff. So does an attempt that fails (TRANSIENT_FAILURE): an endpoint that
+// goes down kills connections that may be young, but it then refuses new ones, which gRPC's
+// backoff paces, and once back it is available without a dwell.
 //
 // grpc-go's own implementation of the backoff is in an internal package; the formula here is
 // gRFC A6's, on the caller's configuration.
@@ -110,6 +112,12 @@ func (y *youth) lived() {
 	y.strikes, y.until = 0, time.Time{}
 	y.mu.Unlock()
 }
+
+// refused ends the backoff as lived does, for a connection attempt that failed: an endpoint
+// that refuses connections (down, unreachable) is paced by gRPC's own reconnect backoff, and
+// connections ended by its going down, young as they may be, are no reason for a dwell once
+// it is back.
+func (y *youth) refused() { y.lived() }
 
 // inBackoff reports whether connections died young since one last lived: a READY pool is
 // then available only after the dwell.

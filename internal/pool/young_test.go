@@ -236,3 +236,23 @@ func TestYoungDeathIsNoLifetime(t *testing.T) {
 		t.Fatalf("%d lifetime samples after three connections that carried a call, want 3", n)
 	}
 }
+
+// An endpoint that goes down kills its connections, young ones too, and then refuses new
+// ones: the failed attempt (TRANSIENT_FAILURE) ends the young-death backoff, so the endpoint
+// is available without a dwell once it is back; gRPC's own backoff paces the attempts.
+func TestFailedAttemptEndsTheYoungBackoff(t *testing.T) {
+	r := newRotationRig(t)
+	sc := r.sub(1)
+	r.ready(sc)
+	r.clk.Advance(10 * time.Millisecond)
+	r.state(sc, connectivity.Idle) // killed 10 ms after READY, no call: a young death
+	if y := r.watch.youth.status(); y.Strikes != 1 {
+		t.Fatalf("young status %+v after a young death, want 1 strike", y)
+	}
+	r.clk.Advance(time.Second) // the wait is over; the channel connects again
+	r.state(sc, connectivity.Connecting)
+	r.state(sc, connectivity.TransientFailure) // refused
+	if y := r.watch.youth.status(); y.Strikes != 0 || r.watch.youth.inBackoff() {
+		t.Fatalf("young status %+v after a failed attempt, want no backoff", y)
+	}
+}
