@@ -102,8 +102,12 @@ func TestHedgingCutsTheTail(t *testing.T) {
 	if off.e2Streams != 0 {
 		t.Errorf("hedging off: E2 received %d streams, want none", off.e2Streams)
 	}
-	if h := on.hedging; h.Sent != on.e2Streams && h.Sent < on.e2Streams {
-		t.Errorf("E2 received %d streams, more than the %d hedges sent", on.e2Streams, h.Sent)
+	// E2 may receive a few more streams than the hedges counted sent: a hedge still being
+	// opened when the primary answers is abandoned (cancelled, counted neither sent, won nor
+	// lost), sometimes after it reached E2 (1,006 against 1,005 in a loaded -race run). The
+	// budget bounds every stream E2 receives, abandoned ones included.
+	if h := on.hedging; on.e2Streams < h.Won {
+		t.Errorf("E2 received %d streams, fewer than the %d hedges that won there", on.e2Streams, h.Won)
 	}
 	if limit := int64(float64(on.hedging.Hedgeable)*hedge.DefaultBudget) + int64(hedge.Bucket); on.e2Streams > limit {
 		t.Errorf("E2 received %d streams: more than the budget allows (%d of %d hedgeable calls)", on.e2Streams, limit, on.hedging.Hedgeable)
