@@ -85,11 +85,30 @@ type conn struct {
 	connecting bool
 	// expired: roleRetired, outlived its expiry (expire); shut down at the next state change.
 	expired bool
-	// carried: a call was picked on it since it last became READY (young.go). Set by the
-	// picker without b.mu, cleared under b.mu when it becomes READY. bornAt: when it last
-	// became READY, on the watch's youth clock.
+	// carried: a call picked on it since it last became READY received bytes from the
+	// server (young.go). Set by the call's Done (answered) without b.mu, cleared under b.mu
+	// when it becomes READY, which also advances epoch, so that a call of an earlier
+	// connection of the same SubConn, ending late, marks nothing. bornAt: when it last became
+	// READY, on the watch's youth clock.
 	carried atomic.Bool
+	epoch   atomic.Uint64
 	bornAt  time.Time
+}
+
+// answered returns done (grpc_gcp's; nil if none) wrapped to mark c carried when the call
+// received bytes from the server on the connection c has now. The picker wraps the calls of
+// a connection only until one was answered, so a connection that serves costs the closure
+// once, not per call.
+func (c *conn) answered(done func(balancer.DoneInfo)) func(balancer.DoneInfo) {
+	e := c.epoch.Load()
+	return func(di balancer.DoneInfo) {
+		if di.BytesReceived && c.epoch.Load() == e {
+			c.carried.Store(true)
+		}
+		if done != nil {
+			done(di)
+		}
+	}
 }
 
 // channel is the SubConn grpcgcp sees: one of its channels, standing for the gRPC SubConn it
@@ -221,7 +240,8 @@ func (l *lifetimes) age() time.Duration {
 }
 
 // poolPicker hands gRPC the current connection of the channel grpcgcp's picker chose. It
-// adds no allocation and no lock to a pick.
+// adds no lock to a pick, and no allocation once a call on the connection was answered
+// (before that, its Done is wrapped to learn it: answered).
 type poolPicker struct{ child balancer.Picker }
 
 func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
@@ -229,7 +249,7 @@ func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if ch, ok := r.SubConn.(*channel); ok {
 		c := ch.cur.Load()
 		if !c.carried.Load() {
-			c.carried.Store(true)
+			r.Done = c.answered(r.Done)
 		}
 		r.SubConn = c.sc
 	}
@@ -297,6 +317,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case st == connectivity.Ready:
 			c.readyAt = now
 			c.carried.Store(false)
+			c.epoch.Add(1)
 			if b.watch != nil {
 				c.bornAt = b.watch.youthClock.Now()
 			}

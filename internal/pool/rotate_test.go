@@ -180,7 +180,7 @@ func (r *rotationRig) picked() balancer.SubConn {
 		r.t.Fatalf("pick: %v", err)
 	}
 	if res.Done != nil {
-		res.Done(balancer.DoneInfo{})
+		res.Done(balancer.DoneInfo{BytesReceived: true}) // the server answered
 	}
 	return res.SubConn
 }

@@ -22,7 +22,8 @@ import (
 // second, and the endpoint flapped between available and not as fast.
 //
 // So a pool judges each of its connections when it ends: one that ends before it carried a
-// call (no call or probe was sent on it) and within youngLife of becoming READY, or before it
+// call (no call or probe sent on it received a byte from the server: a call picked on it and
+// refused by its GOAWAY does not count) and within youngLife of becoming READY, or before it
 // was READY at all, died young. Its channel is then shown to grpcgcp as TRANSIENT_FAILURE,
 // and connected again only after a wait that grows with each round of young deaths as gRPC's
 // reconnect backoff does (gRFC A6, with the pool's backoff.Config: BaseDelay, Multiplier,

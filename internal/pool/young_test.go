@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +256,50 @@ func TestFailedAttemptEndsTheYoungBackoff(t *testing.T) {
 	r.state(sc, connectivity.TransientFailure) // refused
 	if y := r.watch.youth.status(); y.Strikes != 0 || r.watch.youth.inBackoff() {
 		t.Fatalf("young status %+v after a failed attempt, want no backoff", y)
+	}
+}
+
+// A call picked on a connection that ends before the server answered it (a GOAWAY that
+// refuses the stream) does not make the connection one that carried a call: it died young,
+// and its channel backs off. An answer on an earlier connection of the same SubConn, ending
+// late, marks nothing either.
+func TestUnansweredCallIsNotCarried(t *testing.T) {
+	r := newRotationRig(t)
+	r.watch.SetBackoff(backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, MaxDelay: 5 * time.Second})
+	sc := r.sub(1)
+	connects := func() int { c, _ := sc.counts(); return c }
+	pick := func() func(balancer.DoneInfo) {
+		p, _ := r.cc.lastPicker()
+		res, err := p.Pick(balancer.PickInfo{FullMethodName: "/google.spanner.v1.Spanner/ExecuteSql", Ctx: context.Background()})
+		if err != nil || res.SubConn != sc {
+			t.Fatalf("pick: %v, %v; want sc", res.SubConn, err)
+		}
+		return res.Done
+	}
+
+	r.ready(sc)
+	pick()(balancer.DoneInfo{Err: errors.New("stream refused by GOAWAY"), BytesSent: true})
+	before := connects()
+	r.state(sc, connectivity.Idle)
+	if connects() != before {
+		t.Fatal("a connection whose only call got no answer was replaced at once")
+	}
+	if y := r.watch.youth.status(); y.Strikes != 1 {
+		t.Fatalf("young status %+v, want 1 strike", y)
+	}
+
+	// A call answered on the first connection, ending after the SubConn connected again.
+	r.clk.Advance(time.Second)
+	r.ready(sc)
+	late := pick()
+	r.clk.Advance(10 * time.Millisecond)
+	r.state(sc, connectivity.Idle) // young again: the call has not been answered yet
+	r.clk.Advance(2 * time.Second)
+	r.ready(sc)
+	late(balancer.DoneInfo{BytesReceived: true})
+	before = connects()
+	r.state(sc, connectivity.Idle)
+	if connects() != before {
+		t.Fatal("an answer on the SubConn's previous connection made its new one carried")
 	}
 }
