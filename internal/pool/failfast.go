@@ -1,6 +1,8 @@
 package pool
 
 import (
+	"errors"
+
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/connectivity"
 )
@@ -19,38 +21,40 @@ import (
 //
 // spannerme keeps calls out of a connecting pool (spannerme's pickConnected waits instead), so
 // the calls gRPC holds are those that raced the pool's loss of its last connection. So, once a
-// channel's attempt failed (TRANSIENT_FAILURE) while the pool was not READY, the pool hands
-// gRPC a picker that fails each pick with the attempt's error until grpc_gcp publishes READY
+// channel failed (TRANSIENT_FAILURE as grpc_gcp sees it: an attempt that failed, or a
+// connection that died young, young.go) while the pool was not READY, the pool hands gRPC a
+// picker that fails each pick with the latest such error until grpc_gcp publishes READY
 // again: gRPC fails a call that does not wait for ready with UNAVAILABLE before anything was
 // sent (the Spanner client retries it, and its retry is routed anew), and keeps holding one
 // that waits for ready. The pool's state stays grpc_gcp's (CONNECTING), so the state the
 // monitor reports and the groups see does not change.
 
-// failFastPicker fails every pick with err, the pool's last failed attempt's error: not a
-// status error, so gRPC fails the calls that do not wait for ready with UNAVAILABLE and holds
-// the others.
+// failFastPicker fails every pick with err, the text of the pool's latest failure: never a
+// status error (attemptFailed copies the text), so gRPC fails the calls that do not wait for
+// ready with UNAVAILABLE and holds the others.
 type failFastPicker struct{ err error }
 
 func (p failFastPicker) Pick(balancer.PickInfo) (balancer.PickResult, error) {
 	return balancer.PickResult{}, p.err
 }
 
-// attemptFailed records that one of the pool's channels failed to connect (s, its
-// TRANSIENT_FAILURE as forwarded to grpc_gcp) and, if the pool is connecting, hands gRPC the
-// failing picker. It runs on gRPC's serializer after grpc_gcp saw the change.
+// attemptFailed records that one of the pool's channels failed (s, its TRANSIENT_FAILURE as
+// forwarded to grpc_gcp) and, if the pool is connecting, hands gRPC the failing picker with
+// this latest error, as pick_first does at each failure. It runs on gRPC's serializer after
+// grpc_gcp saw the change.
 func (b *poolBalancer) attemptFailed(s balancer.SubConnState) {
 	b.pubMu.Lock()
 	defer b.pubMu.Unlock()
 	if b.fromChild.ConnectivityState == connectivity.Ready {
 		return // another channel serves: grpc_gcp's picker picks it
 	}
-	err := s.ConnectionError
-	if err == nil {
-		err = balancer.ErrTransientFailure
+	// Its text only: a connection error that wraps a gRPC status (a credentials
+	// handshake's) would make gRPC end even the calls that wait for ready.
+	b.failed = balancer.ErrTransientFailure
+	if err := s.ConnectionError; err != nil {
+		b.failed = errors.New(err.Error())
 	}
-	first := b.failed == nil
-	b.failed = err
-	if first && b.fromChild.ConnectivityState == connectivity.Connecting {
+	if b.fromChild.ConnectivityState == connectivity.Connecting {
 		b.publishLocked()
 	}
 }

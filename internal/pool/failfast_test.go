@@ -3,10 +3,13 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
@@ -47,7 +50,7 @@ func TestPicksFailFastAfterAFailedAttempt(t *testing.T) {
 	refused := errors.New("connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:1: i/o timeout\"")
 	attemptFailed(sc1, refused)
 	_, err := pick()
-	if err != refused {
+	if err == nil || err.Error() != refused.Error() {
 		t.Fatalf("pick after an attempt failed: %v, want the attempt's error", err)
 	}
 	if _, ok := status.FromError(err); ok {
@@ -57,11 +60,21 @@ func TestPicksFailFastAfterAFailedAttempt(t *testing.T) {
 		t.Fatalf("pool state %v after one attempt failed beside a connecting channel, want CONNECTING", s)
 	}
 
+	// The next failure's error replaces it; a connection error that wraps a gRPC status
+	// reaches gRPC as text only (a status error would end calls that wait for ready).
+	wrapped := fmt.Errorf("credentials: %w", status.Error(codes.Unauthenticated, "handshake refused"))
+	r.state(sc1, connectivity.Connecting) // gRPC's backoff over
+	attemptFailed(sc1, wrapped)
+	if _, err := pick(); err == nil || err.Error() != wrapped.Error() {
+		t.Fatalf("pick after a second failure: %v, want its error", err)
+	} else if _, ok := status.FromError(err); ok {
+		t.Fatal("the pick's error carries the connection error's gRPC status")
+	}
+
 	r.state(sc2, connectivity.Ready)
 	if got, err := pick(); err != nil || got != sc2 {
 		t.Fatalf("pick once a channel is READY again: %v, %v; want sc2", got, err)
 	}
-	r.state(sc1, connectivity.Idle) // gRPC's backoff over
 	r.state(sc1, connectivity.Connecting)
 	attemptFailed(sc1, refused)
 	if got, err := pick(); err != nil || got != sc2 {
@@ -74,5 +87,24 @@ func TestPicksFailFastAfterAFailedAttempt(t *testing.T) {
 	r.state(sc2, connectivity.Connecting)
 	if _, err := pick(); err != balancer.ErrNoSubConnAvailable {
 		t.Fatalf("pick after the pool was READY and lost again: %v, want it held", err)
+	}
+}
+
+// A pool whose last READY connection died young (shown to grpc_gcp as TRANSIENT_FAILURE,
+// young.go) fails picks at once too: the endpoint ends connections before they serve.
+func TestPicksFailFastAfterAYoungDeath(t *testing.T) {
+	r := newRotationRigN(t, 2)
+	sc1, sc2 := r.sub(1), r.sub(2)
+	r.state(sc2, connectivity.Connecting)
+	r.ready(sc1)
+	r.clk.Advance(10 * time.Millisecond)
+	r.state(sc1, connectivity.Idle) // GOAWAY 10 ms after READY, no call answered
+	p, _ := r.cc.lastPicker()
+	_, err := p.Pick(balancer.PickInfo{FullMethodName: "/google.spanner.v1.Spanner/ExecuteSql", Ctx: context.Background()})
+	if err == nil || err == balancer.ErrNoSubConnAvailable || !strings.Contains(err.Error(), "before it carried a call") {
+		t.Fatalf("pick after the last READY connection died young: %v, want the young death's error", err)
+	}
+	if s := r.childState(); s != connectivity.Connecting {
+		t.Fatalf("pool state %v, want CONNECTING (sc2 still connecting)", s)
 	}
 }

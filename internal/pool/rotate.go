@@ -85,25 +85,31 @@ type conn struct {
 	connecting bool
 	// expired: roleRetired, outlived its expiry (expire); shut down at the next state change.
 	expired bool
-	// carried: a call picked on it since it last became READY received bytes from the
-	// server (young.go). Set by the call's Done (answered) without b.mu, cleared under b.mu
-	// when it becomes READY, which also advances epoch, so that a call of an earlier
-	// connection of the same SubConn, ending late, marks nothing. bornAt: when it last became
-	// READY, on the watch's youth clock.
-	carried atomic.Bool
-	epoch   atomic.Uint64
-	bornAt  time.Time
+	// epoch counts the times it became READY (under b.mu); answeredIn is the epoch in which
+	// a call picked on it ended having received bytes from the server (its Done, without
+	// b.mu). The connection carried a call (young.go) when the two are equal: one atomic
+	// value each, so that a call of an earlier connection of the same SubConn, ending late,
+	// marks nothing. Known when a call ends: a call still running when the server ends the
+	// connection does not count yet. bornAt: when it last became READY, on the watch's youth
+	// clock.
+	epoch      atomic.Uint64
+	answeredIn atomic.Uint64
+	bornAt     time.Time
 }
 
-// answered returns done (grpc_gcp's; nil if none) wrapped to mark c carried when the call
-// received bytes from the server on the connection c has now. The picker wraps the calls of
-// a connection only until one was answered, so a connection that serves costs the closure
+// carried reports whether a call on c's current connection was answered (epoch above). Only
+// meaningful once c has been READY (epochs start at 1).
+func (c *conn) carried() bool { return c.answeredIn.Load() == c.epoch.Load() }
+
+// answered returns done (grpc_gcp's; nil if none) wrapped to record that the call received
+// bytes from the server on the connection c has now. The picker wraps the calls of a
+// connection only until one was answered, so a connection that serves costs the closure
 // once, not per call.
 func (c *conn) answered(done func(balancer.DoneInfo)) func(balancer.DoneInfo) {
 	e := c.epoch.Load()
 	return func(di balancer.DoneInfo) {
-		if di.BytesReceived && c.epoch.Load() == e {
-			c.carried.Store(true)
+		if di.BytesReceived {
+			c.answeredIn.Store(e)
 		}
 		if done != nil {
 			done(di)
@@ -248,7 +254,7 @@ func (p *poolPicker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	r, err := p.child.Pick(info)
 	if ch, ok := r.SubConn.(*channel); ok {
 		c := ch.cur.Load()
-		if !c.carried.Load() {
+		if !c.carried() {
 			r.Done = c.answered(r.Done)
 		}
 		r.SubConn = c.sc
@@ -316,8 +322,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		switch {
 		case st == connectivity.Ready:
 			c.readyAt = now
-			c.carried.Store(false)
-			c.epoch.Add(1)
+			c.epoch.Add(1) // carried no longer: a new connection
 			if b.watch != nil {
 				c.bornAt = b.watch.youthClock.Now()
 			}
@@ -340,9 +345,12 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case prev == connectivity.Connecting && st == connectivity.Idle:
 			// Established and ended before gRPC reported it READY.
 			s, _ = b.endedLocked(c, false, s, &a)
-		case st == connectivity.TransientFailure && b.watch != nil:
-			// An attempt that failed: the endpoint refuses connections rather than
-			// ending them young, and gRPC's own backoff paces it (young.go).
+		case st == connectivity.TransientFailure && b.watch != nil && neverAccepted(s.ConnectionError):
+			// An attempt the endpoint never accepted (refused, unreachable, timed out,
+			// unresolved): it refuses connections rather than ending them young, and
+			// gRPC's own backoff paces it (young.go). A handshake that failed, a reset
+			// or a close after the accept is what a peer that kills connections young
+			// may do too, and ends nothing.
 			b.watch.youth.refused()
 		}
 		return ch, s, a

@@ -22,8 +22,9 @@ import (
 // second, and the endpoint flapped between available and not as fast.
 //
 // So a pool judges each of its connections when it ends: one that ends before it carried a
-// call (no call or probe sent on it received a byte from the server: a call picked on it and
-// refused by its GOAWAY does not count) and within youngLife of becoming READY, or before it
+// call (no call or probe sent on it ended having received a byte from the server: a call
+// picked on it and refused by its GOAWAY does not count, nor yet one still running when the
+// server ends it) and within youngLife of becoming READY, or before it
 // was READY at all, died young. Its channel is then shown to grpcgcp as TRANSIENT_FAILURE,
 // and connected again only after a wait that grows with each round of young deaths as gRPC's
 // reconnect backoff does (gRFC A6, with the pool's backoff.Config: BaseDelay, Multiplier,
@@ -35,9 +36,10 @@ import (
 // While a pool is in backoff (strikes > 0), its monitor does not report it available when a
 // connection becomes READY until the pool has stayed READY for youngLife (the dwell), so that
 // no group switches to (or back to) an endpoint whose connections die at once; the dwell's
-// end resets the backoff. So does an attempt that fails (TRANSIENT_FAILURE): an endpoint that
-// goes down kills connections that may be young, but it then refuses new ones, which gRPC's
-// backoff paces, and once back it is available without a dwell.
+// end resets the backoff. So does an attempt the endpoint never accepted (refused,
+// unreachable, timed out): an endpoint that goes down kills connections that may be young,
+// but it then refuses new ones, which gRPC's backoff paces, and once back it is available
+// without a dwell.
 //
 // grpc-go's own implementation of the backoff is in an internal package; the formula here is
 // gRFC A6's, on the caller's configuration.
@@ -114,11 +116,23 @@ func (y *youth) lived() {
 	y.mu.Unlock()
 }
 
-// refused ends the backoff as lived does, for a connection attempt that failed: an endpoint
-// that refuses connections (down, unreachable) is paced by gRPC's own reconnect backoff, and
-// connections ended by its going down, young as they may be, are no reason for a dwell once
-// it is back.
+// refused ends the backoff as lived does, for a connection attempt the endpoint never
+// accepted (neverAccepted): an endpoint that refuses connections (down, unreachable) is paced
+// by gRPC's own reconnect backoff, and connections ended by its going down, young as they may
+// be, are no reason for a dwell once it is back.
 func (y *youth) refused() { y.lived() }
+
+// neverAccepted reports whether err, a failed attempt's connection error, says the endpoint
+// never accepted the connection: refused, unreachable, timed out or unresolved
+// (ClassifyConnError). A reset, a close or a failed handshake after the accept is not: a peer
+// that kills connections young may answer so too.
+func neverAccepted(err error) bool {
+	switch ClassifyConnError(err) {
+	case KindRefused, KindUnreachable, KindTimeout, KindDNS:
+		return true
+	}
+	return false
+}
 
 // inBackoff reports whether connections died young since one last lived: a READY pool is
 // then available only after the dwell.
@@ -173,7 +187,7 @@ func (b *poolBalancer) endedLocked(c *conn, wasReady bool, s balancer.SubConnSta
 	var life time.Duration
 	if wasReady {
 		life = now.Sub(c.bornAt)
-		if c.carried.Load() || life >= youngLife {
+		if c.carried() || life >= youngLife {
 			w.youth.lived()
 			return s, false
 		}

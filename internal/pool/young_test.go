@@ -3,7 +3,10 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -240,22 +243,38 @@ func TestYoungDeathIsNoLifetime(t *testing.T) {
 }
 
 // An endpoint that goes down kills its connections, young ones too, and then refuses new
-// ones: the failed attempt (TRANSIENT_FAILURE) ends the young-death backoff, so the endpoint
-// is available without a dwell once it is back; gRPC's own backoff paces the attempts.
+// ones: an attempt it never accepted (refused, timed out) ends the young-death backoff, so the
+// endpoint is available without a dwell once it is back; gRPC's own backoff paces the
+// attempts. An attempt that failed after the accept (a reset, a close before the server's
+// preface) is what a peer that kills connections young may answer too: the strike stays.
 func TestFailedAttemptEndsTheYoungBackoff(t *testing.T) {
-	r := newRotationRig(t)
-	sc := r.sub(1)
-	r.ready(sc)
-	r.clk.Advance(10 * time.Millisecond)
-	r.state(sc, connectivity.Idle) // killed 10 ms after READY, no call: a young death
-	if y := r.watch.youth.status(); y.Strikes != 1 {
-		t.Fatalf("young status %+v after a young death, want 1 strike", y)
-	}
-	r.clk.Advance(time.Second) // the wait is over; the channel connects again
-	r.state(sc, connectivity.Connecting)
-	r.state(sc, connectivity.TransientFailure) // refused
-	if y := r.watch.youth.status(); y.Strikes != 0 || r.watch.youth.inBackoff() {
-		t.Fatalf("young status %+v after a failed attempt, want no backoff", y)
+	for _, tc := range []struct {
+		name    string
+		err     error
+		strikes int
+	}{
+		{"refused", fmt.Errorf("connection error: desc = %q: %w", "transport: Error while dialing", syscall.ECONNREFUSED), 0},
+		{"timed out", fmt.Errorf("connection error: desc = %q: %w", "transport: Error while dialing", os.ErrDeadlineExceeded), 0},
+		{"reset after the accept", fmt.Errorf("connection error: desc = %q: %w", "error reading server preface", syscall.ECONNRESET), 1},
+		{"closed before the preface", errors.New("connection error: desc = \"error reading server preface: EOF\""), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRotationRig(t)
+			sc := r.sub(1)
+			r.ready(sc)
+			r.clk.Advance(10 * time.Millisecond)
+			r.state(sc, connectivity.Idle) // killed 10 ms after READY, no call: a young death
+			if y := r.watch.youth.status(); y.Strikes != 1 {
+				t.Fatalf("young status %+v after a young death, want 1 strike", y)
+			}
+			r.clk.Advance(time.Second) // the wait is over; the channel connects again
+			r.state(sc, connectivity.Connecting)
+			//lint:ignore SA1019 the way grpc_gcp's SubConns report their state
+			r.b.UpdateSubConnState(sc, balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: tc.err})
+			if y := r.watch.youth.status(); y.Strikes != tc.strikes || r.watch.youth.inBackoff() != (tc.strikes > 0) {
+				t.Fatalf("young status %+v after the failed attempt, want %d strikes", y, tc.strikes)
+			}
+		})
 	}
 }
 
