@@ -29,6 +29,9 @@ import (
 // that waits for ready. The pool's state stays grpc_gcp's (CONNECTING), so the state the
 // monitor reports and the groups see does not change.
 
+// errNoConnection is the pick's error for a failure that gave no connection error.
+var errNoConnection = errors.New("spannerme: no connection of the pool is ready, and its last attempt failed")
+
 // failFastPicker fails every pick with err, the text of the pool's latest failure: never a
 // status error (attemptFailed copies the text), so gRPC fails the calls that do not wait for
 // ready with UNAVAILABLE and holds the others.
@@ -50,7 +53,7 @@ func (b *poolBalancer) attemptFailed(s balancer.SubConnState) {
 	}
 	// Its text only: a connection error that wraps a gRPC status (a credentials
 	// handshake's) would make gRPC end even the calls that wait for ready.
-	b.failed = balancer.ErrTransientFailure
+	b.failed = errNoConnection
 	if err := s.ConnectionError; err != nil {
 		b.failed = errors.New(err.Error())
 	}
