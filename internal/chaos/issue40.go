@@ -210,11 +210,13 @@ func sampleAt(samples []connSample, e int, t time.Time) (int64, time.Time) {
 	return samples[i-1].accepted[e], samples[i-1].at
 }
 
-// dieYoungAllowed is how many connections may reach a die-young endpoint in span: each of
-// the pool's connections once per wait of at least dieYoungWait, and once more at the span's
-// start. For a span of a second, dieYoungRate; a span a late sample stretched allows for it.
+// dieYoungAllowed is how many connections may reach a die-young endpoint in one sampled
+// second whose two samples are span apart: dieYoungRate, or, for a span a late sample
+// stretched, each of the pool's connections once per wait of at least dieYoungWait in it and
+// once more at its start. A span under a second (the samples are taken every connPoll, not
+// on the second) is held to dieYoungRate too, as before: never tighter.
 func dieYoungAllowed(span time.Duration) int64 {
-	return int64(spannerme.DefaultPoolSize+1) * (int64(span/dieYoungWait) + 1)
+	return max(int64(dieYoungRate), int64(spannerme.DefaultPoolSize+1)*(int64(span/dieYoungWait)+1))
 }
 
 // dieYoungInvariant judges each die-young fault: from dieYoungSettle after its start to its heal,

@@ -85,6 +85,11 @@ func TestDieYoungInvariant(t *testing.T) {
 			t.Fatalf("%d a second, a sample 1.3s late: status %v, want %v: %s %v", tc.rate, inv.Status, tc.want, inv.Result, inv.Details)
 		}
 	}
+	// Two samples 0.9 s apart around a sampled second: 27 connections is within the 30 of a
+	// second (the span rule only stretches the bound; a stricter 25 once broke a run).
+	if n := dieYoungAllowed(900 * time.Millisecond); n != int64(dieYoungRate) {
+		t.Fatalf("a 0.9 s span allows %d connections, want dieYoungRate (%d)", n, dieYoungRate)
+	}
 	short := []dieYoungRun{{endpoint: 0, start: t0, end: t0.Add(2500 * time.Millisecond)}}
 	inv := dieYoungInvariant(short, samplesAt(t0, 5*time.Second, 0, func(time.Duration) int64 { return 3600 }), t0)
 	if inv.Status != Pass || !strings.Contains(inv.Result, "0 judged") {
