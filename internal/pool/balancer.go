@@ -155,9 +155,9 @@ type poolBalancer struct {
 	// never across a call into grpc_gcp.
 	pubMu     sync.Mutex
 	published balancer.State
-	// fromChild is grpc_gcp's last state, its picker wrapped; failed is the error of a
-	// channel's attempt that failed since grpc_gcp last published READY, nil if none
-	// (failfast.go). Guarded by pubMu.
+	// fromChild is grpc_gcp's last state, its picker wrapped; failed is the text of the
+	// latest failure of a channel (an attempt, or a young death) since grpc_gcp last
+	// published READY, nil if none (failfast.go). Guarded by pubMu.
 	fromChild balancer.State
 	failed    error
 }
