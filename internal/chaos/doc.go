@@ -129,7 +129,8 @@
 //     and on the emulator SUM(Balance) = the seed total on every read: spannertest shows a
 //     commit's mutations one by one);
 //   - failed calls while every group had a healthy endpoint and no silent fault was in
-//     force on its endpoints: 0, each listed with its code and the faults in force;
+//     force on its endpoints: 0, each listed with its code, the faults in force and its
+//     attempts (spannerme.CallInfo: endpoint, method, times, outcome, steered, resent, hedged);
 //   - failed calls while a member of the group's current tier was fault-free: 0. A group's
 //     current tier is its first tier with a healthy endpoint (a group without tiers: its first
 //     healthy endpoint alone); a failed call is judged when its group and the default group

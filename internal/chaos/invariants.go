@@ -81,8 +81,8 @@ func (r *Report) invariantsOfCalls(cfg Config, l *load, v *verdict, tl *faultTim
 			if len(msg) > 200 {
 				msg = msg[:200] + "..."
 			}
-			out = append(out, fmt.Sprintf("%7.1fs %-16s %v after %v; faults in force: %s; %s",
-				c.start.Sub(tl.start).Seconds(), c.worker, c.code(), c.end.Sub(c.start).Round(time.Millisecond), c.faults, msg))
+			out = append(out, fmt.Sprintf("%7.1fs %-16s %v after %v; faults in force: %s; %s; attempts: %s",
+				c.start.Sub(tl.start).Seconds(), c.worker, c.code(), c.end.Sub(c.start).Round(time.Millisecond), c.faults, msg, c.attempts))
 		}
 		return firstLines(out, n)
 	}

@@ -254,7 +254,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	}
 	printHeader(out, cfg, plan, be, topo)
 
-	l := newLoad(client, accounts, be.Emulator)
+	l := newLoad(client, accounts, be.Emulator, topo.name)
 	x := &executor{plan: plan, topo: topo, gme: gme, out: out}
 	w40 := startIssue40Watch(gme, topo, l)
 	x.w40 = w40

@@ -23,7 +23,7 @@ func TestVerifyFindsEveryKindOfDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLoad(c, accts, false)
+	l := newLoad(c, accts, false, func(a string) string { return a })
 	a0, a1, a7 := accts[0].AccountID, accts[1].AccountID, accts[7].AccountID
 	if err := fixture.Transfer(ctx, c, "t-ok", a0, a1, 10, "test"); err != nil {
 		t.Fatal(err)

@@ -98,6 +98,8 @@ type outcome struct {
 	// committing: the write's transaction function returned nil on its last attempt, so its
 	// Commit was sent: a failed call may have committed all the same (unknown outcome).
 	committing bool
+	// attempts, for a failed call, is what the client did with it (attemptsText).
+	attempts string
 }
 
 func (o outcome) code() codes.Code { return spanner.ErrCode(o.err) }
@@ -137,10 +139,13 @@ type load struct {
 	transfers map[string]transferRec
 	inserts   map[string]insertRec
 	anomalies []string // wrong answers to reads
+
+	// name gives an endpoint's name (e1, e2, e3) for its address (topology.name).
+	name func(addr string) string
 }
 
-func newLoad(client *spanner.Client, accounts []fixture.Account, emulator bool) *load {
-	l := &load{client: client, accounts: accounts, transfers: map[string]transferRec{}, inserts: map[string]insertRec{}, atomicReads: emulator}
+func newLoad(client *spanner.Client, accounts []fixture.Account, emulator bool, name func(string) string) *load {
+	l := &load{client: client, accounts: accounts, transfers: map[string]transferRec{}, inserts: map[string]insertRec{}, atomicReads: emulator, name: name}
 	for _, a := range accounts {
 		l.total += a.Balance
 	}
@@ -191,6 +196,9 @@ func (l *load) call(ctx context.Context, w workerSpec, rng *rand.Rand, n int) {
 		cctx = spannerme.NewMEContext(cctx, w.group)
 	}
 	cctx = metadata.AppendToOutgoingContext(cctx, groupHeader, w.group) // for the failover table
+	// Where each attempt went, for a failed call's line in the report.
+	var info spannerme.CallInfo
+	cctx = spannerme.WithCallInfo(cctx, &info)
 	o := outcome{worker: w.name, kind: w.kind, group: w.group, start: time.Now()}
 	var anomaly string
 	switch w.kind {
@@ -229,6 +237,7 @@ func (l *load) call(ctx context.Context, w workerSpec, rng *rand.Rand, n int) {
 	}
 	if o.err != nil {
 		l.failed[w.kind].Add(1)
+		o.attempts = attemptsText(info.Attempts(), o.start, l.name)
 		l.mu.Lock()
 		l.failures = append(l.failures, o)
 		l.mu.Unlock()
