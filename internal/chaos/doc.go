@@ -221,8 +221,9 @@
 // back within the same time to be usable again (one connect; MaxEjectionTime and a
 // ProbeInterval, 21s; Window and two samples) and SwitchingDelay (no jitter), or for a tier its
 // SlowStart and the second in which its share is measured. The row "failover and switch-back
-// p99 within each kind's bound" fails when a p99 passes its bound. Without frontends the table is
-// not made.
+// p99 within each kind's bound" fails when a p99 passes its bound; it names each kind's
+// longest failover and way back, the latter with its group's switches from the heal to its
+// end. Without frontends the table is not made.
 //
 // A failed call is attributed to every state the run went through while it ran: the call's
 // group and the default group (the Spanner client's session RPCs use it) are judged at each.

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
 // The bounds of the failover table: what the docs promise for each kind of fault, with the
@@ -115,6 +117,10 @@ type FailoverRow struct {
 	// endpoint, when it started from the run's start, and the faults in force then), for
 	// the invariant's details.
 	WorstFailover, WorstBack string
+	// worstBack is the episode of WorstBack, and worstBackEnd when its time ended (its
+	// success back, or the bound's end for one that never came): for switchesOfWorst.
+	worstBack    episode
+	worstBackEnd time.Time
 }
 
 // describe says where and when episode ep was, and what else was in force at instant at:
@@ -185,6 +191,7 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound); ok {
 				if len(r.Back) == 0 || d > slices.Max(r.Back) {
 					r.WorstBack = describe(ep, tl, ep.heal)
+					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(min(d, r.BackBound))
 				}
 				r.Back = append(r.Back, d)
 			} else {
@@ -416,4 +423,27 @@ func censored(rows []FailoverRow) int {
 		n += r.Censored
 	}
 	return n
+}
+
+// switchesOfWorst adds to each row's WorstBack the switches of its group (evs, the run's
+// switch events; name gives e1, e2, e3 for an address) from the heal to the end of that way
+// back, each as "+249.9s e3->e1 (recovery)": where the time went (the group's move back, or a
+// success that came late on an endpoint it was already on).
+func switchesOfWorst(rows []FailoverRow, evs []spannerme.SwitchEvent, name func(string) string, tl *faultTimeline) {
+	for i := range rows {
+		r := &rows[i]
+		if r.WorstBack == "" {
+			continue
+		}
+		var moves []string
+		for _, ev := range evs {
+			if ev.Name == groupNames[r.worstBack.group] && !ev.At.Before(r.worstBack.heal) && !ev.At.After(r.worstBackEnd) {
+				moves = append(moves, fmt.Sprintf("+%.1fs %s->%s (%v)", ev.At.Sub(tl.start).Seconds(), name(ev.From), name(ev.To), ev.Reason))
+			}
+		}
+		if len(moves) == 0 {
+			moves = []string{"none"}
+		}
+		r.WorstBack += fmt.Sprintf("; %s's switches from the heal to +%.1fs: %s", groupNames[r.worstBack.group], r.worstBackEnd.Sub(tl.start).Seconds(), strings.Join(moves, ", "))
+	}
 }

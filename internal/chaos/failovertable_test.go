@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spannerme/spanner-multiendpoint/spannerme"
 )
 
 // downTimeline is a run in which e1 (every group's first endpoint, a member of tiered's top
@@ -203,5 +205,37 @@ func TestFailoverWatch(t *testing.T) {
 	}
 	if tr.group != tieredGroup || !tr.tiered || !tr.elsewhere.IsZero() || !tr.backWatched {
 		t.Fatalf("tiered's episode %+v", tr)
+	}
+}
+
+// TestWorstBackNamesTheGroupsSwitches: the longest way back (1s after the heal) is told with
+// the default group's switches from the heal to its end, and only those: not one before the
+// heal, not one after, not another group's.
+func TestWorstBackNamesTheGroupsSwitches(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	var eps []episode
+	for i := range 10 {
+		eps = append(eps, episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal,
+			elsewhere: start.Add(100 * time.Millisecond), backWatched: true, back: heal.Add(time.Duration(i+1) * 100 * time.Millisecond)})
+	}
+	rows := failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute))
+	name := func(addr string) string { return map[string]string{"a1": "e1", "a2": "e2"}[addr] }
+	evs := []spannerme.SwitchEvent{
+		{Name: GroupDefault, From: "a1", To: "a2", Reason: spannerme.Fallback, At: start.Add(600 * time.Millisecond)},
+		{Name: GroupWest, From: "a2", To: "a1", Reason: spannerme.Recovery, At: heal.Add(300 * time.Millisecond)},
+		{Name: GroupDefault, From: "a2", To: "a1", Reason: spannerme.Recovery, At: heal.Add(900 * time.Millisecond)},
+		{Name: GroupDefault, From: "a1", To: "a2", Reason: spannerme.Fallback, At: heal.Add(1500 * time.Millisecond)},
+	}
+	switchesOfWorst(rows, evs, name, tl)
+	want := "e1 at +20.0s (in force: none); default's switches from the heal to +21.0s: +20.9s e2->e1 (recovery)"
+	if len(rows) != 1 || rows[0].WorstBack != want {
+		t.Fatalf("worst back:\n got %q\nwant %q", rows[0].WorstBack, want)
+	}
+	rows = failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute))
+	switchesOfWorst(rows, evs[:2], name, tl)
+	if !strings.HasSuffix(rows[0].WorstBack, "to +21.0s: none") {
+		t.Errorf("without a switch of the group in the window: %q", rows[0].WorstBack)
 	}
 }

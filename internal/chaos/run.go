@@ -344,6 +344,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
 	eps, buckets, t0 := topo.fo.collect()
 	r.Failover = failoverTable(eps, &x.timeline, r.failed, buckets, t0, time.Now())
+	switchesOfWorst(r.Failover, switches.Events(), topo.name, &x.timeline)
 	r.Invariants = append(r.Invariants, failoverInvariant(r.Failover, plan.Frontends))
 	r.Invariants = append(r.Invariants, dieYoungInvariant(dieYoungRuns(&x.timeline), w40.connSamples(), start))
 	r.Invariants = append(r.Invariants, overloadInvariants(w40.overloads(), r.overloaded, switches.Events(), &x.timeline, topo.name, plan.Frontends)...)
