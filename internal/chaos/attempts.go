@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/spannerme/spanner-multiendpoint/spannerme"
@@ -42,7 +43,7 @@ func attemptsText(as []spannerme.CallAttempt, start time.Time, name func(string)
 		case a.Err == nil:
 			fmt.Fprintf(&b, "-%.2fs OK", a.End.Sub(start).Seconds())
 		default:
-			fmt.Fprintf(&b, "-%.2fs %v", a.End.Sub(start).Seconds(), status.Code(a.Err))
+			fmt.Fprintf(&b, "-%.2fs %v", a.End.Sub(start).Seconds(), codeOf(a.Err))
 		}
 		if a.SteeredFrom != "" {
 			fmt.Fprintf(&b, " steered from %s (%s)", name(a.SteeredFrom), a.Steered)
@@ -61,4 +62,13 @@ func attemptsText(as []spannerme.CallAttempt, start time.Time, name func(string)
 		}
 	}
 	return b.String()
+}
+
+// codeOf is err's gRPC code: a status error's own, a context error's (DeadlineExceeded,
+// Canceled), Unknown for any other.
+func codeOf(err error) codes.Code {
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return status.FromContextError(err).Code()
 }

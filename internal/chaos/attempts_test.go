@@ -40,6 +40,9 @@ func TestAttemptsText(t *testing.T) {
 		{"resent; an error that is no status is Unknown", []spannerme.CallAttempt{
 			{Endpoint: "127.0.0.1:1", Method: "/google.spanner.v1.Spanner/Commit", Start: at(0), End: at(7), Err: errors.New("eof"), ResentFrom: "127.0.0.1:2"},
 		}, "e1 Commit +0.00s-0.01s Unknown resent from e2"},
+		{"a context's error has its code", []spannerme.CallAttempt{
+			{Endpoint: "127.0.0.1:1", Method: "/google.spanner.v1.Spanner/Commit", Start: at(0), End: at(3000), Err: context.DeadlineExceeded},
+		}, "e1 Commit +0.00s-3.00s DeadlineExceeded"},
 		{"only the last ones", many, "(2 earlier) e1 ExecuteStreamingSql +0.20s-0.21s Unavailable, e1 ExecuteStreamingSql +0.30s-0.31s Unavailable, e1 ExecuteStreamingSql +0.40s-0.41s Unavailable, e1 ExecuteStreamingSql +0.50s-0.51s Unavailable, e1 ExecuteStreamingSql +0.60s-0.61s Unavailable, e1 ExecuteStreamingSql +0.70s-0.71s Unavailable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
