@@ -271,8 +271,9 @@ func nextFaultFree(s State, g, e int) bool {
 
 // backTime returns the episode's switch-back time: to the first success back (a tier: the end of
 // the first window of shareWindow in which the member carried fullShare of its tier's calls),
-// if the endpoint stayed where the group's calls belong until then; never when it stayed so
-// for the whole bound, within the run, without one; ok false otherwise.
+// if the endpoint stayed where the group's calls belong until then and no other endpoint of
+// the group held calls meanwhile (holdsCalls); never when it stayed so for the whole bound,
+// within the run, without one; ok false otherwise.
 func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration) (time.Duration, bool) {
 	back := ep.back
 	if ep.tiered {
@@ -286,7 +287,7 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		}
 	}
 	for _, s := range tl.during(ep.heal, until) {
-		if !preferred(s, ep.group, ep.endpoint, ep.tiered) {
+		if !preferred(s, ep.group, ep.endpoint, ep.tiered) || holdsCalls(s, ep.group, ep.endpoint) {
 			return 0, false
 		}
 	}
@@ -294,6 +295,27 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		return never, true
 	}
 	return back.Sub(ep.heal), true
+}
+
+// holdsCalls reports whether, in s, an endpoint of group g other than e has a fault that holds
+// the calls sent to it (a frontend hang, a silent blackhole: they wait for their deadline).
+// The load's workers are closed loops, each with one call in flight: while the group is
+// still on such an endpoint, its workers wait there, and none is free to make the call that
+// would succeed on e once the group is back, however soon the client switches. As a failover
+// is timed only when the group's next endpoint has no fault of its own, a way back is timed
+// only while no other endpoint of the group (the one it comes back from among them) holds
+// calls. A hang that healed before the heal still holds the calls it caught: such a way back
+// stays timed, which can only make it look longer.
+func holdsCalls(s State, g, e int) bool {
+	return slices.ContainsFunc(s.Groups[g], func(o int) bool {
+		return o != e && (holds(s.TCP[o]) || holds(s.Frontend[o]))
+	})
+}
+
+// holds reports whether f holds the calls in flight through its endpoint until their
+// deadline.
+func holds(f Fault) bool {
+	return f.active() && (f.Kind == KindFrontendHang || f.Kind == KindSilentBlackhole)
 }
 
 // shareBack returns the end of the first window of shareWindow, from the heal on, in which the

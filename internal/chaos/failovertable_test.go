@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +238,65 @@ func TestWorstBackNamesTheGroupsSwitches(t *testing.T) {
 	switchesOfWorst(rows, evs[:2], name, tl)
 	if !strings.HasSuffix(rows[0].WorstBack, "to +21.0s: none") {
 		t.Errorf("without a switch of the group in the window: %q", rows[0].WorstBack)
+	}
+}
+
+// TestWayBackNotTimedWhileTheGroupsCallsAreHeld: e1 comes back at +20s and the default group's
+// first success on it is 2.5s later. A hang on e3, which the group lists, from +20.5s to +21s
+// held the workers' calls there: not timed. The same hang with e3 out of the group, or a hang
+// that ended before the heal, leaves the way back timed, 2.5s.
+func TestWayBackNotTimedWhileTheGroupsCallsAreHeld(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	heal := t0.Add(20 * time.Second)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	s := time.Second
+	timeline := func(groups Groups, hangFrom, hangTo time.Duration) *faultTimeline {
+		var steps []applied
+		type change struct {
+			at   time.Duration
+			kind Kind
+			e    int
+		}
+		changes := []change{{10 * s, KindDown, 0}, {20 * s, KindUp, 0}}
+		if hangTo > 0 {
+			changes = append(changes, change{hangFrom, KindFrontendHang, 2}, change{hangTo, KindFrontendPass, 2})
+		}
+		slices.SortFunc(changes, func(a, b change) int { return int(a.at - b.at) })
+		cur := State{Groups: groups}
+		for _, c := range changes {
+			switch c.kind {
+			case KindDown:
+				cur.TCP[c.e] = Fault{Kind: KindDown}
+			case KindUp:
+				cur.TCP[c.e] = Fault{}
+			case KindFrontendHang:
+				cur.Frontend[c.e] = Fault{Kind: KindFrontendHang}
+			case KindFrontendPass:
+				cur.Frontend[c.e] = Fault{}
+			}
+			steps = append(steps, applied{at: at(c.at), step: Step{Kind: c.kind, Endpoint: c.e, After: cur}})
+		}
+		return &faultTimeline{start: t0, initial: State{Groups: groups}, steps: steps}
+	}
+	ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: at(10 * s), heal: heal,
+		backWatched: true, back: heal.Add(2500 * time.Millisecond)}
+	bound := oneConnect + SwitchingDelay
+	for _, tc := range []struct {
+		name             string
+		groups           Groups
+		hangFrom, hangTo time.Duration
+		timed            bool
+	}{
+		{"no hang", initialGroups, 0, 0, true},
+		{"a hang on e3 during the way back", initialGroups, 20500 * time.Millisecond, 21 * s, false},
+		{"a hang on e3 that ended before the heal", initialGroups, 15 * s, 19 * s, true},
+		{"a hang on an endpoint the group does not list", Groups{{0, 1}, {2, 0}, initialGroups[2]}, 20500 * time.Millisecond, 21 * s, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ok := backTime(ep, timeline(tc.groups, tc.hangFrom, tc.hangTo), [NumEndpoints][]int32{}, t0, at(time.Minute), bound)
+			if ok != tc.timed || (ok && d != 2500*time.Millisecond) {
+				t.Errorf("backTime = %v, %v; want timed %v (2.5s)", d, ok, tc.timed)
+			}
+		})
 	}
 }
