@@ -209,11 +209,12 @@
 //     of the first second in which the member carried 35% of its tier's calls (its full share
 //     after slow start, fullShare). Measured only while the endpoint stays where the group's
 //     calls belong, with no fault on either layer (an endpoint with a fault still in force at
-//     the heal, hard or soft, is censored), and while no other endpoint of the group holds
-//     calls (a frontend hang, a silent blackhole: the load's workers, one call in flight
-//     each, wait there, and none is free to call the healed endpoint); never when the whole
-//     bound passed so. A failover is likewise censored when the group's next endpoint had a
-//     fault of its own meanwhile;
+//     the heal, hard or soft, is censored); never when the whole bound passed so. A way
+//     back over its bound is censored when the group switched back within the bound but an
+//     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a
+//     silent blackhole): the load's workers, one call in flight each, waited there, none free
+//     to call the healed endpoint. A failover is likewise censored when the group's next
+//     endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).
 //

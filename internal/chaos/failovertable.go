@@ -121,6 +121,8 @@ type FailoverRow struct {
 	// success back, or the bound's end for one that never came): for switchesOfWorst.
 	worstBack    episode
 	worstBackEnd time.Time
+	// worstBackSwitches lists the group's switches during WorstBack (switchesOfWorst).
+	worstBackSwitches string
 }
 
 // describe says where and when episode ep was, and what else was in force at instant at:
@@ -160,8 +162,9 @@ func preferred(s State, g, e int, tiered bool) bool {
 
 // failoverTable turns the episodes into the table's rows, in the order of the kinds. tl is the
 // run's timeline, failures the load's failed calls (classified), buckets the tiered group's
-// successes per shareBucket from t0, stop when the load stopped.
-func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buckets [NumEndpoints][]int32, t0, stop time.Time) []FailoverRow {
+// successes per shareBucket from t0, stop when the load stopped, sw the groups' switches in
+// time order.
+func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buckets [NumEndpoints][]int32, t0, stop time.Time, sw []groupSwitch) []FailoverRow {
 	rows := map[string]*FailoverRow{}
 	for _, ep := range eps {
 		key := ep.kind
@@ -188,10 +191,14 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 			r.Censored++
 		}
 		if ep.backWatched {
-			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound); ok {
+			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
 				if len(r.Back) == 0 || d > slices.Max(r.Back) {
 					r.WorstBack = describe(ep, tl, ep.heal)
-					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(min(d, r.BackBound))
+					end := d
+					if d == never {
+						end = r.BackBound
+					}
+					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(end)
 				}
 				r.Back = append(r.Back, d)
 			} else {
@@ -271,10 +278,11 @@ func nextFaultFree(s State, g, e int) bool {
 
 // backTime returns the episode's switch-back time: to the first success back (a tier: the end of
 // the first window of shareWindow in which the member carried fullShare of its tier's calls),
-// if the endpoint stayed where the group's calls belong until then and no other endpoint of
-// the group held calls meanwhile (holdsCalls); never when it stayed so for the whole bound,
-// within the run, without one; ok false otherwise.
-func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration) (time.Duration, bool) {
+// if the endpoint stayed where the group's calls belong until then; never when it stayed so
+// for the whole bound, within the run, without one; ok false otherwise, and also for a way
+// back over the bound whose calls were held elsewhere (heldAway). sw: the groups' switches,
+// in time order.
+func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration, sw []groupSwitch) (time.Duration, bool) {
 	back := ep.back
 	if ep.tiered {
 		back = shareBack(ep, buckets, t0)
@@ -287,29 +295,68 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		}
 	}
 	for _, s := range tl.during(ep.heal, until) {
-		if !preferred(s, ep.group, ep.endpoint, ep.tiered) || holdsCalls(s, ep.group, ep.endpoint) {
+		if !preferred(s, ep.group, ep.endpoint, ep.tiered) {
 			return 0, false
 		}
 	}
 	if back.IsZero() {
 		return never, true
 	}
-	return back.Sub(ep.heal), true
+	d := back.Sub(ep.heal)
+	if d > bound && !ep.tiered && heldAway(ep, tl, sw, bound) {
+		return 0, false
+	}
+	return d, true
 }
 
-// holdsCalls reports whether, in s, an endpoint of group g other than e has a fault that holds
-// the calls sent to it (a frontend hang, a silent blackhole: they wait for their deadline).
-// The load's workers are closed loops, each with one call in flight: while the group is
-// still on such an endpoint, its workers wait there, and none is free to make the call that
-// would succeed on e once the group is back, however soon the client switches. As a failover
-// is timed only when the group's next endpoint has no fault of its own, a way back is timed
-// only while no other endpoint of the group (the one it comes back from among them) holds
-// calls. A hang that healed before the heal still holds the calls it caught: such a way back
-// stays timed, which can only make it look longer.
-func holdsCalls(s State, g, e int) bool {
-	return slices.ContainsFunc(s.Groups[g], func(o int) bool {
-		return o != e && (holds(s.TCP[o]) || holds(s.Frontend[o]))
-	})
+// groupSwitch is one change of a group's current endpoint (a SwitchEvent): group g's calls
+// go to endpoint to from at on.
+type groupSwitch struct {
+	group, to int
+	at        time.Time
+}
+
+// heldAway reports whether a way back over its bound is the load's, not the client's: the
+// group switched back to the endpoint within the bound, and until that switch an endpoint
+// the group's calls were on had a fault that holds the calls sent to it (holds: a frontend
+// hang, a silent blackhole; held calls wait for their deadline). The load's workers are
+// closed loops, each with one call in flight, so while they wait there none is free to make
+// the call that would succeed on the endpoint, however soon the client switches back. A
+// group's current endpoint is the last switch's before the heal (its first listed endpoint
+// before any switch), then each switch's until the one back. A switch back later than the
+// bound, or none, is the client's: never excused. As a failover is timed only when the
+// group's next endpoint has no fault of its own.
+func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Duration) bool {
+	on := []int{initialGroups[ep.group][0]}
+	var backAt time.Time
+	for _, s := range sw {
+		if s.group != ep.group {
+			continue
+		}
+		if !s.at.After(ep.heal) {
+			on[0] = s.to
+			continue
+		}
+		if s.at.Sub(ep.heal) > bound {
+			break
+		}
+		if s.to == ep.endpoint {
+			backAt = s.at
+			break
+		}
+		on = append(on, s.to)
+	}
+	if backAt.IsZero() {
+		return false
+	}
+	for _, s := range tl.during(ep.heal, backAt) {
+		for _, o := range on {
+			if o != ep.endpoint && (holds(s.TCP[o]) || holds(s.Frontend[o])) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // holds reports whether f holds the calls in flight through its endpoint until their
@@ -389,7 +436,7 @@ func failoverInvariant(rows []FailoverRow, frontends bool) Invariant {
 			inv.Details = append(inv.Details, fmt.Sprintf("%s: failover p99 %s over its bound %v; the longest: %s", r.Kind, fmtDur(percentile(r.Failover, 99)), r.FailoverBound, r.WorstFailover))
 		}
 		if overBound(r.Back, r.BackBound) {
-			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v; the longest: %s (healed)", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound, r.WorstBack))
+			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v; the longest: %s (healed)%s", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound, r.WorstBack, r.worstBackSwitches))
 		}
 	}
 	inv.Status = Pass
@@ -447,7 +494,7 @@ func censored(rows []FailoverRow) int {
 	return n
 }
 
-// switchesOfWorst adds to each row's WorstBack the switches of its group (evs, the run's
+// switchesOfWorst tells, for each row's WorstBack, the switches of its group (evs, the run's
 // switch events; name gives e1, e2, e3 for an address) from the heal to the end of that way
 // back, each as "+249.9s e3->e1 (recovery)": where the time went (the group's move back, or a
 // success that came late on an endpoint it was already on).
@@ -466,6 +513,6 @@ func switchesOfWorst(rows []FailoverRow, evs []spannerme.SwitchEvent, name func(
 		if len(moves) == 0 {
 			moves = []string{"none"}
 		}
-		r.WorstBack += fmt.Sprintf("; %s's switches from the heal to +%.1fs: %s", groupNames[r.worstBack.group], r.worstBackEnd.Sub(tl.start).Seconds(), strings.Join(moves, ", "))
+		r.worstBackSwitches = fmt.Sprintf("; %s's switches from the heal to +%.1fs: %s", groupNames[r.worstBack.group], r.worstBackEnd.Sub(tl.start).Seconds(), strings.Join(moves, ", "))
 	}
 }

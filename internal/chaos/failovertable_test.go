@@ -38,7 +38,7 @@ func TestFailoverTableJudgesP99(t *testing.T) {
 			callsAtStart: 1000, callsAtHeal: 2000})
 	}
 	stop := t0.Add(time.Minute)
-	rows := failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, stop)
+	rows := failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, stop, nil)
 	if len(rows) != 1 || rows[0].Kind != "down" || len(rows[0].Failover) != 10 || len(rows[0].Back) != 10 {
 		t.Fatalf("rows %+v", rows)
 	}
@@ -64,7 +64,7 @@ func TestFailoverTableJudgesP99(t *testing.T) {
 	if !strings.Contains(out.String(), "3.00s!") {
 		t.Errorf("the table does not flag the p99:\n%s", out.String())
 	}
-	rows = failoverTable(eps[:9], tl, nil, [NumEndpoints][]int32{}, t0, stop)
+	rows = failoverTable(eps[:9], tl, nil, [NumEndpoints][]int32{}, t0, stop, nil)
 	if inv := failoverInvariant(rows, true); inv.Status != Pass {
 		t.Fatalf("failovers of 0.1s to 0.9s: %v %s %v", inv.Status, inv.Result, inv.Details)
 	}
@@ -113,14 +113,14 @@ func TestFailoverTimeCases(t *testing.T) {
 	stop := t0.Add(time.Minute)
 	ep := base
 	ep.backWatched, ep.back = true, heal.Add(1500*time.Millisecond)
-	if d, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false)); !ok || d != 1500*time.Millisecond {
+	if d, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false), nil); !ok || d != 1500*time.Millisecond {
 		t.Fatalf("back: %v %v", d, ok)
 	}
 	ep.back = time.Time{}
-	if d, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false)); !ok || d != never {
+	if d, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false), nil); !ok || d != never {
 		t.Fatalf("no success back for a minute: %v %v", d, ok)
 	}
-	if _, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, heal.Add(time.Second), backBound(KindDown, false)); ok {
+	if _, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, heal.Add(time.Second), backBound(KindDown, false), nil); ok {
 		t.Fatal("measured a switch-back after the load stopped")
 	}
 }
@@ -209,9 +209,10 @@ func TestFailoverWatch(t *testing.T) {
 	}
 }
 
-// TestWorstBackNamesTheGroupsSwitches: the longest way back (1s after the heal) is told with
-// the default group's switches from the heal to its end, and only those: not one before the
-// heal, not one after, not another group's.
+// TestWorstBackNamesTheGroupsSwitches: the longest way back is told with the default group's
+// switches from the heal to its end, and only those: not one before the heal, not one after,
+// not another group's. A way back over its bound (3s against 2.25s) is told to its end, so a
+// late switch shows.
 func TestWorstBackNamesTheGroupsSwitches(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tl := downTimeline(t0)
@@ -221,37 +222,49 @@ func TestWorstBackNamesTheGroupsSwitches(t *testing.T) {
 		eps = append(eps, episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal,
 			elsewhere: start.Add(100 * time.Millisecond), backWatched: true, back: heal.Add(time.Duration(i+1) * 100 * time.Millisecond)})
 	}
-	rows := failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute))
 	name := func(addr string) string { return map[string]string{"a1": "e1", "a2": "e2"}[addr] }
 	evs := []spannerme.SwitchEvent{
 		{Name: GroupDefault, From: "a1", To: "a2", Reason: spannerme.Fallback, At: start.Add(600 * time.Millisecond)},
 		{Name: GroupWest, From: "a2", To: "a1", Reason: spannerme.Recovery, At: heal.Add(300 * time.Millisecond)},
 		{Name: GroupDefault, From: "a2", To: "a1", Reason: spannerme.Recovery, At: heal.Add(900 * time.Millisecond)},
-		{Name: GroupDefault, From: "a1", To: "a2", Reason: spannerme.Fallback, At: heal.Add(1500 * time.Millisecond)},
+		{Name: GroupDefault, From: "a1", To: "a2", Reason: spannerme.Fallback, At: heal.Add(2800 * time.Millisecond)},
+		{Name: GroupDefault, From: "a2", To: "a1", Reason: spannerme.Recovery, At: heal.Add(3500 * time.Millisecond)},
 	}
-	switchesOfWorst(rows, evs, name, tl)
-	want := "e1 at +20.0s (in force: none); default's switches from the heal to +21.0s: +20.9s e2->e1 (recovery)"
-	if len(rows) != 1 || rows[0].WorstBack != want {
-		t.Fatalf("worst back:\n got %q\nwant %q", rows[0].WorstBack, want)
-	}
-	rows = failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute))
-	switchesOfWorst(rows, evs[:2], name, tl)
-	if !strings.HasSuffix(rows[0].WorstBack, "to +21.0s: none") {
-		t.Errorf("without a switch of the group in the window: %q", rows[0].WorstBack)
+	for _, tc := range []struct {
+		name   string
+		eps    []episode
+		evs    []spannerme.SwitchEvent
+		worst  string
+		within string
+	}{
+		{"within the bound", eps, evs, "e1 at +20.0s (in force: none)", "; default's switches from the heal to +21.0s: +20.9s e2->e1 (recovery)"},
+		{"no switch of the group in the window", eps, evs[:2], "e1 at +20.0s (in force: none)", "; default's switches from the heal to +21.0s: none"},
+		{"over the bound", append(slices.Clone(eps), episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal,
+			elsewhere: start.Add(100 * time.Millisecond), backWatched: true, back: heal.Add(3 * time.Second)}), evs,
+			"e1 at +20.0s (in force: none)", "; default's switches from the heal to +23.0s: +20.9s e2->e1 (recovery), +22.8s e1->e2 (fallback)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := failoverTable(tc.eps, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute), nil)
+			switchesOfWorst(rows, tc.evs, name, tl)
+			if len(rows) != 1 || rows[0].WorstBack != tc.worst || rows[0].worstBackSwitches != tc.within {
+				t.Fatalf("worst back:\n got %q %q\nwant %q %q", rows[0].WorstBack, rows[0].worstBackSwitches, tc.worst, tc.within)
+			}
+		})
 	}
 }
 
-// TestWayBackNotTimedWhileTheGroupsCallsAreHeld: e1 comes back at +20s and the default group's
-// first success on it is 2.5s later. A hang on e3, which the group lists, from +20.5s to +21s
-// held the workers' calls there: not timed. The same hang with e3 out of the group, or a hang
-// that ended before the heal, leaves the way back timed, 2.5s.
-func TestWayBackNotTimedWhileTheGroupsCallsAreHeld(t *testing.T) {
+// TestWayBackOverItsBoundExcusedOnlyWhenTheCallsWereHeld: e1 is down from +10s to +20s and
+// the default group's first success back on it comes 2.5s after the heal, over the bound
+// (2.25s). The group had failed over to e3, or to e2 (its switches, sw), and switched back to
+// e1 at +21.2s. Only a hang on the endpoint the group was on, before that switch, held the
+// workers' calls there and excuses the time (not timed); a switch back after the bound, a
+// hang elsewhere or after the switch, and a way back within the bound stay timed.
+func TestWayBackOverItsBoundExcusedOnlyWhenTheCallsWereHeld(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	heal := t0.Add(20 * time.Second)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	s := time.Second
-	timeline := func(groups Groups, hangFrom, hangTo time.Duration) *faultTimeline {
-		var steps []applied
+	const s, ms = time.Second, time.Millisecond
+	timeline := func(hangOn int, hangFrom, hangTo time.Duration) *faultTimeline {
 		type change struct {
 			at   time.Duration
 			kind Kind
@@ -259,10 +272,11 @@ func TestWayBackNotTimedWhileTheGroupsCallsAreHeld(t *testing.T) {
 		}
 		changes := []change{{10 * s, KindDown, 0}, {20 * s, KindUp, 0}}
 		if hangTo > 0 {
-			changes = append(changes, change{hangFrom, KindFrontendHang, 2}, change{hangTo, KindFrontendPass, 2})
+			changes = append(changes, change{hangFrom, KindFrontendHang, hangOn}, change{hangTo, KindFrontendPass, hangOn})
 		}
 		slices.SortFunc(changes, func(a, b change) int { return int(a.at - b.at) })
-		cur := State{Groups: groups}
+		cur := State{Groups: initialGroups}
+		var steps []applied
 		for _, c := range changes {
 			switch c.kind {
 			case KindDown:
@@ -276,26 +290,38 @@ func TestWayBackNotTimedWhileTheGroupsCallsAreHeld(t *testing.T) {
 			}
 			steps = append(steps, applied{at: at(c.at), step: Step{Kind: c.kind, Endpoint: c.e, After: cur}})
 		}
-		return &faultTimeline{start: t0, initial: State{Groups: groups}, steps: steps}
+		return &faultTimeline{start: t0, initial: State{Groups: initialGroups}, steps: steps}
 	}
-	ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: at(10 * s), heal: heal,
-		backWatched: true, back: heal.Add(2500 * time.Millisecond)}
+	// via: the group fails over from e1 to via at +10.5s and comes back at backAt.
+	switches := func(via int, backAt time.Duration) []groupSwitch {
+		return []groupSwitch{{group: 0, to: via, at: at(10500 * ms)}, {group: 1, to: 0, at: at(20100 * ms)}, {group: 0, to: 0, at: at(backAt)}}
+	}
 	bound := oneConnect + SwitchingDelay
 	for _, tc := range []struct {
 		name             string
-		groups           Groups
+		back             time.Duration // after the heal
+		sw               []groupSwitch
+		hangOn           int
 		hangFrom, hangTo time.Duration
-		timed            bool
+		want             time.Duration // 0: not timed
 	}{
-		{"no hang", initialGroups, 0, 0, true},
-		{"a hang on e3 during the way back", initialGroups, 20500 * time.Millisecond, 21 * s, false},
-		{"a hang on e3 that ended before the heal", initialGroups, 15 * s, 19 * s, true},
-		{"a hang on an endpoint the group does not list", Groups{{0, 1}, {2, 0}, initialGroups[2]}, 20500 * time.Millisecond, 21 * s, true},
+		{"no hang", 2500 * ms, switches(2, 21200*ms), 2, 0, 0, 2500 * ms},
+		{"a hang on e3, where the group was, before the switch back", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 0},
+		{"the same within the bound", 2 * s, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 2 * s},
+		{"a hang on e3 while the group was on e2", 2500 * ms, switches(1, 21200*ms), 2, 20500 * ms, 21 * s, 2500 * ms},
+		{"a hang on e3 that began after the switch back", 2500 * ms, switches(2, 21200*ms), 2, 21500 * ms, 22 * s, 2500 * ms},
+		{"a switch back later than the bound", 2500 * ms, switches(2, 22400*ms), 2, 20500 * ms, 21 * s, 2500 * ms},
+		{"no switch back at all", 0, switches(2, 30*s), 2, 20500 * ms, 21 * s, never},
+		{"no switches known: the group's first endpoint was current", 2500 * ms, nil, 0, 0, 0, 2500 * ms},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, ok := backTime(ep, timeline(tc.groups, tc.hangFrom, tc.hangTo), [NumEndpoints][]int32{}, t0, at(time.Minute), bound)
-			if ok != tc.timed || (ok && d != 2500*time.Millisecond) {
-				t.Errorf("backTime = %v, %v; want timed %v (2.5s)", d, ok, tc.timed)
+			ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: at(10 * s), heal: heal, backWatched: true}
+			if tc.back > 0 {
+				ep.back = heal.Add(tc.back)
+			}
+			d, ok := backTime(ep, timeline(tc.hangOn, tc.hangFrom, tc.hangTo), [NumEndpoints][]int32{}, t0, at(time.Minute), bound, tc.sw)
+			if ok != (tc.want != 0) || (ok && d != tc.want) {
+				t.Errorf("backTime = %v, %v; want %v (0: not timed)", d, ok, tc.want)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -343,7 +344,14 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, rule4.spans(), &x.timeline, plan.Frontends))
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
 	eps, buckets, t0 := topo.fo.collect()
-	r.Failover = failoverTable(eps, &x.timeline, r.failed, buckets, t0, time.Now())
+	var sw []groupSwitch
+	for _, ev := range switches.Events() {
+		if g, e := slices.Index(groupNames[:], ev.Name), topo.index(ev.To); g >= 0 && e >= 0 {
+			sw = append(sw, groupSwitch{group: g, to: e, at: ev.At})
+		}
+	}
+	slices.SortStableFunc(sw, func(a, b groupSwitch) int { return a.at.Compare(b.at) })
+	r.Failover = failoverTable(eps, &x.timeline, r.failed, buckets, t0, time.Now(), sw)
 	switchesOfWorst(r.Failover, switches.Events(), topo.name, &x.timeline)
 	r.Invariants = append(r.Invariants, failoverInvariant(r.Failover, plan.Frontends))
 	r.Invariants = append(r.Invariants, dieYoungInvariant(dieYoungRuns(&x.timeline), w40.connSamples(), start))

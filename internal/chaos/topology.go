@@ -84,12 +84,20 @@ func (t *topology) close() {
 // addr returns endpoint i's address: what the client's configuration names.
 func (t *topology) addr(i int) string { return t.eps[i].tcp.Addr() }
 
-// name returns e1, e2, e3 for an endpoint address, or the address itself.
-func (t *topology) name(addr string) string {
+// index returns the index of the endpoint at addr (0 for e1), or -1.
+func (t *topology) index(addr string) int {
 	for i := range t.eps {
 		if t.addr(i) == addr {
-			return endpointName(i)
+			return i
 		}
+	}
+	return -1
+}
+
+// name returns e1, e2, e3 for an endpoint address, or the address itself ("-" for none).
+func (t *topology) name(addr string) string {
+	if i := t.index(addr); i >= 0 {
+		return endpointName(i)
 	}
 	if addr == "" {
 		return "-"
