@@ -1,11 +1,16 @@
 package spannerme
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/spanner/apiv1/spannerpb"
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 	"go.opentelemetry.io/otel/attribute"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
@@ -143,4 +148,79 @@ func TestVerdictFaultEverywhereIsNoReasonToMove(t *testing.T) {
 		t.Fatalf("current %q after the heal, want E1", g.Current)
 	}
 	t.Logf("fault on every endpoint for 10s: 0 switches; E1 served %v after the heal\n%s", took.Round(time.Millisecond), tl)
+}
+
+// A fault of the whole database reaches each endpoint at its own moment, so a standby's probe
+// can pass just before the fault reaches it, or be under way since before and pass after. Group
+// [E1 E2], ProbeInterval 3s, RecoveryTimeout 1s, 4 workers calling GetSession on E1 (raw
+// calls: no Spanner client retry, so no retry elsewhere fails E2's calls for it): E2's idle
+// probe is held when every call on both starts failing UNAVAILABLE, and passes once E1 is
+// ejected. The probe that confirms E2 (E1's ejection asks for it) cannot be that one: it
+// follows it, fails and ejects E2, and the group stays where it is. Until the chaos soak's
+// hour on 530bb91 broke its db-unavailable row, the confirm was skipped while a probe was under
+// way (or had ended less than ProbeInterval/10 before): E2 looked usable until its next probe,
+// 3s later, and the group moved to it after 1s.
+func TestVerdictFaultEverywhereConfirmsAfterAProbeUnderWay(t *testing.T) {
+	const rt, sd = time.Second, time.Second
+	b := startFrontendBackend(t, 2)
+	e1, e2 := b.fes[0], b.fes[1]
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(5*time.Second, 3*time.Second)
+	s.Health.Brownout.Disabled = true // its latency probes are not the health probes held here
+	var hold atomic.Bool
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	probe := SpannerProbe(b.database)
+	s.Health.Probe = func(ctx context.Context, conn grpc.ClientConnInterface) error {
+		// E1 answers calls, so only the standby E2 is probed: the first probe held is E2's.
+		if hold.CompareAndSwap(true, false) {
+			held <- struct{}{}
+			<-release
+			return nil // it passed before the fault reached E2
+		}
+		return probe(ctx, conn)
+	}
+	_, gme := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(rt, sd, e1.Addr(), e2.Addr()),
+	}), s)
+	ctx, stop := context.WithCancel(context.Background())
+	var workers sync.WaitGroup
+	defer func() { stop(); workers.Wait() }()
+	for range 4 {
+		workers.Go(func() {
+			for ctx.Err() == nil {
+				// NOT_FOUND from the database (an answer: a success for health), UNAVAILABLE
+				// from the frontend during the fault.
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_ = gme.Invoke(cctx, "/google.spanner.v1.Spanner/GetSession",
+					&spannerpb.GetSessionRequest{Name: b.database + "/sessions/none"}, &spannerpb.Session{})
+				cancel()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	hold.Store(true)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no probe of E2 within 10s (ProbeInterval 3s)")
+	}
+	tl.restart()
+	for _, fe := range b.fes {
+		if err := fe.FailAll(codes.Unavailable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, e1Out := tl.waitHealth(t, e1.Addr(), EndpointEjected, 10*time.Second)
+	close(release)
+	ev, e2Out := tl.waitHealth(t, e2.Addr(), EndpointEjected, 10*time.Second)
+	time.Sleep(rt + sd) // a move the fault caused would have happened by now
+	if _, sw := tl.counts(); sw != 0 {
+		t.Fatalf("%d switches while every endpoint failed alike (E1 ejected at %v, E2 at %v)\n%s", sw, e1Out, e2Out, tl)
+	}
+	if ev.Reason != ReasonProbeFailed || e2Out-e1Out >= rt {
+		t.Fatalf("E2 ejected %v after E1 (%s), want by its confirming probe within RecoveryTimeout %v\n%s", e2Out-e1Out, ev.Reason, rt, tl)
+	}
+	t.Logf("E2's probe under way at the fault passed: E2 ejected %v after E1 by the probe that followed it; 0 switches\n%s",
+		(e2Out - e1Out).Round(time.Millisecond), tl)
 }

@@ -23,7 +23,8 @@
 //     never eject an endpoint that answers probes.
 //  5. An endpoint that had no successful call for a whole ProbeInterval is probed (a standby,
 //     or an idle current endpoint); a failed probe ejects it. So does the failed probe that
-//     Confirm starts at once when another endpoint of one of its groups is ejected.
+//     Confirm starts when another endpoint of one of its groups is ejected: at once, or when
+//     a probe under way that started before the ejection ends.
 //  6. Ejection number n lasts BaseEjectionTime x n, at most max(BaseEjectionTime,
 //     MaxEjectionTime) (A50). n is the multiplier: it grows by one per ejection and shrinks
 //     by one after every whole Interval the endpoint spends not ejected.
@@ -106,6 +107,10 @@ type Detector struct {
 	probeStarted time.Time
 	probeClass   Class // the class the probe under way proves
 	lastProbeEnd time.Time
+	// confirmNext: a Confirm came while a probe that cannot answer it was under way (started
+	// before it, or of another class); confirmClass is its class. Probed when that one ends.
+	confirmNext  bool
+	confirmClass Class
 	lastProbe    ProbeResult
 	// The counting interval; each class's counts are in classes.
 	intervalStart time.Time
@@ -243,17 +248,26 @@ func (d *Detector) Timeout() {
 
 // Confirm asks whether the endpoint is still healthy because another endpoint of a group that
 // lists it was just ejected for failures of class c: it is probed at once, with a probe of
-// class c (unless it is ejected, a probe is under way or ended less than ProbeInterval/10
-// ago, or there is no Probe function). A failed probe ejects it for class c, as an idle
-// endpoint's failed probe does (rule 5), so a fault that every endpoint of a group shows (its
-// writes failing everywhere, say) is seen on each of them within one probe, not one
-// ProbeInterval later.
+// class c, unless it is ejected or there is no Probe function. A probe under way answers only
+// if it is of class c and started at this instant; otherwise the confirming probe starts when
+// it ends: a probe that started before the other endpoint's ejection, or one that ended a
+// moment ago, passed before the fault may have reached this endpoint (a fault of the whole
+// database reaches each endpoint at its own moment). At most one confirming probe waits (the
+// first asked). A failed probe ejects it for class c, as an idle endpoint's failed probe does
+// (rule 5), so a fault that every endpoint of a group shows (its writes failing everywhere,
+// say) is seen on each of them within one probe, not one ProbeInterval later. Probes are
+// bounded by ejections: each ejection asks each other endpoint of its groups once.
 func (d *Detector) Confirm(c Class) {
 	d.mu.Lock()
 	var seq uint64
-	if !d.closed && !d.out && d.probe != nil && d.probeSeq == 0 &&
-		(d.lastProbeEnd.IsZero() || !d.clock.Now().Before(d.lastProbeEnd.Add(d.cfg.ProbeInterval/10))) {
+	switch {
+	case d.closed || d.out || d.probe == nil:
+	case d.probeSeq == 0:
 		seq = d.startProbeLocked(c)
+	case d.probeClass != c || d.probeStarted.Before(d.clock.Now()):
+		if !d.confirmNext {
+			d.confirmNext, d.confirmClass = true, c
+		}
 	}
 	d.mu.Unlock()
 	if seq != 0 {
@@ -303,8 +317,19 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 	default:
 		d.ejectLocked(ProbeFailed, Calls, fmt.Sprintf("the probe of an endpoint without successful calls failed: %v", err))
 	}
+	var next uint64
+	if d.confirmNext {
+		d.confirmNext = false
+		if !d.out { // ejected: its own probes decide
+			next = d.startProbeLocked(d.confirmClass)
+		}
+	}
+	confirmClass := d.confirmClass
 	d.mu.Unlock()
 	d.deliver()
+	if next != 0 {
+		d.probe(next, confirmClass)
+	}
 }
 
 // Status returns a snapshot of the endpoint's health.

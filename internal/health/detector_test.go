@@ -580,17 +580,41 @@ func TestEjectionNamesClassAndMethod(t *testing.T) {
 	}
 }
 
-// Confirm (another endpoint of a group was ejected) probes at once, at most once per
-// ProbeInterval/10 (2s here), never while ejected; a failed confirming probe ejects.
+// Confirm (another endpoint of a group was ejected) probes at once, never while ejected; a
+// probe under way answers it only if it is of its class and started at that instant, else the
+// confirming probe follows it (one waits at most); a failed confirming probe ejects.
 func TestConfirm(t *testing.T) {
 	runSteps(t, testConfig, true, []step{
 		{at: time.Second, ev: "confirm", wantProbes: 1},
-		{at: time.Second, ev: "confirm", wantProbes: 1}, // one under way: no second
+		{at: time.Second, ev: "confirm", wantProbes: 1}, // the one under way started now: it answers
 		{at: time.Second, ev: "pass"},
-		{at: 2 * time.Second, ev: "confirm"}, // 1s after the last probe ended
+		{at: 1100 * time.Millisecond, ev: "confirm", wantProbes: 1}, // a probe that passed before says nothing of now
+		{at: 1200 * time.Millisecond, ev: "confirm", wantProbes: 1}, // under way since before: this one waits
+		{at: 1200 * time.Millisecond, ev: "confirm", wantProbes: 1}, // one waits at most
+		{at: 1300 * time.Millisecond, ev: "pass", wantProbes: 1},    // the waiting one starts
+		{at: 1300 * time.Millisecond, ev: "pass"},                   // nothing more waits
 		{at: 3500 * time.Millisecond, ev: "confirm", wantProbes: 1},
 		{at: 3500 * time.Millisecond, ev: "probefail", wantOut: true, wantEvents: []string{"ejected:probe failed:30s"}},
 		{at: 10 * time.Second, ev: "confirm", wantOut: true}, // ejected: its own probes decide
+	})
+	// An idle check under way when another endpoint is ejected for its writes: the writes
+	// probe follows it, and its failure ejects for writes.
+	h := runSteps(t, testConfig, true, []step{
+		{at: 20 * time.Second, wantProbes: 1}, // the idle check (ProbeInterval)
+		{at: 20 * time.Second, ev: "confirmwrites", wantProbes: 1},
+		{at: 20500 * time.Millisecond, ev: "pass", wantProbes: 1},
+		{at: 20500 * time.Millisecond, ev: "probefail", wantOut: true, wantEvents: []string{"ejected:probe failed:30s"}},
+	})
+	if st := h.d.Status(); st.Class != Writes {
+		t.Errorf("ejected for %v, want writes", st.Class)
+	}
+	// A probe under way whose endpoint is ejected by its calls meanwhile: the waiting confirm
+	// is dropped (the ejection's own probes decide).
+	runSteps(t, testConfig, true, []step{
+		{at: time.Second, ev: "timeout", wantProbes: 1},
+		{at: 1100 * time.Millisecond, ev: "confirm", wantProbes: 1},
+		{at: 1200 * time.Millisecond, ev: "commitfail", n: 5, wantOut: true, wantProbes: 1, wantEvents: []string{"ejected:consecutive failures:30s"}},
+		{at: 1300 * time.Millisecond, ev: "pass", wantOut: true},
 	})
 	// Without a probe function there is nothing to confirm with.
 	runSteps(t, testConfig, false, []step{{at: time.Second, ev: "confirm"}})
