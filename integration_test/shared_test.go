@@ -84,11 +84,11 @@ func (p *probeStreams) pools() (probed, most int) {
 // connections) and one probe at a time; closing one client leaves the others serving;
 // Configurator's clients (Spanner and admin) come and go through 20 database/sql driver
 // lifetimes under another client's queries without a failure or a leaked goroutine; a failover
-// moves all of them together; after gme.Close every client fails at once with CANCELED. The
-// driver's lifetimes come before the failover: after an outage the pool may connect
-// replacements for a while (connection rotation, internal/pool/rotate.go: the outage's
-// lifetimes are one sample of a maximum connection age until a retired connection disproves
-// it), and their goroutines would count as the driver's.
+// moves all of them together, and e1's pool is back to its MinSize connections after it;
+// after gme.Close every client fails at once with CANCELED. The driver's lifetimes come
+// before the failover, on pools that have had no outage: the check for goroutines left
+// behind counts every goroutine started after its snapshot, and pools reconnecting after an
+// outage start some.
 func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 	dbs, eps, addrs := emulatorDatabases(t, 3)
 	logs := &syncBuffer{}
@@ -278,6 +278,9 @@ func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 		}
 		return false
 	})
+	// The outage's lifetimes are no maximum connection age (the endpoint refused connections
+	// meanwhile): e1's pool is back to MinSize connections, with no replacement beside them.
+	waitFor(10*time.Second, fmt.Sprintf("%d connections again after e1's outage", wantConns), func() bool { return conns() == wantConns })
 
 	// After gme.Close: CANCELED at once, with ErrClosed's text.
 	if err := gme.Close(); err != nil {

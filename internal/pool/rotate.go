@@ -52,7 +52,10 @@ import (
 // within rotationTogether of its lifetime after the previous one is dropped. Such a sample
 // (the pool's uptime, not an age) costs one replacement per channel: the first retired
 // connection that the server does not end by its expiry disproves it. A replacement that fails to connect is tried again rotationRetry of the age
-// later while its connection is still READY.
+// later while its connection is still READY. An end followed by an attempt the endpoint never
+// accepted (refused, unreachable, timed out), with no connection READY in between, was an
+// outage: its sample is undone (lifetimes.retract), and an endpoint that was down and came back
+// keeps its MinSize connections, with no replacement beside them.
 const (
 	rotationSamples  = 3
 	rotationSpread   = 1.25
@@ -204,6 +207,14 @@ type lifetimes struct {
 	n       int       // samples held, up to rotationSamples
 	next    int       // where the next sample goes
 	lastAt  time.Time // when the last sample was taken; zero if none
+	// retracted: the sample taken at lastAt was dropped (retract); reset by the next one.
+	retracted bool
+	// undo: the samples before the last one was added (a sample that disagrees replaces
+	// them), which retract restores.
+	undo struct {
+		samples [rotationSamples]time.Duration
+		n, next int
+	}
 }
 
 // add records a lifetime. One that does not agree with the samples held (see age) replaces
@@ -211,6 +222,7 @@ type lifetimes struct {
 // disproved by the first retired connection's expiry (expire), at the cost of one
 // replacement per channel.
 func (l *lifetimes) add(d time.Duration) {
+	l.undo.samples, l.undo.n, l.undo.next = l.samples, l.n, l.next
 	if l.n > 0 {
 		lo, hi := d, d
 		for _, s := range l.samples[:l.n] {
@@ -223,6 +235,19 @@ func (l *lifetimes) add(d time.Duration) {
 	l.samples[l.next] = d
 	l.next = (l.next + 1) % rotationSamples
 	l.n = min(l.n+1, rotationSamples)
+	l.retracted = false
+}
+
+// retract undoes the last sample (add) if it was taken at or after since (no connection of the
+// pool became READY after it): an endpoint that then refused a connection was down, and the
+// connections it ended went with it. Its time stays, so that the outage's other ends are
+// still one event with it (learnLocked) and are dropped too.
+func (l *lifetimes) retract(since time.Time) {
+	if l.n == 0 || l.lastAt.IsZero() || l.lastAt.Before(since) || l.retracted {
+		return
+	}
+	l.retracted = true
+	l.samples, l.n, l.next = l.undo.samples, l.undo.n, l.undo.next
 }
 
 // forget drops every sample.
@@ -321,7 +346,7 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 	case roleCurrent:
 		switch {
 		case st == connectivity.Ready:
-			c.readyAt = now
+			c.readyAt, b.readyAt = now, now
 			c.epoch.Add(1) // carried no longer: a new connection
 			if b.watch != nil {
 				c.bornAt = b.watch.youthClock.Now()
@@ -345,19 +370,24 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 		case prev == connectivity.Connecting && st == connectivity.Idle:
 			// Established and ended before gRPC reported it READY.
 			s, _ = b.endedLocked(c, false, s, &a)
-		case st == connectivity.TransientFailure && b.watch != nil && neverAccepted(s.ConnectionError):
+		case st == connectivity.TransientFailure && neverAccepted(s.ConnectionError):
 			// An attempt the endpoint never accepted (refused, unreachable, timed out,
-			// unresolved): it refuses connections rather than ending them young, and
-			// gRPC's own backoff paces it (young.go). A handshake that failed, a reset
-			// or a close after the accept is what a peer that kills connections young
-			// may do too, and ends nothing.
-			b.watch.youth.refused()
+			// unresolved): the endpoint is down. The connections it ended just before went
+			// with it: their lifetime is the outage's, not the server's age.
+			b.lives.retract(b.readyAt)
+			// It refuses connections rather than ending them young, and gRPC's own
+			// backoff paces it (young.go). A handshake that failed, a reset or a close
+			// after the accept is what a peer that kills connections young may do too,
+			// and ends nothing.
+			if b.watch != nil {
+				b.watch.youth.refused()
+			}
 		}
 		return ch, s, a
 	case roleNext:
 		switch st {
 		case connectivity.Ready:
-			c.readyAt = now
+			c.readyAt, b.readyAt = now, now
 			b.swapLocked(c, now, &a)
 		case connectivity.TransientFailure, connectivity.Idle, connectivity.Shutdown:
 			if ch.next == c {
