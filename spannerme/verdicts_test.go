@@ -175,8 +175,12 @@ func TestVerdictFaultEverywhereConfirmsAfterAProbeUnderWay(t *testing.T) {
 		// E1 answers calls, so only the standby E2 is probed: the first probe held is E2's.
 		if hold.CompareAndSwap(true, false) {
 			held <- struct{}{}
-			<-release
-			return nil // it passed before the fault reached E2
+			select {
+			case <-release:
+				return nil // it passed before the fault reached E2
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return probe(ctx, conn)
 	}
@@ -212,6 +216,9 @@ func TestVerdictFaultEverywhereConfirmsAfterAProbeUnderWay(t *testing.T) {
 		}
 	}
 	_, e1Out := tl.waitHealth(t, e1.Addr(), EndpointEjected, 10*time.Second)
+	// E1's ejection event is delivered before the confirms are asked for, on the same
+	// goroutine: give them that moment, so that E2's confirm meets the probe still under way.
+	time.Sleep(200 * time.Millisecond)
 	close(release)
 	ev, e2Out := tl.waitHealth(t, e2.Addr(), EndpointEjected, 10*time.Second)
 	time.Sleep(rt + sd) // a move the fault caused would have happened by now

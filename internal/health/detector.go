@@ -24,7 +24,7 @@
 //  5. An endpoint that had no successful call for a whole ProbeInterval is probed (a standby,
 //     or an idle current endpoint); a failed probe ejects it. So does the failed probe that
 //     Confirm starts when another endpoint of one of its groups is ejected: at once, or when
-//     a probe under way that started before the ejection ends.
+//     a probe under way (started before the ejection, or of another class) ends.
 //  6. Ejection number n lasts BaseEjectionTime x n, at most max(BaseEjectionTime,
 //     MaxEjectionTime) (A50). n is the multiplier: it grows by one per ejection and shrinks
 //     by one after every whole Interval the endpoint spends not ejected.
@@ -107,11 +107,11 @@ type Detector struct {
 	probeStarted time.Time
 	probeClass   Class // the class the probe under way proves
 	lastProbeEnd time.Time
-	// confirmNext: a Confirm came while a probe that cannot answer it was under way (started
-	// before it, or of another class); confirmClass is its class. Probed when that one ends.
-	confirmNext  bool
-	confirmClass Class
-	lastProbe    ProbeResult
+	// confirms: the classes of the Confirms that came while a probe that cannot answer them
+	// was under way (started before them, or of another class), a bit per class; each is
+	// probed, one after the other, once that one ends. Cleared by an ejection.
+	confirms  uint8
+	lastProbe ProbeResult
 	// The counting interval; each class's counts are in classes.
 	intervalStart time.Time
 	timeouts      int64
@@ -249,14 +249,16 @@ func (d *Detector) Timeout() {
 // Confirm asks whether the endpoint is still healthy because another endpoint of a group that
 // lists it was just ejected for failures of class c: it is probed at once, with a probe of
 // class c, unless it is ejected or there is no Probe function. A probe under way answers only
-// if it is of class c and started at this instant; otherwise the confirming probe starts when
-// it ends: a probe that started before the other endpoint's ejection, or one that ended a
-// moment ago, passed before the fault may have reached this endpoint (a fault of the whole
-// database reaches each endpoint at its own moment). At most one confirming probe waits (the
-// first asked). A failed probe ejects it for class c, as an idle endpoint's failed probe does
-// (rule 5), so a fault that every endpoint of a group shows (its writes failing everywhere,
-// say) is seen on each of them within one probe, not one ProbeInterval later. Probes are
-// bounded by ejections: each ejection asks each other endpoint of its groups once.
+// if it is of class c and started at this instant (on a real clock, practically never);
+// otherwise the confirming probe starts when it ends: a probe that started before the other
+// endpoint's ejection, or one that ended a moment ago, may have passed before the fault
+// reached this endpoint (a fault of the whole database reaches each endpoint at its own
+// moment). Confirms of several classes that wait are probed one after the other; an ejection
+// drops them (its own probes decide). A failed probe ejects it for class c, as an idle
+// endpoint's failed probe does (rule 5), so a fault that every endpoint of a group shows (its
+// writes failing everywhere, say) is seen on each of them within one probe, not one
+// ProbeInterval later. Its probes are bounded by the ejections of the other endpoints of its
+// groups: each asks once.
 func (d *Detector) Confirm(c Class) {
 	d.mu.Lock()
 	var seq uint64
@@ -265,9 +267,7 @@ func (d *Detector) Confirm(c Class) {
 	case d.probeSeq == 0:
 		seq = d.startProbeLocked(c)
 	case d.probeClass != c || d.probeStarted.Before(d.clock.Now()):
-		if !d.confirmNext {
-			d.confirmNext, d.confirmClass = true, c
-		}
+		d.confirms |= 1 << c
 	}
 	d.mu.Unlock()
 	if seq != 0 {
@@ -318,17 +318,20 @@ func (d *Detector) ProbeDone(seq uint64, err error, latency time.Duration) {
 		d.ejectLocked(ProbeFailed, Calls, fmt.Sprintf("the probe of an endpoint without successful calls failed: %v", err))
 	}
 	var next uint64
-	if d.confirmNext {
-		d.confirmNext = false
-		if !d.out { // ejected: its own probes decide
-			next = d.startProbeLocked(d.confirmClass)
+	var nextClass Class
+	if d.confirms != 0 && !d.out {
+		for c := range numClasses {
+			if d.confirms&(1<<c) != 0 {
+				d.confirms &^= 1 << c
+				next, nextClass = d.startProbeLocked(c), c
+				break
+			}
 		}
 	}
-	confirmClass := d.confirmClass
 	d.mu.Unlock()
 	d.deliver()
 	if next != 0 {
-		d.probe(next, confirmClass)
+		d.probe(next, nextClass)
 	}
 }
 
@@ -399,6 +402,7 @@ func (d *Detector) ejectLocked(r Reason, c Class, detail string) {
 	detail = bounded.Text(detail, bounded.ServerText) // it quotes a server's error
 	d.reason, d.class, d.detail = r, c, detail
 	d.suspect = false
+	d.confirms = 0 // ejected: its own probes decide
 	d.resetConsecutive()
 	d.armProbeLocked(d.until.Sub(now))
 	d.queueLocked(Event{Kind: Ejected, Reason: r, Class: c, Detail: detail, At: now, Until: d.until, Ejections: d.ejections})

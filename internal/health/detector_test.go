@@ -582,7 +582,8 @@ func TestEjectionNamesClassAndMethod(t *testing.T) {
 
 // Confirm (another endpoint of a group was ejected) probes at once, never while ejected; a
 // probe under way answers it only if it is of its class and started at that instant, else the
-// confirming probe follows it (one waits at most); a failed confirming probe ejects.
+// confirming probe follows it (one per class waits; the classes one after the other); an
+// ejection drops those waiting; a failed confirming probe ejects.
 func TestConfirm(t *testing.T) {
 	runSteps(t, testConfig, true, []step{
 		{at: time.Second, ev: "confirm", wantProbes: 1},
@@ -608,6 +609,20 @@ func TestConfirm(t *testing.T) {
 	if st := h.d.Status(); st.Class != Writes {
 		t.Errorf("ejected for %v, want writes", st.Class)
 	}
+	// Confirms of two classes wait for a probe under way: each is probed, one after the other.
+	h = runSteps(t, testConfig, true, []step{
+		{at: time.Second, ev: "timeout", wantProbes: 1},
+		{at: 1100 * time.Millisecond, ev: "confirmwrites", wantProbes: 1},
+		{at: 1100 * time.Millisecond, ev: "confirm", wantProbes: 1},
+		{at: 1200 * time.Millisecond, ev: "pass", wantProbes: 1},
+		{at: 1300 * time.Millisecond, ev: "pass", wantProbes: 1},
+		{at: 1400 * time.Millisecond, ev: "pass"},
+	})
+	h.mu.Lock()
+	if want := []Class{Calls, Calls, Writes}; !slices.Equal(h.probeClasses, want) {
+		t.Errorf("probe classes %v, want %v", h.probeClasses, want)
+	}
+	h.mu.Unlock()
 	// A probe under way whose endpoint is ejected by its calls meanwhile: the waiting confirm
 	// is dropped (the ejection's own probes decide).
 	runSteps(t, testConfig, true, []step{
