@@ -281,6 +281,13 @@ func TestSharedGCPMultiEndpoint_EmulatorThreeDatabases(t *testing.T) {
 	// The outage's lifetimes are no maximum connection age (the endpoint refused connections
 	// meanwhile): e1's pool is back to MinSize connections, with no replacement beside them.
 	waitFor(10*time.Second, fmt.Sprintf("%d connections again after e1's outage", wantConns), func() bool { return conns() == wantConns })
+	// A replacement would come at half the age taken (e1's connections lived about 0.4 s) and
+	// stay: watch for a second.
+	accepted := eps[0].Stats().Accepted
+	time.Sleep(time.Second)
+	if n, more := conns(), eps[0].Stats().Accepted-accepted; n != wantConns || more != 0 {
+		t.Errorf("a second later: %d connections (want %d), %d more accepted by e1 (want 0)", n, wantConns, more)
+	}
 
 	// After gme.Close: CANCELED at once, with ErrClosed's text.
 	if err := gme.Close(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"google.golang.org/grpc/balancer"
@@ -141,9 +140,7 @@ type poolBalancer struct {
 	states map[balancer.SubConn]connectivity.State
 	conns  map[balancer.SubConn]*conn // every gRPC SubConn of a channel, by itself
 	lives  lifetimes
-	// readyAt: when a connection of the pool last became READY (lifetimes.retract).
-	readyAt time.Time
-	closed  bool
+	closed bool
 	// expired counts the retired connections marked expired and not yet shut down.
 	expired int
 	// latencyConn: the LB configuration asks for a latency connection; lat is it (nil

@@ -112,6 +112,7 @@ func (b *poolBalancer) latencyConnState(lc *latencyConn, s balancer.SubConnState
 	switch s.ConnectivityState {
 	case connectivity.Ready:
 		lc.readyAt = now
+		b.lives.ready() // the endpoint accepts connections: its lifetimes are no outage's
 	case connectivity.Idle:
 		if wait = b.latencyEndedLocked(lc, prev, now); wait > 0 && current {
 			stopLatencyTimer(lc)

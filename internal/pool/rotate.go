@@ -50,12 +50,15 @@ import (
 // One event that ends several connections at once (a frontend restart, a network blip, an idle
 // timeout of channels that connected together) is one sample, not one per connection: a sample
 // within rotationTogether of its lifetime after the previous one is dropped. Such a sample
-// (the pool's uptime, not an age) costs one replacement per channel: the first retired
-// connection that the server does not end by its expiry disproves it. A replacement that fails to connect is tried again rotationRetry of the age
-// later while its connection is still READY. An end followed by an attempt the endpoint never
+// (the pool's uptime, not an age) costs up to two replacements per channel (a replacement that
+// becomes current is timed again before the first retired connection reaches its expiry): the
+// first retired connection that the server does not end by its expiry disproves it. A
+// replacement that fails to connect is tried again rotationRetry of the age later while its
+// connection is still READY. An end followed by an attempt the endpoint never
 // accepted (refused, unreachable, timed out), with no connection READY in between, was an
-// outage: its sample is undone (lifetimes.retract), and an endpoint that was down and came back
-// keeps its MinSize connections, with no replacement beside them.
+// outage: the samples taken since the last READY are undone (lifetimes.retract) and the
+// rotations timed again (retimeLocked), and an endpoint that was down and came back keeps its
+// MinSize connections, with no replacement beside them.
 const (
 	rotationSamples  = 3
 	rotationSpread   = 1.25
@@ -207,22 +210,29 @@ type lifetimes struct {
 	n       int       // samples held, up to rotationSamples
 	next    int       // where the next sample goes
 	lastAt  time.Time // when the last sample was taken; zero if none
-	// retracted: the sample taken at lastAt was dropped (retract); reset by the next one.
-	retracted bool
-	// undo: the samples before the last one was added (a sample that disagrees replaces
-	// them), which retract restores.
-	undo struct {
+	// fresh: samples were added since a connection of the pool last became READY (ready);
+	// undo holds the samples from before the first of them (a sample that disagrees replaces
+	// those held), which retract restores.
+	fresh bool
+	undo  struct {
 		samples [rotationSamples]time.Duration
 		n, next int
 	}
 }
 
+// ready records that a connection of the pool became READY: the samples held are no
+// outage's any more (retract).
+func (l *lifetimes) ready() { l.fresh = false }
+
 // add records a lifetime. One that does not agree with the samples held (see age) replaces
 // them: the server's age changed, or the sample was no age (a reset); a wrong age is
-// disproved by the first retired connection's expiry (expire), at the cost of one
-// replacement per channel.
+// disproved by the first retired connection's expiry (expire), at the cost of up to two
+// replacements per channel, or undone when the endpoint then refuses a connection (retract).
 func (l *lifetimes) add(d time.Duration) {
-	l.undo.samples, l.undo.n, l.undo.next = l.samples, l.n, l.next
+	if !l.fresh {
+		l.fresh = true
+		l.undo.samples, l.undo.n, l.undo.next = l.samples, l.n, l.next
+	}
 	if l.n > 0 {
 		lo, hi := d, d
 		for _, s := range l.samples[:l.n] {
@@ -235,19 +245,19 @@ func (l *lifetimes) add(d time.Duration) {
 	l.samples[l.next] = d
 	l.next = (l.next + 1) % rotationSamples
 	l.n = min(l.n+1, rotationSamples)
-	l.retracted = false
 }
 
-// retract undoes the last sample (add) if it was taken at or after since (no connection of the
-// pool became READY after it): an endpoint that then refused a connection was down, and the
-// connections it ended went with it. Its time stays, so that the outage's other ends are
+// retract undoes the samples added since a connection of the pool last became READY (an
+// endpoint that then refused a connection was down, and the connections it ended went with
+// it) and reports whether there were any. lastAt stays, so that the outage's later ends are
 // still one event with it (learnLocked) and are dropped too.
-func (l *lifetimes) retract(since time.Time) {
-	if l.n == 0 || l.lastAt.IsZero() || l.lastAt.Before(since) || l.retracted {
-		return
+func (l *lifetimes) retract() bool {
+	if !l.fresh {
+		return false
 	}
-	l.retracted = true
+	l.fresh = false
 	l.samples, l.n, l.next = l.undo.samples, l.undo.n, l.undo.next
+	return true
 }
 
 // forget drops every sample.
@@ -346,7 +356,8 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 	case roleCurrent:
 		switch {
 		case st == connectivity.Ready:
-			c.readyAt, b.readyAt = now, now
+			c.readyAt = now
+			b.lives.ready()
 			c.epoch.Add(1) // carried no longer: a new connection
 			if b.watch != nil {
 				c.bornAt = b.watch.youthClock.Now()
@@ -374,7 +385,9 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 			// An attempt the endpoint never accepted (refused, unreachable, timed out,
 			// unresolved): the endpoint is down. The connections it ended just before went
 			// with it: their lifetime is the outage's, not the server's age.
-			b.lives.retract(b.readyAt)
+			if before := b.lives.age(); b.lives.retract() && b.lives.age() != before {
+				b.retimeLocked(now, &a)
+			}
 			// It refuses connections rather than ending them young, and gRPC's own
 			// backoff paces it (young.go). A handshake that failed, a reset or a close
 			// after the accept is what a peer that kills connections young may do too,
@@ -387,7 +400,8 @@ func (b *poolBalancer) route(sc balancer.SubConn, s balancer.SubConnState) (bala
 	case roleNext:
 		switch st {
 		case connectivity.Ready:
-			c.readyAt, b.readyAt = now, now
+			c.readyAt = now
+			b.lives.ready()
 			b.swapLocked(c, now, &a)
 		case connectivity.TransientFailure, connectivity.Idle, connectivity.Shutdown:
 			if ch.next == c {
@@ -457,6 +471,24 @@ func (b *poolBalancer) scheduleRotationLocked(c *conn, now time.Time, a *afterUn
 	a.prepare = append(a.prepare, c)
 }
 
+// retimeLocked times the rotations again after the age changed other than by a new sample
+// (an outage's undone: retract): each READY current connection's timer is stopped, a
+// replacement created for it and not yet asked to connect is shut down, and the connection is
+// timed at half the age now agreed (none without one). b.mu must be held; a is the caller's.
+func (b *poolBalancer) retimeLocked(now time.Time, a *afterUnlock) {
+	for _, c := range b.conns {
+		if c.role != roleCurrent || c.state != connectivity.Ready {
+			continue
+		}
+		stopTimer(c)
+		if n := c.ch.next; n != nil && !n.connecting {
+			c.ch.next = nil
+			a.shut(n.sc)
+		}
+		b.scheduleRotationLocked(c, now, a)
+	}
+}
+
 // prepare creates the replacement of c, idle, if c is still its channel's current connection,
 // READY, with its rotation timed and no replacement yet: a SubConn with the channel's
 // addresses and options and a StateListener of its own (subConnState). It runs on gRPC's
@@ -502,12 +534,14 @@ func (b *poolBalancer) rotate(c *conn, gen uint64) {
 	b.mu.Lock()
 	ch := c.ch
 	n := ch.next
+	if c.gen == gen {
+		c.timer = nil // this timer has fired: a later age may time c again (learnLocked)
+	}
 	if c.gen != gen || b.closed || ch.shut || ch.cur.Load() != c || c.state != connectivity.Ready ||
 		n == nil || n.connecting || b.lives.age() <= 0 {
 		b.mu.Unlock()
 		return
 	}
-	c.timer = nil
 	n.connecting = true
 	b.mu.Unlock()
 	n.sc.Connect() // gRPC reports no state before this, so n is registered first

@@ -454,11 +454,12 @@ func TestReplacementAbandoned(t *testing.T) {
 	})
 }
 
-// An endpoint that goes down ends its connections and then refuses new ones: the lifetime of
-// the connections it ended is the outage's, not the server's age, and is dropped, so nothing
-// is replaced once the endpoint is back (an endpoint down 0.57 s had 12 connections for 4
-// channels when such a lifetime rotated them). A refused attempt after a connection became
-// READY again drops nothing: the lifetimes before it were the server's.
+// An endpoint that goes down ends its connections and then refuses new ones: the lifetimes of
+// the connections it ended (every sample since a connection was last READY) are the outage's,
+// not the server's age, and are undone, so nothing is replaced once the endpoint is back (an
+// endpoint down 0.57 s had 12 connections for 4 channels when such a lifetime rotated them). A
+// refused attempt after a connection became READY again drops nothing: the lifetimes before
+// it were the server's.
 func TestOutageIsNoAge(t *testing.T) {
 	refused := balancer.SubConnState{ConnectivityState: connectivity.TransientFailure,
 		ConnectionError: fmt.Errorf("connection error: desc = %q: %w", "transport: Error while dialing", syscall.ECONNREFUSED)}
@@ -481,13 +482,21 @@ func TestOutageIsNoAge(t *testing.T) {
 	for _, sc := range subs {
 		r.ready(sc)
 		r.picked() // each carries a call: its end is a lifetime (young.go)
+		r.clk.Advance(100 * time.Millisecond)
 	}
 	r.clk.Advance(400 * time.Millisecond)
+	// The endpoint goes down; its connections end 100 ms apart (keepalives, say), each at
+	// 600 ms of age (past the 500 ms of a young death, whether or not it carried a call): two
+	// samples that agree.
 	for _, sc := range subs {
-		r.state(sc, connectivity.Idle) // the endpoint goes down
+		r.state(sc, connectivity.Idle)
+		r.clk.Advance(100 * time.Millisecond)
 	}
-	if got := age(); got != 400*time.Millisecond {
-		t.Fatalf("age %v after the connections ended, want 400ms (one sample)", got)
+	b.mu.Lock()
+	n := b.lives.n
+	b.mu.Unlock()
+	if got := age(); got != 600*time.Millisecond || n != 2 {
+		t.Fatalf("age %v from %d samples after the connections ended, want 600ms from 2", got, n)
 	}
 	r.state(subs[0], connectivity.Connecting)
 	report(r, subs[0], refused)
@@ -495,16 +504,43 @@ func TestOutageIsNoAge(t *testing.T) {
 		t.Fatalf("age %v after the endpoint refused a connection, want none", got)
 	}
 	r.clk.Advance(570 * time.Millisecond) // back up
+	created := len(r.cc.subConns())
 	for _, sc := range subs {
 		r.ready(sc)
+		r.picked()
 	}
 	r.clk.Advance(time.Hour)
-	// The second channel was still READY when the first end was taken for an age: its
-	// replacement was created idle, then shut down when its connection ended too.
+	// The second channel was still READY when the first end was taken for an age: it got a
+	// replacement then, shut down when its own connection ended. Once the endpoint is back,
+	// none.
+	if n := len(r.cc.subConns()); n != created {
+		t.Fatalf("%d SubConns created in the hour after the outage, want 0", n-created)
+	}
 	for _, sc := range r.cc.subConns()[2:] {
-		if connects, shut := sc.counts(); connects != 0 || !shut {
-			t.Fatalf("a replacement an hour after the outage: asked to connect %d times, shut down %v; want never connected, shut", connects, shut)
+		if _, shut := sc.counts(); !shut {
+			t.Fatalf("a replacement from the outage still open an hour later")
 		}
+	}
+
+	// A connection that stayed READY through the outage: its rotation, timed by the outage's
+	// lifetime, is called off (its idle replacement shut down, never connected).
+	r = newRotationRigN(t, 2)
+	b = r.b.(*poolBalancer)
+	subs = r.cc.subConns()
+	r.ready(subs[0])
+	r.picked()
+	r.clk.Advance(100 * time.Millisecond)
+	r.ready(subs[1])
+	r.clk.Advance(600 * time.Millisecond)
+	r.state(subs[1], connectivity.Idle) // 600 ms: taken for an age; subs[0] is timed at 300 ms
+	if n := len(r.cc.subConns()); n != 3 {
+		t.Fatalf("%d SubConns after the lifetime, want 3 (subs[0]'s replacement, idle)", n)
+	}
+	r.state(subs[1], connectivity.Connecting)
+	report(r, subs[1], refused)
+	r.clk.Advance(time.Hour)
+	if connects, shut := r.sub(3).counts(); connects != 0 || !shut {
+		t.Fatalf("subs[0]'s replacement after the outage was undone: asked to connect %d times, shut down %v; want 0, true", connects, shut)
 	}
 
 	// A server's age; a refused attempt after a connection was READY again drops nothing; an
