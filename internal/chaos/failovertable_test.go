@@ -326,3 +326,68 @@ func TestWayBackOverItsBoundExcusedOnlyWhenTheCallsWereHeld(t *testing.T) {
 		})
 	}
 }
+
+// A tier member's way back on which the tiered group was below the tier (a lower tier took it
+// while the member and its peer were out) comes back up SwitchingDelay after a member is back
+// (docs/tiers.md): it is judged in a row of its own, "[tier up]", whose bound adds
+// SwitchingDelay; the failover stays in the tier's row. The same way back with the group in
+// the tier throughout is judged by the tier's bound, which it passes.
+func TestTierWayBackFromBelowTheTierHasItsOwnRow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	var b [NumEndpoints][]int32
+	n := int(40 * time.Second / shareBucket)
+	for e := range b {
+		b[e] = make([]int32, n)
+	}
+	backFrom := int((20*time.Second + 3800*time.Millisecond) / shareBucket) // e1's share from +3.8s
+	for i := range n {
+		b[1][i] = 10
+		if i >= backFrom {
+			b[0][i] = 10
+		}
+	}
+	ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: tieredGroup, tiered: true, start: start, heal: heal,
+		elsewhere: start.Add(50 * time.Millisecond), backWatched: true}
+	back := shareBack(ep, b, t0).Sub(heal)
+	if bound := backBound(KindDown, true); back <= bound || back > bound+SwitchingDelay {
+		t.Fatalf("the fixture's way back is %v; want it over the tier's bound %v and within %v", back, bound, bound+SwitchingDelay)
+	}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	for _, tc := range []struct {
+		name     string
+		sw       []groupSwitch
+		wantRow  string
+		wantPass bool
+	}{
+		{"the group went to e3 after the heal and came back", []groupSwitch{{group: tieredGroup, to: 2, at: at(20100 * time.Millisecond)}, {group: tieredGroup, to: 0, at: at(21400 * time.Millisecond)}},
+			"down [tier up]", true},
+		{"the group was on e3 at the heal", []groupSwitch{{group: tieredGroup, to: 2, at: at(11 * time.Second)}, {group: tieredGroup, to: 0, at: at(21400 * time.Millisecond)}},
+			"down [tier up]", true},
+		{"another group went below", []groupSwitch{{group: 0, to: 2, at: at(20100 * time.Millisecond)}}, "down [tier]", false},
+		{"the group went to e3 after its way back", []groupSwitch{{group: tieredGroup, to: 2, at: at(30 * time.Second)}}, "down [tier]", false},
+		{"the group stayed in the tier", nil, "down [tier]", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := failoverTable([]episode{ep}, tl, nil, b, t0, t0.Add(time.Minute), tc.sw)
+			var got *FailoverRow
+			for i := range rows {
+				if len(rows[i].Back) > 0 {
+					got = &rows[i]
+				}
+			}
+			if got == nil || got.Kind != tc.wantRow || got.Back[0] != back {
+				t.Fatalf("rows %+v; want the way back (%v) in %q", rows, back, tc.wantRow)
+			}
+			for _, r := range rows {
+				if r.Kind == "down [tier]" && len(r.Failover) != 1 {
+					t.Errorf("the failover is not in the tier's row: %+v", rows)
+				}
+			}
+			if inv := failoverInvariant(rows, true); (inv.Status == Pass) != tc.wantPass {
+				t.Errorf("invariant %v (%s %v), want pass %v", inv.Status, inv.Result, inv.Details, tc.wantPass)
+			}
+		})
+	}
+}
