@@ -224,11 +224,7 @@
 // eject, the brownout Window, two latency samples and RecoveryTimeout (14.5s) for a brownout;
 // back within the same time to be usable again (one connect; MaxEjectionTime and a
 // ProbeInterval, 21s; Window and two samples) and SwitchingDelay (no jitter), or for a tier its
-// SlowStart and the second in which its share is measured. A tier's way back on which the
-// group was below the tier (at the heal, or a switch before the way back's end: the whole
-// tier was out, and a lower one took the group) is a row of its own, "[tier up]", whose bound
-// adds SwitchingDelay: a group returns to a higher tier SwitchingDelay after a member of it is
-// back (docs/tiers.md). The row "failover and switch-back
+// SlowStart and the second in which its share is measured. The row "failover and switch-back
 // p99 within each kind's bound" fails when a p99 passes its bound; it names each kind's
 // longest failover and way back, the latter with its group's switches from the heal to its
 // end. Without frontends the table is not made.

@@ -166,29 +166,15 @@ func preferred(s State, g, e int, tiered bool) bool {
 // time order.
 func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buckets [NumEndpoints][]int32, t0, stop time.Time, sw []groupSwitch) []FailoverRow {
 	rows := map[string]*FailoverRow{}
-	row := func(key string, k Kind, tiered, up bool) *FailoverRow {
-		r := rows[key]
-		if r == nil {
-			r = &FailoverRow{Kind: key, FailoverBound: failoverBound(k), BackBound: backBound(k, tiered)}
-			if up {
-				r.BackBound += SwitchingDelay
-			}
-			rows[key] = r
-		}
-		return r
-	}
 	for _, ep := range eps {
 		key := ep.kind
 		if ep.tiered {
 			key += " [tier]"
 		}
-		r := row(key, ep.fault.Kind, ep.tiered, false)
-		// A tier's way back on which the group was below the tier comes back up to it
-		// SwitchingDelay after a member is back (docs/tiers.md): a row of its own, whose
-		// bound adds it.
-		rb := r
-		if ep.tiered && ep.backWatched && belowTier(ep, sw, tierBackEnd(ep, buckets, t0, r.BackBound+SwitchingDelay)) {
-			rb = row(ep.kind+" [tier up]", ep.fault.Kind, true, true)
+		r := rows[key]
+		if r == nil {
+			r = &FailoverRow{Kind: key, FailoverBound: failoverBound(ep.fault.Kind), BackBound: backBound(ep.fault.Kind, ep.tiered)}
+			rows[key] = r
 		}
 		switch d, ok, healed := failoverTime(ep, tl, r.FailoverBound); {
 		case ok:
@@ -202,21 +188,21 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 			r.Censored++
 		}
 		if ep.backCensored {
-			rb.Censored++
+			r.Censored++
 		}
 		if ep.backWatched {
-			if d, ok := backTime(ep, tl, buckets, t0, stop, rb.BackBound, sw); ok {
-				if len(rb.Back) == 0 || d > slices.Max(rb.Back) {
-					rb.WorstBack = describe(ep, tl, ep.heal)
+			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
+				if len(r.Back) == 0 || d > slices.Max(r.Back) {
+					r.WorstBack = describe(ep, tl, ep.heal)
 					end := d
 					if d == never {
-						end = rb.BackBound
+						end = r.BackBound
 					}
-					rb.worstBack, rb.worstBackEnd = ep, ep.heal.Add(end)
+					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(end)
 				}
-				rb.Back = append(rb.Back, d)
+				r.Back = append(r.Back, d)
 			} else {
-				rb.Censored++
+				r.Censored++
 			}
 		}
 		if !ep.heal.IsZero() {
@@ -373,45 +359,6 @@ func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Durati
 	return false
 }
 
-// tierBackEnd is the end of a tier member's way back (shareBack), or heal+bound when its share
-// never came back.
-func tierBackEnd(ep episode, buckets [NumEndpoints][]int32, t0 time.Time, bound time.Duration) time.Time {
-	if back := shareBack(ep, buckets, t0); !back.IsZero() {
-		return back
-	}
-	return ep.heal.Add(bound)
-}
-
-// belowTier reports whether the tiered group's calls were below the tier of the endpoint of
-// ep at its heal, or went below it before until: its current endpoint (the last switch's
-// before the heal, its first listed endpoint before any switch; sw in time order) or an
-// endpoint it switched to by until was not in that tier.
-func belowTier(ep episode, sw []groupSwitch, until time.Time) bool {
-	var tier []int
-	for _, t := range groupTiers[ep.group] {
-		if slices.Contains(t, ep.endpoint) {
-			tier = t
-		}
-	}
-	if tier == nil {
-		return false
-	}
-	cur := initialGroups[ep.group][0]
-	for _, s := range sw {
-		if s.group != ep.group || s.at.After(until) {
-			continue
-		}
-		if !s.at.After(ep.heal) {
-			cur = s.to
-			continue
-		}
-		if !slices.Contains(tier, s.to) {
-			return true
-		}
-	}
-	return !slices.Contains(tier, cur)
-}
-
 // holds reports whether f holds the calls in flight through its endpoint until their
 // deadline.
 func holds(f Fault) bool {
@@ -516,7 +463,7 @@ func printFailover(w io.Writer, rows []FailoverRow) {
 	fmt.Fprintf(w, "\nFailover: from a fault's start to the affected group's first success on another endpoint; back: from its heal to the first success on it again\n")
 	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
 		100*fullShare, shareWindow)
-	fmt.Fprintf(w, "  %-28s %5s %7s %7s %7s %7s | %5s %7s %7s %7s %7s | %6s %8s %7s\n",
+	fmt.Fprintf(w, "  %-24s %5s %7s %7s %7s %7s | %5s %7s %7s %7s %7s | %6s %8s %7s\n",
 		"kind", "n", "p50", "p99", "max", "bound", "back", "p50", "p99", "max", "bound", "healed", "calls", "lost")
 	cell := func(ds []time.Duration, bound time.Duration) string {
 		if len(ds) == 0 {
@@ -533,7 +480,7 @@ func printFailover(w io.Writer, rows []FailoverRow) {
 		if r.Calls > 0 {
 			lost = fmt.Sprintf("%.2f%%", 100*float64(r.Lost)/float64(r.Calls))
 		}
-		fmt.Fprintf(w, "  %-28s %s | %s | %6d %8d %7s\n", r.Kind, cell(r.Failover, r.FailoverBound), cell(r.Back, r.BackBound), r.HealedFirst, r.Calls, lost)
+		fmt.Fprintf(w, "  %-24s %s | %s | %6d %8d %7s\n", r.Kind, cell(r.Failover, r.FailoverBound), cell(r.Back, r.BackBound), r.HealedFirst, r.Calls, lost)
 	}
 	fmt.Fprintf(w, "  (healed: faults that healed before the group moved; %s censored: the group had no other healthy endpoint, or changed, or the run ended first; ! p99 over the bound)\n",
 		strings.TrimSpace(fmt.Sprint(censored(rows))))
