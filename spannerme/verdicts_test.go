@@ -168,7 +168,7 @@ func TestVerdictFaultEverywhereConfirmsAfterAProbeUnderWay(t *testing.T) {
 	s := tl.settings(fastSettings(nil))
 	s.Health = healthSettings(5*time.Second, 3*time.Second)
 	s.Health.Brownout.Disabled = true // its latency probes are not the health probes held here
-	var hold atomic.Bool
+	var hold, released atomic.Bool
 	held, release := make(chan struct{}, 1), make(chan struct{})
 	probe := SpannerProbe(b.database)
 	s.Health.Probe = func(ctx context.Context, conn grpc.ClientConnInterface) error {
@@ -177,6 +177,7 @@ func TestVerdictFaultEverywhereConfirmsAfterAProbeUnderWay(t *testing.T) {
 			held <- struct{}{}
 			select {
 			case <-release:
+				released.Store(true)
 				return nil // it passed before the fault reached E2
 			case <-ctx.Done():
 				return ctx.Err()
@@ -224,6 +225,9 @@ func TestVerdictFaultEverywhereConfirmsAfterAProbeUnderWay(t *testing.T) {
 	time.Sleep(rt + sd) // a move the fault caused would have happened by now
 	if _, sw := tl.counts(); sw != 0 {
 		t.Fatalf("%d switches while every endpoint failed alike (E1 ejected at %v, E2 at %v)\n%s", sw, e1Out, e2Out, tl)
+	}
+	if !released.Load() {
+		t.Fatalf("E2's held probe gave up before its release (its timeout): the test saw no probe pass after the fault\n%s", tl)
 	}
 	if ev.Reason != ReasonProbeFailed || e2Out-e1Out >= rt {
 		t.Fatalf("E2 ejected %v after E1 (%s), want by its confirming probe within RecoveryTimeout %v\n%s", e2Out-e1Out, ev.Reason, rt, tl)

@@ -591,7 +591,7 @@ func TestConfirm(t *testing.T) {
 		{at: time.Second, ev: "pass"},
 		{at: 1100 * time.Millisecond, ev: "confirm", wantProbes: 1}, // a probe that passed before says nothing of now
 		{at: 1200 * time.Millisecond, ev: "confirm", wantProbes: 1}, // under way since before: this one waits
-		{at: 1200 * time.Millisecond, ev: "confirm", wantProbes: 1}, // one waits at most
+		{at: 1200 * time.Millisecond, ev: "confirm", wantProbes: 1}, // one per class waits
 		{at: 1300 * time.Millisecond, ev: "pass", wantProbes: 1},    // the waiting one starts
 		{at: 1300 * time.Millisecond, ev: "pass"},                   // nothing more waits
 		{at: 3500 * time.Millisecond, ev: "confirm", wantProbes: 1},
@@ -624,12 +624,14 @@ func TestConfirm(t *testing.T) {
 	}
 	h.mu.Unlock()
 	// A probe under way whose endpoint is ejected by its calls meanwhile: the waiting confirm
-	// is dropped (the ejection's own probes decide).
+	// is dropped (the ejection's own probes decide), and not sent after the readmission either.
 	runSteps(t, testConfig, true, []step{
 		{at: time.Second, ev: "timeout", wantProbes: 1},
 		{at: 1100 * time.Millisecond, ev: "confirm", wantProbes: 1},
 		{at: 1200 * time.Millisecond, ev: "commitfail", n: 5, wantOut: true, wantProbes: 1, wantEvents: []string{"ejected:consecutive failures:30s"}},
 		{at: 1300 * time.Millisecond, ev: "pass", wantOut: true},
+		{at: 31200 * time.Millisecond, wantOut: true, wantProbes: 1}, // the ejection time is over
+		{at: 31200 * time.Millisecond, ev: "pass", wantEvents: []string{"readmitted"}},
 	})
 	// Without a probe function there is nothing to confirm with.
 	runSteps(t, testConfig, false, []step{{at: time.Second, ev: "confirm"}})

@@ -77,6 +77,9 @@ func (c Class) index() int {
 // NumClasses is the number of classes.
 const NumClasses = int(numClasses)
 
+// Detector.confirms holds a bit per class in a uint8.
+var _ [8 - numClasses]struct{}
+
 // ClassStatus is one class's counts in a Status.
 type ClassStatus struct {
 	Class Class
