@@ -194,7 +194,10 @@ func (e *poolEvents) Up(at time.Time, downFor time.Duration) {
 	e.m.obs.Up(e.endpoint, e.name(), at, downFor)
 }
 
+// Down also tells the tiered groups that the endpoint's path failed: its latency score is
+// dropped when it rejoins its tier (route.Tiering.PathFailed).
 func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
+	e.m.tiers.PathFailed(e.endpoint)
 	e.m.obs.Down(e.endpoint, e.name(), at, reason)
 }
 
@@ -205,6 +208,7 @@ func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
 func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	m, name := e.m, e.name()
 	if ev.Kind == health.Ejected {
+		m.tiers.PathFailed(e.endpoint) // its score measured the fault: dropped when it rejoins its tier
 		m.obs.Ejected(e.endpoint, name, ev.Reason.String(), ev.Class.String(), ev.Detail, ev.Until, ev.Ejections)
 	} else {
 		m.obs.Readmitted(e.endpoint, name, ev.Reason.String())

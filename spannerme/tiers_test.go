@@ -22,6 +22,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/observe"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
 // tieredClient returns a Spanner client over a group "default" of three frontends in two
@@ -393,5 +394,86 @@ func TestTiersUpdateMultiEndpoints(t *testing.T) {
 	}
 	if g := groupOf(gme, "g"); g.Tiers == nil || len(g.Tiers.Tiers) != 2 || g.RecoveryTimeout != time.Second {
 		t.Fatalf("after the update of durations: %+v", g)
+	}
+}
+
+// A member back from a fault takes its share of the tier at once: tier [E1 E2] over [E3],
+// 8 workers of queries. E2 is blackholed until health ejects it, passes (the calls the
+// blackhole held are answered, seconds late) and is readmitted; then it goes down and comes
+// back. As in the chaos soak's way back that took 5.2s (seed 2023111290, +1424.2s): the
+// score E2 had measured the fault, and was kept when the latest sample was an answer (a held
+// call's), so E2 came back with a score of seconds beside E1's 5ms and took its minimum share
+// (5%) for the seconds the moving average needs to forget it. Now an ejection and a pool
+// that lost every connection drop the score, and a call that started before is not counted
+// (spread.Endpoint.PathFailed).
+func TestTiersMemberBackFromAFaultTakesItsShare(t *testing.T) {
+	fb := startFrontendBackend(t, 3)
+	var eps []*spannermetest.Endpoint
+	for _, fe := range fb.fes {
+		eps = append(eps, spannermetest.NewEndpointTB(t, fe.Addr()))
+	}
+	e1, e2, e3 := eps[0].Addr(), eps[1].Addr(), eps[2].Addr()
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil))
+	s.Health = HealthSettings{BaseEjectionTime: 2 * time.Second, ProbeInterval: time.Second}
+	s.Tiers = map[string]TierSettings{"default": {Tiers: [][]string{{e1, e2}, {e3}}, SlowStart: 2 * time.Second}}
+	client, gme := newFrontendClient(t, fb, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(500*time.Millisecond, time.Second, e1, e2, e3),
+	}), s)
+	l := startLoad(client, 8, 5*time.Second)
+	defer l.end()
+	q1, q2 := func() int64 { return queries(fb.fes[0]) }, func() int64 { return queries(fb.fes[1]) }
+	eventually(t, 10*time.Second, "queries on E1 and E2", func() bool { return q1() > 20 && q2() > 20 })
+	score := func() time.Duration {
+		for _, m := range groupOf(gme, "default").Tiers.Members {
+			if m.Endpoint == e2 {
+				return m.Latency
+			}
+		}
+		t.Fatalf("E2 is not a member of the tiers: %+v", groupOf(gme, "default").Tiers)
+		return 0
+	}
+	available := func() bool {
+		for _, e := range groupOf(gme, "default").Endpoints {
+			if e.Endpoint == e2 {
+				return e.State == Available
+			}
+		}
+		return false
+	}
+	// backShare waits for E2 to be available again and returns its share of the tier's
+	// queries in the second after slow start's first (its weight is 0.5 then, 1 at 2s): 30
+	// to 50% with a score as fresh as E1's; its minimum share, 5%, with its fault's.
+	backShare := func(what string) {
+		t.Helper()
+		eventually(t, 30*time.Second, "E2 available again after "+what, available)
+		back := score()
+		time.Sleep(time.Second)
+		from1, from2 := q1(), q2()
+		time.Sleep(time.Second)
+		on1, on2 := q1()-from1, q2()-from2
+		if on1+on2 < 20 || on2*100 < (on1+on2)*20 || back > 200*time.Millisecond {
+			t.Fatalf("from 1s to 2s after E2 came back from %s: E1 %d queries, E2 %d (%.1f%%), want E2 at least 20%%; E2's score when back %v (want at most 200ms: dropped, then its first answers), at the end %v\n%s",
+				what, on1, on2, 100*float64(on2)/float64(max(1, on1+on2)), back, score(), tl)
+		}
+		t.Logf("E2 back from %s: from 1s to 2s after, E1 %d queries, E2 %d (%.1f%%); E2's score when back %v, at the end %v",
+			what, on1, on2, 100*float64(on2)/float64(on1+on2), back, score())
+	}
+
+	eps[1].Blackhole()
+	tl.waitHealth(t, e2, EndpointEjected, 15*time.Second)
+	eps[1].Pass()
+	backShare("a blackhole")
+
+	eps[1].Down()
+	eventually(t, 10*time.Second, "E2 not available", func() bool { return !available() })
+	time.Sleep(time.Second) // down for a second (the pool's retries refused)
+	if err := eps[1].Up(); err != nil {
+		t.Fatal(err)
+	}
+	backShare("an outage")
+	l.end()
+	if n := l.failed.Load(); n != 0 {
+		t.Fatalf("%d queries failed: %v", n, l.errors())
 	}
 }

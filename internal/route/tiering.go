@@ -191,6 +191,17 @@ func (c Call) First() pool.FirstResponder {
 	return h
 }
 
+// PathFailed tells endpoint's spread.Endpoint, when a tiered group lists it, that its path
+// failed (its pool lost every connection, or health ejected it): its latency score is
+// dropped when it rejoins its tier (spread.Endpoint.PathFailed).
+func (t *Tiering) PathFailed(endpoint string) {
+	if m := t.endpoints.Load(); m != nil {
+		if ep := (*m)[endpoint]; ep != nil {
+			ep.PathFailed()
+		}
+	}
+}
+
 // Probe feeds p's latency probe median to its spread.Endpoint, when a tiered group lists
 // it (pool latency probes run with brownout detection on: HealthSettings.Brownout).
 func (t *Tiering) Probe(p *pool.Pool, latency func(*pool.Pool) (time.Duration, bool)) {

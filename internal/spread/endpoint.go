@@ -35,8 +35,10 @@
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
 // minimum share of the calls (Options.MinShare) in any case, so that it is never starved of
 // the samples that would clear it. A member that comes back to its tier after its path
-// failed (its latest sample a failed call, taken before it became available again:
-// multiendpoint.Tier.Joined) starts with no score: the one it had measured its fault (its
+// failed (its pool lost every connection or health ejected it: Endpoint.PathFailed; or its
+// latest sample a failed call, taken before it became available again:
+// multiendpoint.Tier.Joined) starts with no score, and the calls that were in flight when it
+// came back (held by the fault) are not counted: the one it had measured its fault (its
 // calls that failed as it went count ErrorPenalty, 1 s), and its minimum share alone would
 // take seconds to clear it (a member back with a 400 ms score beside a 20 ms peer got under
 // 10 % of its tier for 4 to 14 s in the chaos soak).
@@ -81,6 +83,9 @@ type Endpoint struct {
 	// when forgetBefore last dropped the score, as last counts time (0: never).
 	failedLast atomic.Bool
 	forgot     atomic.Int64
+	// pathFailed is when PathFailed was last called and no join after it dropped the score,
+	// as last counts time (0: none).
+	pathFailed atomic.Int64
 	base       time.Time
 	clock      clock.Clock
 	tau        float64 // DecayTime in nanoseconds
@@ -141,10 +146,10 @@ func (e *Endpoint) Begin() {
 // ABORTED...) is answered: failed false.
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	e.inflight.Add(-1)
+	if f := e.forgot.Load(); f != 0 && int64(e.clock.Now().Sub(e.base))+1-int64(latency) < f {
+		return // it started before the score was forgotten: held by the fault, it measured the fault
+	}
 	if failed {
-		if f := e.forgot.Load(); f != 0 && int64(e.clock.Now().Sub(e.base))+1-int64(latency) < f {
-			return // it started before the score was forgotten: the fault's, not the path's now
-		}
 		latency = max(latency, e.penalty)
 	}
 	if e.failedLast.Load() != failed {
@@ -198,23 +203,45 @@ func (e *Endpoint) observe(latency time.Duration) {
 	}
 }
 
-// forgetBefore drops the score when its latest sample was a failed call taken before joined
-// (on the Endpoint's clock): the member left its tier after it (its path failed) and has
-// just come back, and the score measured the fault (failed calls count ErrorPenalty) or a
-// path that is gone. The next sample sets the score alone; until then the member costs
-// InitialLatency. A call that started before the forgetting and fails after it (one held
-// by the fault) is not counted either. A score whose latest sample was answered, or was
-// taken at or after joined, is kept: a member that joins for another reason (a group
+// forgetBefore drops the score when the path failed before joined (PathFailed), or when its
+// latest sample was a failed call taken before joined (on the Endpoint's clock): the member
+// left its tier after it and has just come back, and the score measured the fault (failed
+// calls count ErrorPenalty) or a path that is gone. The next sample sets the score alone;
+// until then the member costs InitialLatency. A call that started before the forgetting and
+// ends after it (one held by the fault), answered or not, is not counted either. Otherwise a
+// score whose latest sample was answered, or was taken at or after joined, is kept: a member that joins for another reason (a group
 // created or reconfigured, a change of tier) keeps what the other groups measured.
 func (e *Endpoint) forgetBefore(joined time.Time) {
-	last := e.last.Load()
-	if last == 0 || !e.failedLast.Load() || last >= int64(joined.Sub(e.base))+1 {
+	j := int64(joined.Sub(e.base)) + 1
+	if pf := e.pathFailed.Load(); pf != 0 && pf < j && e.pathFailed.CompareAndSwap(pf, 0) {
+		e.forget(e.last.Load())
 		return
 	}
+	last := e.last.Load()
+	if last == 0 || !e.failedLast.Load() || last >= j {
+		return
+	}
+	e.forget(last)
+}
+
+// forget drops the score, unless a sample taken since last moved it on.
+func (e *Endpoint) forget(last int64) {
 	if e.last.CompareAndSwap(last, 0) {
 		e.forgot.Store(int64(e.clock.Now().Sub(e.base)) + 1)
 		e.score.Store(0)
 	}
+}
+
+// PathFailed says that the path to the endpoint failed now: its pool lost every connection,
+// or health ejected it. The member leaves its tier, and when it comes back (forgetBefore
+// with a later join) its score is dropped, whatever its latest sample: what the score holds
+// measured the fault (failed calls count ErrorPenalty, and a call held by a blackhole is
+// answered, seconds late, when the blackhole ends) or a path that is gone. Without this, an
+// answer after the fault made the latest sample an answer, forgetBefore kept the score, and
+// a member back from a blackhole with a 1-3 s score beside a 5 ms peer took its minimum share
+// for the seconds the moving average needs to forget it.
+func (e *Endpoint) PathFailed() {
+	e.pathFailed.Store(int64(e.clock.Now().Sub(e.base)) + 1)
 }
 
 // latency returns the score in microseconds, or InitialLatency's when there is none.

@@ -472,8 +472,9 @@ func TestPick_ConcurrentWithViewChanges(t *testing.T) {
 
 // A member back in its tier after a fault starts with no score: the failed calls that
 // measured its fault (ErrorPenalty each) no longer hold it at its minimum share, nor does a
-// call held by the fault that fails after its return; a score fed after its return, or one
-// whose latest sample was answered (a member that joins again for another reason), is kept.
+// call held by the fault that ends after its return, failed or answered; a score fed after
+// its return, or one whose latest sample was answered (a member that joins again for another
+// reason), is kept.
 func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 	f := newFixture(t, Options{})
 	start := f.clk.Now()
@@ -500,7 +501,14 @@ func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 	if b.Stats().Latency != 0 {
 		t.Fatalf("a call that started before b came back and failed after set its score to %v", b.Stats().Latency)
 	}
-	f.score("b", 5*ms)
+	// Nor does one held by the fault that is answered now, seconds late.
+	b.Begin()
+	b.Done(6*time.Second, false)
+	if b.Stats().Latency != 0 {
+		t.Fatalf("a call that started before b came back and was answered after set its score to %v", b.Stats().Latency)
+	}
+	f.clk.Advance(10 * ms)
+	f.score("b", 5*ms) // started after b came back: counted
 	f.clk.Advance(time.Second)
 	// a joins again (say a group was reconfigured): its latest sample was answered, kept.
 	v2 := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{f.clk.Now(), back}}
@@ -509,5 +517,54 @@ func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 	}
 	if a := f.reg.Endpoint("a").Stats().Latency; a != 5*ms {
 		t.Fatalf("a joined again with an answered latest sample: score %v, want 5ms kept", a)
+	}
+}
+
+// A member whose path failed (its pool lost every connection, or health ejected it:
+// PathFailed) comes back to its tier with no score, even when its latest sample was an
+// answer: a call held by a blackhole is answered, seconds late, when the blackhole ends, and
+// a probe after the fault is an answer too. A member that did not leave the tier after the
+// failure (every endpoint ejected: they all stay available) keeps its score.
+func TestPick_MemberBackAfterItsPathFailedForgetsItsScore(t *testing.T) {
+	f := newFixture(t, Options{})
+	start := f.clk.Now()
+	f.clk.Advance(time.Second)
+	f.score("a", 5*ms)
+	f.score("b", 5*ms)
+	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
+	b.PathFailed()
+	a.PathFailed()
+	// The calls the fault held are answered as it ends.
+	f.clk.Advance(4 * time.Second)
+	b.Begin()
+	b.Done(3*time.Second, false)
+	if got := b.Stats().Latency; got <= time.Second {
+		t.Fatalf("b's score after a 3s answer: %v (the test's premise: the answer is counted while b is out)", got)
+	}
+	f.clk.Advance(2 * time.Second)
+	back := f.clk.Now()
+	// b left its tier and came back after the failure; a never left (its join is before it).
+	v := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, back}}
+	f.shares(v, 100)
+	if got := b.Stats().Latency; got != 0 {
+		t.Fatalf("b back in its tier after its path failed, its latest sample an answer: score %v, want none", got)
+	}
+	if got := a.Stats().Latency; got != 5*ms {
+		t.Fatalf("a, which did not leave its tier: score %v, want its 5ms kept", got)
+	}
+	// Dropped once: a sample after the return is kept at the next view of the same join.
+	f.clk.Advance(10 * ms)
+	f.score("b", 5*ms)
+	v2 := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, back}}
+	if got := f.shares(v2, 20000)["b"]; got < 0.4 || b.Stats().Latency != 5*ms {
+		t.Fatalf("b measured at 5ms after its return: share %.3f, score %v; want about half and the score kept", got, b.Stats().Latency)
+	}
+	// a leaves and comes back later: its path failure is now before its join, so it is
+	// dropped then.
+	f.clk.Advance(time.Second)
+	v3 := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{f.clk.Now(), back}}
+	f.shares(v3, 100)
+	if got := a.Stats().Latency; got != 0 {
+		t.Fatalf("a back in its tier after its path failed: score %v, want none", got)
 	}
 }
