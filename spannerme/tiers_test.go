@@ -405,7 +405,9 @@ func TestTiersUpdateMultiEndpoints(t *testing.T) {
 // call's), so E2 came back with a score of seconds beside E1's 5ms and took its minimum share
 // (5%) for the seconds the moving average needs to forget it. Now an ejection and a pool
 // that lost every connection drop the score, and a call that started before is not counted
-// (spread.Endpoint.PathFailed).
+// (spread.Endpoint.PathFailed). The blackhole's half failed before (E2 at 4-5%); the
+// outage's passed (the calls in flight on E2 fail, so its latest sample is a failure, which
+// was dropped already).
 func TestTiersMemberBackFromAFaultTakesItsShare(t *testing.T) {
 	fb := startFrontendBackend(t, 3)
 	var eps []*spannermetest.Endpoint

@@ -143,7 +143,8 @@ func (e *Endpoint) Begin() {
 // Done ends a call counted by Begin. latency is how long it took; failed says the endpoint
 // did not answer it (a transport error, a timeout): it then counts for at least
 // ErrorPenalty. A call the endpoint answered with an error of the application's (NOT_FOUND,
-// ABORTED...) is answered: failed false.
+// ABORTED...) is answered: failed false. A call that started before the score was last
+// forgotten (forgetBefore) is not counted: held by the fault, it measured the fault.
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	e.inflight.Add(-1)
 	if f := e.forgot.Load(); f != 0 && int64(e.clock.Now().Sub(e.base))+1-int64(latency) < f {
@@ -209,8 +210,9 @@ func (e *Endpoint) observe(latency time.Duration) {
 // calls count ErrorPenalty) or a path that is gone. The next sample sets the score alone;
 // until then the member costs InitialLatency. A call that started before the forgetting and
 // ends after it (one held by the fault), answered or not, is not counted either. Otherwise a
-// score whose latest sample was answered, or was taken at or after joined, is kept: a member that joins for another reason (a group
-// created or reconfigured, a change of tier) keeps what the other groups measured.
+// score whose latest sample was answered, or was taken at or after joined, is kept: a member
+// that joins for another reason (a group created or reconfigured, a change of tier) keeps
+// what the other groups measured.
 func (e *Endpoint) forgetBefore(joined time.Time) {
 	j := int64(joined.Sub(e.base)) + 1
 	if pf := e.pathFailed.Load(); pf != 0 && pf < j && e.pathFailed.CompareAndSwap(pf, 0) {
