@@ -157,7 +157,8 @@
 //     with another healthy endpoint fails none);
 //   - every query-overload: the heavy query fails with RESOURCE_EXHAUSTED at most 1.5
 //     frontend calls each on average (the client neither resends it elsewhere nor retries
-//     it), no other call is refused, no pool is seen cooling down (PoolStatus.Cooldown, polled
+//     it), one more when a connection to an endpoint of its group was cut meanwhile (a
+//     refusal lost on it, the query resent), no other call is refused, no pool is seen cooling down (PoolStatus.Cooldown, polled
 //     every 100ms) and no group switches to a fallback away from an endpoint without a fault
 //     (from the fault's start to RecoveryTimeout after its heal, faults of the 5s before
 //     counted: justifyLookback);

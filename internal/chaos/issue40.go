@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +34,17 @@ const (
 	// heavyAttempts is how many frontend calls a refused heavy query may cost on average
 	// (issue 40: at most 1.5; the query is the database's to refuse, not an endpoint's).
 	heavyAttempts = 1.5
+	// heavyEdge is the frontend calls a query-overload may count beyond heavyAttempts per
+	// refused query when a connection to an endpoint of the heavy query's group was cut while
+	// it was in force, its end included (cutDuring): a refusal on its way back on that
+	// connection never reaches the client, which resends the query (UNAVAILABLE, retried by the
+	// Spanner client), rightly; the query is refused again or answered after the overload.
+	// Seen in the hour of 2026-12-06 (seed 1643101801): 1 refused query over 2 frontend calls
+	// in a 2.2 s query-overload on a slowed e2, the default group's only endpoint, ended by an
+	// outage of every endpoint (inferred: the heavy calls' attempts were not kept). Without a
+	// cut the bound is heavyAttempts alone; with one, a client that resends every refused
+	// query elsewhere (twice the calls) still exceeds it from 3 refused queries on.
+	heavyEdge = 1
 	// overloadReadShare is the share of the reads that ended during a db-overload that may
 	// fail (issue 40: at most 1% of queries; the Spanner client retries RESOURCE_EXHAUSTED
 	// that carries a RetryInfo).
@@ -320,7 +332,7 @@ func overloadInvariants(runs []overloadRun, refused []classified, switches []spa
 		if r.end.IsZero() {
 			continue
 		}
-		c := overloadCallsIn(r, refused)
+		c := overloadCallsIn(r, nextStart(runs, r), refused)
 		blamed := blamedSwitches(switches, r.start, r.end.Add(RecoveryTimeout), tl, name)
 		line := fmt.Sprintf("%7.1fs %s for %v:", r.start.Sub(tl.start).Seconds(), r.kind, r.end.Sub(r.start).Round(100*time.Millisecond))
 		bad := len(blamed) > 0
@@ -330,9 +342,13 @@ func overloadInvariants(runs []overloadRun, refused []classified, switches []spa
 			heavy += int64(c.heavyRefused)
 			heavyAttemptsN += r.refusedHeavy
 			faultFree := faultFreeCooled(r, tl)
+			var edge float64
+			if cutDuring(r, tl) {
+				edge = heavyEdge
+			}
 			line += fmt.Sprintf(" %d heavy queries failed RESOURCE_EXHAUSTED over %d frontend calls; other calls refused %d; cooling: %s (fault-free: %s)",
 				c.heavyRefused, r.refusedHeavy, c.readsRefused+c.writesRefused, joinOr(r.cooled, "none"), joinOr(faultFree, "none"))
-			if len(faultFree) > 0 || c.readsRefused+c.writesRefused > 0 || (c.heavyRefused > 0 && float64(r.refusedHeavy) > heavyAttempts*float64(c.heavyRefused)) {
+			if len(faultFree) > 0 || c.readsRefused+c.writesRefused > 0 || (c.heavyRefused > 0 && float64(r.refusedHeavy) > heavyAttempts*float64(c.heavyRefused)+edge) {
 				bad = true
 			}
 		case KindDatabaseOverload:
@@ -369,8 +385,8 @@ func overloadInvariants(runs []overloadRun, refused []classified, switches []spa
 		q.Status, q.Result = NotChecked, "none in this schedule"
 	} else {
 		q.Status = Pass
-		q.Result = fmt.Sprintf("%d faults, %d broken (each: at most %.1f frontend calls per refused query, no other call refused, no fault-free pool cooling, no switch away from a fault-free endpoint to %v after the heal); %d heavy queries refused (RESOURCE_EXHAUSTED, counted, no loss) over %d frontend calls",
-			nq, badQ, heavyAttempts, RecoveryTimeout, heavy, heavyAttemptsN)
+		q.Result = fmt.Sprintf("%d faults, %d broken (each: at most %.1f frontend calls per refused query, %d more when a connection of the heavy query's group was cut, no other call refused, no fault-free pool cooling, no switch away from a fault-free endpoint to %v after the heal); %d heavy queries refused (RESOURCE_EXHAUSTED, counted, no loss) over %d frontend calls",
+			nq, badQ, heavyAttempts, heavyEdge, RecoveryTimeout, heavy, heavyAttemptsN)
 		if badQ > 0 {
 			q.Status = Fail
 		}
@@ -389,12 +405,16 @@ func overloadInvariants(runs []overloadRun, refused []classified, switches []spa
 }
 
 // overloadCallsIn counts the load's refused calls that ended during r (or within a second after
-// its heal: calls in flight then).
-func overloadCallsIn(r overloadRun, refused []classified) overloadCalls {
+// its heal: calls in flight then), but not from next on (the start of the next overload, zero
+// for none): overloads can follow each other 200 ms apart, and a refusal is counted once.
+func overloadCallsIn(r overloadRun, next time.Time, refused []classified) overloadCalls {
 	var c overloadCalls
 	for _, f := range refused {
 		if f.end.Before(r.start) || f.end.After(r.end.Add(time.Second)) {
 			continue
+		}
+		if !next.IsZero() && !f.end.Before(next) {
+			continue // the next overload's: counted there, not twice
 		}
 		switch {
 		case f.kind == opHeavy:
@@ -406,6 +426,39 @@ func overloadCallsIn(r overloadRun, refused []classified) overloadCalls {
 		}
 	}
 	return c
+}
+
+// nextStart returns the start of the first overload of runs that starts after r, zero for
+// none.
+func nextStart(runs []overloadRun, r overloadRun) time.Time {
+	var next time.Time
+	for _, o := range runs {
+		if o.start.After(r.start) && (next.IsZero() || o.start.Before(next)) {
+			next = o.start
+		}
+	}
+	return next
+}
+
+// defaultGroup is GroupDefault's index in Groups (groupNames).
+const defaultGroup = 0
+
+// cutDuring reports whether a connection to an endpoint of the default group (the heavy
+// query's) was cut while overload r was in force, its end included: a down (an outage of
+// every endpoint among them), a member flap's down, a reset or a frontend restart.
+func cutDuring(r overloadRun, tl *faultTimeline) bool {
+	for _, a := range tl.steps {
+		if a.at.Before(r.start) || a.at.After(r.end) {
+			continue
+		}
+		switch a.step.Kind {
+		case KindDown, KindFlapDown, KindReset, KindFrontendRestart:
+			if slices.Contains(a.step.After.Groups[defaultGroup], a.step.Endpoint) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // faultFreeCooled returns the endpoints of r.cooled that had no fault of their own while r

@@ -146,6 +146,9 @@ func TestOverloadInvariants(t *testing.T) {
 	}{
 		{"query refused once each", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 50}, heavy(50), nil, Pass, NotChecked},
 		{"query resent elsewhere", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 100}, heavy(50), nil, Fail, NotChecked},
+		// No connection of the heavy query's group was cut (the timeline's down is before the
+		// fault): one frontend call more than 1.5 each is the client's.
+		{"one query resent, no cut", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 2}, heavy(1), nil, Fail, NotChecked},
 		{"query cooled an endpoint", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 50, cooled: []string{"e1"}}, heavy(50), nil, Fail, NotChecked},
 		{"query moved a group", overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: 50}, heavy(50), away, Fail, NotChecked},
 		{"db few failures", overloadRun{kind: KindDatabaseOverload, start: start, end: end, reads: 1000}, reads(10), nil, NotChecked, Pass},
@@ -286,5 +289,68 @@ func TestBrokenFirst(t *testing.T) {
 	got := brokenFirst([]string{"a", "b BROKEN", "c", "d BROKEN"}, " BROKEN")
 	if want := []string{"b BROKEN", "d BROKEN", "a", "c"}; !slices.Equal(got, want) {
 		t.Fatalf("brokenFirst: %q, want %q", got, want)
+	}
+}
+
+// A query-overload during which a connection of the heavy query's group was cut may count one
+// frontend call more than 1.5 per refused query (a refusal lost on the cut connection, the
+// query resent); and a refusal is counted in one overload only, though the windows of two
+// overloads 200 ms apart overlap.
+func TestQueryOverloadCutsAndWindows(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	name := func(addr string) string { return addr }
+	start, end := t0.Add(10*time.Second), t0.Add(12*time.Second)
+	refusal := errors.New("spanner: code = \"ResourceExhausted\", desc = \"" + overloadMarker + " refuses this query\"")
+	heavyAt := func(n int, from time.Time) []classified {
+		var out []classified
+		for i := range n {
+			at := from.Add(time.Duration(i) * 10 * time.Millisecond)
+			out = append(out, classified{outcome: outcome{kind: opHeavy, start: at, end: at, err: refusal}, class: classOverload})
+		}
+		return out
+	}
+	// west=[e3], so a cut of e3 is not the default group's.
+	groups := Groups{{0, 1}, {2}, {0, 1, 2}}
+	cut := func(kind Kind, e int, at time.Time) *faultTimeline {
+		return &faultTimeline{start: t0, initial: State{Groups: groups},
+			steps: []applied{{at: at, step: Step{Kind: kind, Endpoint: e, After: State{Groups: groups}}}}}
+	}
+	run := func(frontend int64) overloadRun {
+		return overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: frontend}
+	}
+	cases := []struct {
+		name     string
+		tl       *faultTimeline
+		frontend int64
+		app      int
+		want     Status
+	}{
+		{"an outage of every endpoint ends it", cut(KindDown, 0, end), 2, 1, Pass},
+		{"a reset of a default endpoint", cut(KindReset, 1, start.Add(time.Second)), 2, 1, Pass},
+		{"a frontend restart of a default endpoint", cut(KindFrontendRestart, 0, start.Add(time.Second)), 2, 1, Pass},
+		{"a cut of another group's endpoint", cut(KindDown, 2, start.Add(time.Second)), 2, 1, Fail},
+		{"a cut after the heal", cut(KindDown, 0, end.Add(time.Millisecond)), 2, 1, Fail},
+		{"every refused query resent, with a cut", cut(KindDown, 0, end), 6, 3, Fail},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			invs := overloadInvariants([]overloadRun{run(tc.frontend)}, heavyAt(tc.app, start), nil, tc.tl, name, true)
+			if invs[0].Status != tc.want {
+				t.Fatalf("query-overload %v, want %v: %s %v", invs[0].Status, tc.want, invs[0].Result, invs[0].Details)
+			}
+		})
+	}
+
+	// Two overloads 200 ms apart: the second's refusals end within a second of the first's
+	// heal. The first resent each of its 10 refused queries once (20 frontend calls): broken,
+	// however many refusals the second had.
+	tl := &faultTimeline{start: t0, initial: State{Groups: groups}}
+	next := end.Add(200 * time.Millisecond)
+	first := run(20)
+	second := overloadRun{kind: KindQueryOverload, start: next, end: next.Add(2 * time.Second), refusedHeavy: 10}
+	refused := append(heavyAt(10, start), heavyAt(10, next.Add(100*time.Millisecond))...)
+	invs := overloadInvariants([]overloadRun{first, second}, refused, nil, tl, name, true)
+	if invs[0].Status != Fail || len(invs[0].Details) == 0 || !strings.Contains(invs[0].Details[0], "10 heavy queries failed RESOURCE_EXHAUSTED over 20 frontend calls") {
+		t.Fatalf("query-overload %v, want the first of two overloads broken with its own 10 refusals: %s %v", invs[0].Status, invs[0].Result, invs[0].Details)
 	}
 }
