@@ -158,8 +158,8 @@
 //   - every query-overload: the heavy query fails with RESOURCE_EXHAUSTED at most 1.5
 //     frontend calls each on average (the client neither resends it elsewhere nor retries
 //     it), one more when a connection to an endpoint of its group was cut meanwhile (a
-//     refusal lost on it, the query resent), no other call is refused, no pool is seen cooling down (PoolStatus.Cooldown, polled
-//     every 100ms) and no group switches to a fallback away from an endpoint without a fault
+//     refusal lost on it, the query resent), no other call is refused, no pool is seen
+//     cooling down (PoolStatus.Cooldown, polled every 100ms) and no group switches to a fallback away from an endpoint without a fault
 //     (from the fault's start to RecoveryTimeout after its heal, faults of the 5s before
 //     counted: justifyLookback);
 //   - every db-overload: at most 1% of the reads that ended during it failed, and no switch as

@@ -440,9 +440,6 @@ func nextStart(runs []overloadRun, r overloadRun) time.Time {
 	return next
 }
 
-// defaultGroup is GroupDefault's index in Groups (groupNames).
-const defaultGroup = 0
-
 // cutDuring reports whether a connection to an endpoint of the default group (the heavy
 // query's) was cut while overload r was in force, its end included: a down (an outage of
 // every endpoint among them), a member flap's down, a reset or a frontend restart.
@@ -453,7 +450,7 @@ func cutDuring(r overloadRun, tl *faultTimeline) bool {
 		}
 		switch a.step.Kind {
 		case KindDown, KindFlapDown, KindReset, KindFrontendRestart:
-			if slices.Contains(a.step.After.Groups[defaultGroup], a.step.Endpoint) {
+			if slices.Contains(a.step.After.Groups[slices.Index(groupNames[:], GroupDefault)], a.step.Endpoint) {
 				return true
 			}
 		}

@@ -147,7 +147,8 @@ func (e *Endpoint) Begin() {
 // forgotten (forgetBefore) is not counted: held by the fault, it measured the fault.
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	e.inflight.Add(-1)
-	if f := e.forgot.Load(); f != 0 && int64(e.clock.Now().Sub(e.base))+1-int64(latency) < f {
+	now := e.now()
+	if f := e.forgot.Load(); f != 0 && now-int64(latency) < f {
 		return // it started before the score was forgotten: held by the fault, it measured the fault
 	}
 	if failed {
@@ -156,7 +157,7 @@ func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	if e.failedLast.Load() != failed {
 		e.failedLast.Store(failed) // stored on a change only: the line is shared by every caller
 	}
-	e.observe(latency)
+	e.observe(latency, now)
 	e.probeOK.Store(false)
 }
 
@@ -168,18 +169,20 @@ func (e *Endpoint) Probe(rtt time.Duration) bool {
 		return false
 	}
 	e.failedLast.Store(false)
-	e.observe(rtt)
+	e.observe(rtt, e.now())
 	return true
 }
 
-// observe folds one latency sample into the score.
-func (e *Endpoint) observe(latency time.Duration) {
+// now is the time on the Endpoint's clock as last counts it: nanoseconds since base, plus 1.
+func (e *Endpoint) now() int64 { return int64(e.clock.Now().Sub(e.base)) + 1 }
+
+// observe folds one latency sample, taken at now (Endpoint.now), into the score.
+func (e *Endpoint) observe(latency time.Duration, now int64) {
 	if latency < 0 {
 		latency = 0
 	}
 	sample := max(float64(latency)/float64(time.Microsecond), math.SmallestNonzeroFloat64) // 0 bits mean "no score"
-	now := int64(e.clock.Now().Sub(e.base)) + 1
-	var dt int64 // the time this sample claims since the previous one; 0 for a sample out of order
+	var dt int64                                                                           // the time this sample claims since the previous one; 0 for a sample out of order
 	first := false
 	for {
 		last := e.last.Load()
@@ -229,7 +232,7 @@ func (e *Endpoint) forgetBefore(joined time.Time) {
 // forget drops the score, unless a sample taken since last moved it on.
 func (e *Endpoint) forget(last int64) {
 	if e.last.CompareAndSwap(last, 0) {
-		e.forgot.Store(int64(e.clock.Now().Sub(e.base)) + 1)
+		e.forgot.Store(e.now())
 		e.score.Store(0)
 	}
 }
@@ -243,7 +246,7 @@ func (e *Endpoint) forget(last int64) {
 // a member back from a blackhole with a 1-3 s score beside a 5 ms peer took its minimum share
 // for the seconds the moving average needs to forget it.
 func (e *Endpoint) PathFailed() {
-	e.pathFailed.Store(int64(e.clock.Now().Sub(e.base)) + 1)
+	e.pathFailed.Store(e.now())
 }
 
 // latency returns the score in microseconds, or InitialLatency's when there is none.
