@@ -123,6 +123,26 @@ type FailoverRow struct {
 	worstBackEnd time.Time
 	// worstBackSwitches lists the group's switches during WorstBack (switchesOfWorst).
 	worstBackSwitches string
+	// worstBackTrace describes a tier's WorstBack step by step (traceWorst); nil otherwise.
+	worstBackTrace []string
+}
+
+// maxTraceLines caps the lines of a way back's trace in the report.
+const maxTraceLines = 24
+
+// traceWorst sets each tier row's worstBackTrace from the tier trace's samples and the tiered
+// group's successes (buckets, from t0).
+func traceWorst(rows []FailoverRow, samples []tierSample, buckets [NumEndpoints][]int32, t0 time.Time) {
+	for i := range rows {
+		r := &rows[i]
+		if r.WorstBack == "" || !r.worstBack.tiered {
+			continue
+		}
+		r.worstBackTrace = traceOf(r.worstBack, samples, buckets, t0, r.worstBackEnd)
+		if len(r.worstBackTrace) > maxTraceLines {
+			r.worstBackTrace = append(r.worstBackTrace[:maxTraceLines], fmt.Sprintf("(%d lines more)", len(r.worstBackTrace)-maxTraceLines))
+		}
+	}
 }
 
 // describe says where and when episode ep was, and what else was in force at instant at:
@@ -484,6 +504,16 @@ func printFailover(w io.Writer, rows []FailoverRow) {
 	}
 	fmt.Fprintf(w, "  (healed: faults that healed before the group moved; %s censored: the group had no other healthy endpoint, or changed, or the run ended first; ! p99 over the bound)\n",
 		strings.TrimSpace(fmt.Sprint(censored(rows))))
+	for _, r := range rows {
+		if len(r.worstBackTrace) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  the longest way back of %s: %s, %s%s; per %v (A: available to the group, R: pool READY; ok: the tier's successes):\n",
+			r.Kind, fmtDur(r.Back[len(r.Back)-1]), r.WorstBack, r.worstBackSwitches, traceEach)
+		for _, l := range r.worstBackTrace {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
 }
 
 func censored(rows []FailoverRow) int {

@@ -272,6 +272,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	l.start(cfg.Seed)
 	tl := startTimeline(out, cfg.Interval, start, topo, gme, l, x)
 	brown := startBrownoutLog(out, start, topo, gme)
+	trace := startTierTrace(start, topo, gme)
 
 	interrupted := x.run(ctx, start)
 	settled, settleErr := settle(ctx, gme, topo)
@@ -284,6 +285,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	l.halt()
 	tl.stop()
 	brown.stop()
+	trace.stop()
 	w40.stop()
 	fmt.Fprintf(out, "%7.1fs ** load stopped; verifying through a direct client\n", time.Since(start).Seconds())
 
@@ -353,6 +355,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	slices.SortStableFunc(sw, func(a, b groupSwitch) int { return a.at.Compare(b.at) })
 	r.Failover = failoverTable(eps, &x.timeline, r.failed, buckets, t0, time.Now(), sw)
 	switchesOfWorst(r.Failover, switches.Events(), topo.name, &x.timeline)
+	traceWorst(r.Failover, trace.all(), buckets, t0)
 	r.Invariants = append(r.Invariants, failoverInvariant(r.Failover, plan.Frontends))
 	r.Invariants = append(r.Invariants, dieYoungInvariant(dieYoungRuns(&x.timeline), w40.connSamples(), start))
 	r.Invariants = append(r.Invariants, overloadInvariants(w40.overloads(), r.overloaded, switches.Events(), &x.timeline, topo.name, plan.Frontends)...)
