@@ -178,7 +178,14 @@ var _ pool.Observer = (*poolEvents)(nil)
 // Availability publishes p's availability to the groups and wakes the waiting calls: a
 // session call waiting on the Default group picks a group by availability (route.Table.SessionGroup), so
 // it must hear of a pool that became available even when no group switches.
+//
+// A pool available again (connected and not ejected) also tells the tiered groups, before
+// they hear of it, that its path works: a latency score kept since its path failed is
+// dropped (route.Tiering.PathRecovered).
 func (e *poolEvents) Availability(p *pool.Pool) {
+	if p.Available() {
+		e.m.tiers.PathRecovered(e.endpoint)
+	}
 	e.m.judge.SampleBrownouts(p) // the fallback of the group's other endpoints may have changed
 	e.m.judge.Publish(p)
 	e.m.changed.Signal()
@@ -195,7 +202,7 @@ func (e *poolEvents) Up(at time.Time, downFor time.Duration) {
 }
 
 // Down also tells the tiered groups that the endpoint's path failed: its latency score is
-// dropped when it rejoins its tier (route.Tiering.PathFailed).
+// dropped when the path works again or it rejoins its tier (route.Tiering.PathFailed).
 func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
 	e.m.tiers.PathFailed(e.endpoint)
 	e.m.obs.Down(e.endpoint, e.name(), at, reason)
@@ -208,9 +215,12 @@ func (e *poolEvents) Down(at time.Time, reason pool.ConnError) {
 func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 	m, name := e.m, e.name()
 	if ev.Kind == health.Ejected {
-		m.tiers.PathFailed(e.endpoint) // its score measured the fault: dropped when it rejoins its tier
+		m.tiers.PathFailed(e.endpoint) // its score measured the fault: dropped at its readmission or return
 		m.obs.Ejected(e.endpoint, name, ev.Reason.String(), ev.Class.String(), ev.Detail, ev.Until, ev.Ejections)
 	} else {
+		if p.Available() { // connected too: the path works
+			m.tiers.PathRecovered(e.endpoint) // before the groups hear of it: no pick on the fault's score
+		}
 		m.obs.Readmitted(e.endpoint, name, ev.Reason.String())
 	}
 	m.events.pushHealth(HealthEvent{Endpoint: e.endpoint, Kind: HealthEventKind(ev.Kind), Reason: EjectionReason(ev.Reason),

@@ -479,3 +479,62 @@ func TestTiersMemberBackFromAFaultTakesItsShare(t *testing.T) {
 		t.Fatalf("%d queries failed: %v", n, l.errors())
 	}
 }
+
+// TestTiersMembersBackFromAFaultEverywhereTakeTheirShares: every endpoint of a tiered group
+// answers UNAVAILABLE, so health ejects them all, and all stay available to the group (rule 4
+// of internal/verdict: a fault everywhere is no reason to move). The members of the top tier
+// stay in its view, or leave and rejoin it while the fault lasts, and their calls that fail
+// give them scores of seconds (ErrorPenalty 1s each). Their scores are dropped when health
+// readmits them (route.Tiering.PathRecovered), so both are back at their shares in the second
+// after slow start's first, with the scores of their first answers. The queries that fail
+// during the fault are the fault's (every endpoint failed them): not counted.
+func TestTiersMembersBackFromAFaultEverywhereTakeTheirShares(t *testing.T) {
+	fb := startFrontendBackend(t, 3)
+	e1, e2, e3 := fb.fes[0].Addr(), fb.fes[1].Addr(), fb.fes[2].Addr()
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(time.Second, time.Second)
+	s.Tiers = map[string]TierSettings{"default": {Tiers: [][]string{{e1, e2}, {e3}}, SlowStart: 2 * time.Second}}
+	client, gme := newFrontendClient(t, fb, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(500*time.Millisecond, time.Second, e1, e2, e3),
+	}), s)
+	l := startLoad(client, 8, 5*time.Second)
+	defer l.end()
+	q1, q2 := func() int64 { return queries(fb.fes[0]) }, func() int64 { return queries(fb.fes[1]) }
+	eventually(t, 10*time.Second, "queries on E1 and E2", func() bool { return q1() > 20 && q2() > 20 })
+	scores := func() map[string]time.Duration {
+		out := map[string]time.Duration{}
+		for _, m := range groupOf(gme, "default").Tiers.Members {
+			out[m.Endpoint] = m.Latency
+		}
+		return out
+	}
+	for _, fe := range fb.fes {
+		if err := fe.FailAll(codes.Unavailable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, e := range []string{e1, e2, e3} {
+		tl.waitHealth(t, e, EndpointEjected, 10*time.Second)
+	}
+	time.Sleep(2 * time.Second) // the calls keep failing on E1 and E2 meanwhile
+	during := scores()
+	for _, fe := range fb.fes {
+		fe.Pass()
+	}
+	for _, e := range []string{e1, e2} {
+		tl.waitHealth(t, e, EndpointReadmitted, 15*time.Second)
+	}
+	back := scores()
+	time.Sleep(time.Second)
+	from1, from2 := q1(), q2()
+	time.Sleep(time.Second)
+	on1, on2 := q1()-from1, q2()-from2
+	all := max(1, on1+on2)
+	if on1+on2 < 20 || on1*100 < all*20 || on2*100 < all*20 || back[e1] > 200*time.Millisecond || back[e2] > 200*time.Millisecond {
+		t.Fatalf("from 1s to 2s after E1 and E2 were readmitted after a fault everywhere: E1 %d queries (%.1f%%), E2 %d (%.1f%%), want each at least 20%%; scores during the fault %v, when readmitted E1 %v, E2 %v (want at most 200ms: dropped, then their first answers), at the end %v\n%s",
+			on1, 100*float64(on1)/float64(all), on2, 100*float64(on2)/float64(all), during, back[e1], back[e2], scores(), tl)
+	}
+	t.Logf("back from a fault everywhere: from 1s to 2s after, E1 %d queries (%.1f%%), E2 %d (%.1f%%); scores during the fault %v, when readmitted E1 %v, E2 %v, at the end %v",
+		on1, 100*float64(on1)/float64(all), on2, 100*float64(on2)/float64(all), during, back[e1], back[e2], scores())
+}

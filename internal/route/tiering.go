@@ -193,13 +193,28 @@ func (c Call) First() pool.FirstResponder {
 
 // PathFailed tells endpoint's spread.Endpoint, when a tiered group lists it, that its path
 // failed (its pool lost every connection, or health ejected it): its latency score is
-// dropped when it rejoins its tier (spread.Endpoint.PathFailed).
+// dropped when the path recovers or it rejoins its tier (spread.Endpoint.PathFailed).
 func (t *Tiering) PathFailed(endpoint string) {
-	if m := t.endpoints.Load(); m != nil {
-		if ep := (*m)[endpoint]; ep != nil {
-			ep.PathFailed()
-		}
+	if ep := t.endpoint(endpoint); ep != nil {
+		ep.PathFailed()
 	}
+}
+
+// PathRecovered tells endpoint's spread.Endpoint, when a tiered group lists it, that its
+// path works again (its pool has a connection again, or health readmitted it): a score kept
+// since a PathFailed is dropped (spread.Endpoint.PathRecovered).
+func (t *Tiering) PathRecovered(endpoint string) {
+	if ep := t.endpoint(endpoint); ep != nil {
+		ep.PathRecovered()
+	}
+}
+
+// endpoint returns the spread.Endpoint of endpoint when a tiered group lists it, else nil.
+func (t *Tiering) endpoint(endpoint string) *spread.Endpoint {
+	if m := t.endpoints.Load(); m != nil {
+		return (*m)[endpoint]
+	}
+	return nil
 }
 
 // Probe feeds p's latency probe median to its spread.Endpoint, when a tiered group lists

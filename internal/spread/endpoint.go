@@ -34,11 +34,12 @@
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
 // minimum share of the calls (Options.MinShare) in any case, so that it is never starved of
-// the samples that would clear it. A member that comes back to its tier after its path
-// failed (its pool lost every connection or health ejected it: Endpoint.PathFailed; or its
-// latest sample a failed call, taken before it became available again:
-// multiendpoint.Tier.Joined) starts with no score, and the calls that were in flight when it
-// came back (held by the fault) are not counted: the one it had measured its fault (its
+// the samples that would clear it. An endpoint whose path failed (its pool lost every
+// connection or health ejected it: Endpoint.PathFailed) starts again with no score when the
+// path recovers (a connection again, or a readmission: Endpoint.PathRecovered) or when it
+// comes back to its tier, whichever comes first; so does a member whose latest sample was a
+// failed call, taken before it became available again (multiendpoint.Tier.Joined). The calls
+// that were in flight then (held by the fault) are not counted: the score measured its fault (its
 // calls that failed as it went count ErrorPenalty, 1 s), and its minimum share alone would
 // take seconds to clear it (a member back with a 400 ms score beside a 20 ms peer got under
 // 10 % of its tier for 4 to 14 s in the chaos soak).
@@ -80,11 +81,11 @@ type Endpoint struct {
 	last    atomic.Int64
 	probeOK atomic.Bool // no call answered since the last probe: a probe may feed the score
 	// failedLast says the latest sample was a failed call (Done with failed true); forgot is
-	// when forgetBefore last dropped the score, as last counts time (0: never).
+	// when the score was last dropped (forget, drop), as last counts time (0: never).
 	failedLast atomic.Bool
 	forgot     atomic.Int64
-	// pathFailed is when PathFailed was last called and no join after it dropped the score,
-	// as last counts time (0: none).
+	// pathFailed is when PathFailed was last called, or when a join dropped the score since
+	// (forgetBefore), as last counts time; 0 when PathRecovered came after it (or none).
 	pathFailed atomic.Int64
 	base       time.Time
 	clock      clock.Clock
@@ -144,7 +145,9 @@ func (e *Endpoint) Begin() {
 // did not answer it (a transport error, a timeout): it then counts for at least
 // ErrorPenalty. A call the endpoint answered with an error of the application's (NOT_FOUND,
 // ABORTED...) is answered: failed false. A call that started before the score was last
-// forgotten (forgetBefore) is not counted: held by the fault, it measured the fault.
+// dropped (forgetBefore, PathRecovered) is not counted: held by the fault, it measured the
+// fault. (A call that passed this check as the score was dropped may still set the new
+// score alone: a window of nanoseconds, left open rather than locking every call.)
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	e.inflight.Add(-1)
 	now := e.now()
@@ -207,19 +210,24 @@ func (e *Endpoint) observe(latency time.Duration, now int64) {
 	}
 }
 
-// forgetBefore drops the score when the path failed before joined (PathFailed), or when its
-// latest sample was a failed call taken before joined (on the Endpoint's clock): the member
-// left its tier after it and has just come back, and the score measured the fault (failed
-// calls count ErrorPenalty) or a path that is gone. The next sample sets the score alone;
-// until then the member costs InitialLatency. A call that started before the forgetting and
-// ends after it (one held by the fault), answered or not, is not counted either. Otherwise a
-// score whose latest sample was answered, or was taken at or after joined, is kept: a member
-// that joins for another reason (a group created or reconfigured, a change of tier) keeps
-// what the other groups measured.
+// forgetBefore drops the score when the path failed before joined and has not been seen to
+// work since (PathFailed, PathRecovered), or when its latest sample was a failed call taken
+// before joined (on the Endpoint's clock): the member left its tier after it and has just
+// come back, and the score measured the fault (failed calls count ErrorPenalty) or a path
+// that is gone. The next sample sets the score alone; until then the member costs
+// InitialLatency. A call that started before the forgetting and ends after it (one held by
+// the fault), answered or not, is not counted either. A path failure stays marked until
+// PathRecovered: a member that joins while its path still fails drops its score again when
+// the path works. Otherwise a score whose latest sample was answered, or was taken at or
+// after joined, is kept: a member that joins for another reason (a group created or
+// reconfigured, a change of tier) keeps what the other groups measured.
 func (e *Endpoint) forgetBefore(joined time.Time) {
 	j := int64(joined.Sub(e.base)) + 1
-	if pf := e.pathFailed.Load(); pf != 0 && pf < j && e.pathFailed.CompareAndSwap(pf, 0) {
-		e.forget(e.last.Load())
+	if pf := e.pathFailed.Load(); pf != 0 && pf < j && e.pathFailed.CompareAndSwap(pf, e.now()) {
+		// Dropped now, and again when the path is seen to work (PathRecovered): a join
+		// during the fault (every endpoint of a group ejected, so every one available again)
+		// is followed by more of the fault's failed calls.
+		e.drop()
 		return
 	}
 	last := e.last.Load()
@@ -237,16 +245,38 @@ func (e *Endpoint) forget(last int64) {
 	}
 }
 
+// drop drops the score whatever was sampled last: the calls that end from now on and
+// started before now are not counted (Done), forgot being stored first.
+func (e *Endpoint) drop() {
+	e.forgot.Store(e.now())
+	e.last.Store(0)
+	e.score.Store(0)
+}
+
 // PathFailed says that the path to the endpoint failed now: its pool lost every connection,
-// or health ejected it. The member leaves its tier, and when it comes back (forgetBefore
-// with a later join) its score is dropped, whatever its latest sample: what the score holds
-// measured the fault (failed calls count ErrorPenalty, and a call held by a blackhole is
-// answered, seconds late, when the blackhole ends) or a path that is gone. Without this, an
-// answer after the fault made the latest sample an answer, forgetBefore kept the score, and
-// a member back from a blackhole with a 1-3 s score beside a 5 ms peer took its minimum share
-// for the seconds the moving average needs to forget it.
+// or health ejected it. The score is dropped when the path works again (PathRecovered), and
+// when the member comes back to its tier before that (forgetBefore with a later join),
+// whatever its latest sample: what the score holds measured the fault (failed calls
+// count ErrorPenalty, and a call held by a blackhole is answered, seconds late, when the
+// blackhole ends) or a path that is gone. Without this, an answer after the fault made the
+// latest sample an answer, forgetBefore kept the score, and a member back from a blackhole
+// with a 1-3 s score beside a 5 ms peer took its minimum share for the seconds the moving
+// average needs to forget it.
 func (e *Endpoint) PathFailed() {
 	e.pathFailed.Store(e.now())
+}
+
+// PathRecovered says that the path to the endpoint works again: its pool is connected and
+// not ejected, after PathFailed. If PathFailed was called and no PathRecovered since, the
+// score is dropped now, and the calls in flight (held by the fault) will not be counted: a
+// member that stayed in its tier through the fault (every endpoint of its group ejected, so
+// every one kept available) would otherwise keep its fault's score, and one that left it
+// would lose, at some later join, a score measured correctly since. Otherwise it does
+// nothing.
+func (e *Endpoint) PathRecovered() {
+	if pf := e.pathFailed.Load(); pf != 0 && e.pathFailed.CompareAndSwap(pf, 0) {
+		e.drop()
+	}
 }
 
 // latency returns the score in microseconds, or InitialLatency's when there is none.

@@ -568,3 +568,78 @@ func TestPick_MemberBackAfterItsPathFailedForgetsItsScore(t *testing.T) {
 		t.Fatalf("a back in its tier after its path failed: score %v, want none", got)
 	}
 }
+
+// A path that failed and works again drops the score at its recovery (PathRecovered), not
+// only at a later join: a member that never left its tier (every member of the group
+// ejected, so every one stays available) is back at its share at once, and the calls the
+// fault held are not counted. A member that joined during the fault drops the score its
+// failed calls gave it after the join at its recovery too. A recovery with no failure
+// before it drops nothing, and a later join keeps the score measured since the recovery.
+func TestPick_PathRecoveredDropsTheFaultsScore(t *testing.T) {
+	f := newFixture(t, Options{})
+	start := f.clk.Now()
+	f.clk.Advance(time.Second)
+	f.score("a", 5*ms)
+	f.score("b", 5*ms)
+	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
+	v := &multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, start}}
+	f.shares(v, 100)
+	// Every member ejected: both stay in the view (every one kept available), b's calls fail
+	// meanwhile, one is held.
+	a.PathFailed()
+	b.PathFailed()
+	b.Begin()
+	for range 3 {
+		f.clk.Advance(time.Second)
+		b.Begin()
+		b.Done(0, true)
+	}
+	if got := b.Stats().Latency; got < 500*ms {
+		t.Fatalf("b's score after 3 failed calls: %v (the test's premise: the failures count ErrorPenalty)", got)
+	}
+	if got := f.shares(v, 20000)["b"]; got > 0.07 {
+		t.Fatalf("b's share with its fault's score: %.3f, want its minimum (0.05) (the test's premise)", got)
+	}
+	f.clk.Advance(time.Second)
+	b.PathRecovered()
+	if got := b.Stats().Latency; got != 0 {
+		t.Fatalf("b's score after its path recovered: %v, want none", got)
+	}
+	b.Done(2*time.Second, false) // the held call, answered late
+	if got := b.Stats().Latency; got != 0 {
+		t.Fatalf("a call held by the fault and answered after the recovery set b's score to %v", got)
+	}
+	if got := f.shares(v, 20000)["b"]; got < 0.12 {
+		t.Fatalf("b's share after its recovery: %.3f, want at least 0.12 (10 ms unmeasured against a's 5 ms)", got)
+	}
+	f.clk.Advance(10 * ms)
+	f.score("b", 6*ms)
+	b.PathRecovered() // no failure since the last drop
+	if got := b.Stats().Latency; got != 6*ms {
+		t.Fatalf("b's score after a recovery with no failure before it: %v, want its 6ms kept", got)
+	}
+	// a leaves its tier during the fault and joins it again while the fault lasts (ejected
+	// first, then available again when b is ejected too): its score is dropped at the join,
+	// and its calls fail after it.
+	f.shares(&multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{f.clk.Now(), start}}, 100)
+	if got := a.Stats().Latency; got != 0 {
+		t.Fatalf("a back in its tier during the fault: score %v, want none", got)
+	}
+	f.clk.Advance(time.Second)
+	a.Begin()
+	a.Done(0, true)
+	f.clk.Advance(time.Second)
+	a.PathRecovered()
+	if got := a.Stats().Latency; got != 0 {
+		t.Fatalf("a, joined during the fault, then failed: score %v after its recovery, want none", got)
+	}
+	// a is measured, and later leaves and rejoins its tier: the score measured since its
+	// recovery is kept (the failure before it was dealt with at the recovery).
+	f.clk.Advance(10 * ms)
+	f.score("a", 4*ms)
+	f.clk.Advance(time.Second)
+	f.shares(&multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{f.clk.Now(), start}}, 100)
+	if got := a.Stats().Latency; got != 4*ms {
+		t.Fatalf("a's score measured after its recovery, at a later join: %v, want its 4ms kept", got)
+	}
+}
