@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
+	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 	"google.golang.org/grpc/codes"
 )
 
@@ -57,4 +58,41 @@ func TestRecheckAfterAFaultEverywhere(t *testing.T) {
 	}
 	t.Logf("fault everywhere, E1's probe hung at the heal: E2 readmitted at %v, E1 %v after it; 0 switches\n%s",
 		e2Back.Round(time.Millisecond), (e1Back - e2Back).Round(time.Millisecond), tl)
+}
+
+// E1 is ejected (its frontend answers UNAVAILABLE), then its path goes down for longer than
+// its ejection time: the probe due when the ejection time ends finds no connection and is
+// skipped, and the next one is a ProbeInterval (20s) away. Its pool is probed as soon as it is
+// READY again (the pool's monitor calls Recheck), so E1 is readmitted within seconds of its
+// path coming back, not a ProbeInterval later.
+func TestRecheckWhenAnEjectedEndpointIsConnectedAgain(t *testing.T) {
+	const probeInterval = 20 * time.Second
+	b := startFrontendBackend(t, 2)
+	ep1 := spannermetest.NewEndpointTB(t, b.fes[0].Addr())
+	e1, e2 := ep1.Addr(), b.fes[1].Addr()
+	tl := newEventLog()
+	s := tl.settings(fastSettings(nil))
+	s.Health = healthSettings(time.Second, probeInterval)
+	client, _ := newFrontendClient(t, b, options("default", map[string]*multiendpoint.MultiEndpointOptions{
+		"default": group(500*time.Millisecond, time.Second, e1, e2),
+	}), s)
+	l := startLoad(client, 4, 5*time.Second)
+	defer l.end()
+	eventually(t, 10*time.Second, "queries on E1", func() bool { return queries(b.fes[0]) > 20 })
+	if err := b.fes[0].FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	tl.waitHealth(t, e1, EndpointEjected, 10*time.Second)
+	ep1.Down()
+	time.Sleep(2500 * time.Millisecond) // past the ejection time (1s): its probe found no connection
+	b.fes[0].Pass()
+	up := time.Now()
+	if err := ep1.Up(); err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := tl.waitHealth(t, e1, EndpointReadmitted, probeInterval+10*time.Second)
+	if d := ev.At.Sub(up); d > 5*time.Second {
+		t.Fatalf("E1 readmitted %v after its path came back, want within 5s (its next probe was a ProbeInterval, %v, away)\n%s", d, probeInterval, tl)
+	}
+	t.Logf("E1 ejected, down past its ejection time, then up: readmitted %v after the up\n%s", ev.At.Sub(up).Round(time.Millisecond), tl)
 }

@@ -29,11 +29,13 @@
 //     MaxEjectionTime) (A50). n is the multiplier: it grows by one per ejection and shrinks
 //     by one after every whole Interval the endpoint spends not ejected.
 //  7. When the ejection time is over, the endpoint is probed, and again every ProbeInterval
-//     until a probe passes; the first probe that passes at or after the end of the ejection
-//     time readmits it. These probes prove the class whose failures ejected it (Options.Probe
-//     is told which): an endpoint whose commits failed while its reads passed is readmitted
-//     only once the commit path answers, not by a probe that its reads would pass. Without a Probe function it is readmitted when the ejection time is
-//     over (A50's behaviour) and Timeouts never eject.
+//     until a probe passes (and at once when its connection is ready again after a probe
+//     that found none: Connected); the first probe that passes at or after the end of the
+//     ejection time readmits it. These probes prove the class whose failures ejected it
+//     (Options.Probe is told which): an endpoint whose commits failed while its reads passed
+//     is readmitted only once the commit path answers, not by a probe that its reads would
+//     pass. Without a Probe function it is readmitted when the ejection time is over (A50's
+//     behaviour) and Timeouts never eject.
 //  8. Outcomes keep being recorded while the endpoint is ejected (for Status), but eject
 //     nothing more.
 //

@@ -26,3 +26,23 @@ func (d *Detector) Recheck() {
 		d.probe(seq, class)
 	}
 }
+
+// Connected tells the detector that the endpoint has a ready connection again. If it is
+// ejected, its ejection time is over and no probe is under way, it probes at once, with a
+// probe of the class that ejected it: the probe due when the ejection time ended found no
+// connection (skipped: ErrProbeSkipped) and the next one is a ProbeInterval away, which the
+// endpoint must not wait for now that it can be probed. A probe under way is left to finish
+// (it started on a ready connection). It does nothing otherwise, nor without a Probe
+// function. Safe for concurrent use.
+func (d *Detector) Connected() {
+	d.mu.Lock()
+	var seq uint64
+	class := d.class
+	if !d.closed && d.out && d.probe != nil && d.probeSeq == 0 && !d.clock.Now().Before(d.until) {
+		seq = d.startProbeLocked(class)
+	}
+	d.mu.Unlock()
+	if seq != 0 {
+		d.probe(seq, class)
+	}
+}

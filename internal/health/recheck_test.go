@@ -2,6 +2,7 @@ package health
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -68,5 +69,57 @@ func TestRecheck(t *testing.T) {
 	h.d.Recheck()
 	if !h.d.Ejected() {
 		t.Fatal("readmitted by a Recheck without a probe function, before the ejection time")
+	}
+}
+
+// TestConnected: an ejected endpoint whose probe found no connection when its ejection time
+// ended (skipped) probes at once, with the class that ejected it, when its connection is
+// ready again, not a ProbeInterval later, and is readmitted when that passes. Before the
+// ejection time is over, with a probe under way (left to finish), or when not ejected,
+// Connected probes nothing; nor without a probe function.
+func TestConnected(t *testing.T) {
+	h := newHarness(t, testConfig, true)
+	defer h.d.Close()
+	step := func(at time.Duration, what string, connected bool, wantOut bool, wantProbes int, wantEvents ...string) {
+		t.Helper()
+		h.clock.Set(h.start.Add(at))
+		if connected {
+			h.d.Connected()
+		}
+		got := h.takeEvents()
+		if h.d.Ejected() != wantOut || h.probing() != wantProbes || !slices.Equal(got, wantEvents) {
+			t.Fatalf("%s (at %v): ejected=%v probes=%d events=%q; want ejected=%v probes=%d events=%q",
+				what, at, h.d.Ejected(), h.probing(), got, wantOut, wantProbes, wantEvents)
+		}
+	}
+	step(time.Second, "connected, not ejected", true, false, 0)
+	for range testConfig.ConsecutiveFailures {
+		h.d.Failure(Reads, "/google.spanner.v1.Spanner/ExecuteStreamingSql", errUnavailable)
+	}
+	step(time.Second, "ejected for reads", false, true, 0, "ejected:consecutive failures:30s")
+	step(20*time.Second, "connected before the ejection time is over", true, true, 0)
+	step(31*time.Second, "the ejection time is over: its own probe", false, true, 1)
+	step(31*time.Second, "connected with that probe under way: left to finish", true, true, 1)
+	h.answer(fmt.Errorf("%w: no ready connection", ErrProbeSkipped))
+	step(31*time.Second, "that probe was skipped: the next one a ProbeInterval later", false, true, 0)
+	step(32*time.Second, "connected again", true, true, 1)
+	h.answer(nil)
+	step(32*time.Second, "that probe passed", false, false, 0, "readmitted")
+	h.mu.Lock()
+	classes := slices.Clone(h.probeClasses)
+	h.mu.Unlock()
+	if want := []Class{Reads, Reads}; !slices.Equal(classes, want) {
+		t.Fatalf("probe classes %v, want %v", classes, want)
+	}
+
+	h = newHarness(t, testConfig, false)
+	defer h.d.Close()
+	for range testConfig.ConsecutiveFailures {
+		h.d.Failure(Calls, "", errUnavailable)
+	}
+	h.clock.Set(h.start.Add(10 * time.Second))
+	h.d.Connected()
+	if !h.d.Ejected() {
+		t.Fatal("readmitted by Connected without a probe function, before the ejection time")
 	}
 }

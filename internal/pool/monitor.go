@@ -31,7 +31,8 @@ func (p *Pool) StartMonitor() {
 // instant (all its connections dropped, one back at once) is reported down and up, so that a
 // flapping endpoint is seen flapping (F4). While its connections die young (young.go), a
 // READY pool is reported available only once it has stayed READY for the dwell (youngLife),
-// which ends the backoff.
+// which ends the backoff. A pool that becomes ready (connected) while ejected, its ejection
+// time over and no probe under way, is probed at once (health.Detector.Connected).
 func (p *Pool) monitor(ctx context.Context) {
 	defer close(p.monitorDone)
 	report := func() {
@@ -44,6 +45,11 @@ func (p *Pool) monitor(ctx context.Context) {
 		if p.ready.Load() != ready {
 			p.ready.Store(ready)
 			report()
+			if ready && p.health != nil {
+				// An ejection time that ended while the pool had no connection found none to
+				// probe (its probe skipped, the next one a ProbeInterval away): probe now.
+				p.health.Connected()
+			}
 		}
 	}
 	waking := false          // Connect was called on an IDLE pool and it has not settled yet
