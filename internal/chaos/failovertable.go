@@ -127,7 +127,8 @@ type FailoverRow struct {
 	worstBackTrace []string
 }
 
-// maxTraceLines caps the lines of a way back's trace in the report.
+// maxTraceLines caps the lines of a way back's trace in the report: half from its start, half
+// from its end.
 const maxTraceLines = 24
 
 // traceWorst sets each tier row's worstBackTrace from the tier trace's samples and the tiered
@@ -138,10 +139,12 @@ func traceWorst(rows []FailoverRow, samples []tierSample, buckets [NumEndpoints]
 		if r.WorstBack == "" || !r.worstBack.tiered {
 			continue
 		}
-		r.worstBackTrace = traceOf(r.worstBack, samples, buckets, t0, r.worstBackEnd)
-		if len(r.worstBackTrace) > maxTraceLines {
-			r.worstBackTrace = append(r.worstBackTrace[:maxTraceLines], fmt.Sprintf("(%d lines more)", len(r.worstBackTrace)-maxTraceLines))
+		tr := traceOf(r.worstBack, samples, buckets, t0, r.worstBackEnd)
+		if n := len(tr); n > maxTraceLines {
+			// Its start (the member's return) and its end (where it reached its share).
+			tr = slices.Concat(tr[:maxTraceLines/2], []string{fmt.Sprintf("(%d lines left out)", n-maxTraceLines)}, tr[n-maxTraceLines/2:])
 		}
+		r.worstBackTrace = tr
 	}
 }
 

@@ -85,7 +85,8 @@ func TestTraceOf(t *testing.T) {
 }
 
 // TestFailoverTablePrintsTheLongestTierWayBack: the table is followed by the trace of each
-// tier row's longest way back, capped at maxTraceLines; a row without a trace prints none.
+// tier row's longest way back, capped at maxTraceLines (its start and its end); a row without
+// tiers prints none.
 func TestFailoverTablePrintsTheLongestTierWayBack(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	heal := t0.Add(10 * time.Second)
@@ -100,8 +101,11 @@ func TestFailoverTablePrintsTheLongestTierWayBack(t *testing.T) {
 			worstBack: episode{heal: heal}, worstBackEnd: heal.Add(time.Second)},
 	}
 	traceWorst(rows, samples, [NumEndpoints][]int32{}, t0)
-	if n := len(rows[0].worstBackTrace); n != maxTraceLines+1 || rows[0].worstBackTrace[n-1] != "(36 lines more)" {
-		t.Fatalf("tier row's trace: %d lines, last %q; want %d and the count of the rest", n, rows[0].worstBackTrace[n-1], maxTraceLines+1)
+	tr := rows[0].worstBackTrace
+	if n := len(tr); n != maxTraceLines+1 || tr[maxTraceLines/2] != "(36 lines left out)" ||
+		!strings.HasPrefix(tr[0], "+10.0s ") || !strings.HasPrefix(tr[n-1], "+39.5s ") {
+		t.Fatalf("tier row's trace: %d lines, want %d: its first and last %d steps and the count of those left out:\n%s",
+			n, maxTraceLines+1, maxTraceLines/2, strings.Join(tr, "\n"))
 	}
 	if rows[1].worstBackTrace != nil {
 		t.Fatalf("a row without tiers traced: %q", rows[1].worstBackTrace)
