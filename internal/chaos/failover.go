@@ -10,9 +10,10 @@ import (
 )
 
 // How fast the client recovers (issue 43): for every fault that makes an endpoint unusable,
-// the time from its start to the first success of each affected group's calls on another
-// endpoint (the failover), and from its heal to the group's first success back on it (the
-// switch-back; for a member of a tier, to its full share of the tier's calls). The frontends
+// the time from its start to the arrival of each affected group's first successful call on
+// another endpoint (the failover), and from its heal to the arrival of the group's first
+// successful call back on it (the switch-back; for a member of a tier, to its full share of
+// the tier's calls). The frontends
 // see which group each application call belongs to (groupHeader) and report its success here
 // (failoverWatch.served); the executor tells when faults start and heal.
 
@@ -28,6 +29,8 @@ const (
 	// shareMin the least calls of the tier in it for the share to mean anything.
 	shareWindow = time.Second
 	shareMin    = 5
+	// maxShareWindow is the longest a window grows to hold shareMin calls (shareBack).
+	maxShareWindow = 5 * time.Second
 	// fullShare is a member's full share of a tier of two as issue 40 states it (35-65%):
 	// each member at least 35% of the tier's calls.
 	fullShare = 0.35
@@ -70,13 +73,17 @@ type episode struct {
 	tiered   bool // the group's tier spreads its calls (the share is measured on the way back)
 	start    time.Time
 	heal     time.Time // zero: not healed before the run ended
-	// elsewhere is the group's first success on another endpoint at or after start (its
-	// arrival at the frontend at or after start, reported when it succeeded); zero: none.
-	elsewhere time.Time
-	// back is the group's first success on endpoint at or after heal (watched only when the
-	// heal made it the group's first healthy endpoint again: backWatched); zero: none.
-	back        time.Time
-	backWatched bool
+	// elsewhere is when the first of the group's calls that succeeded on another endpoint
+	// arrived at that endpoint's frontend, at or after start (the earliest arrival of the
+	// successes reported); zero: none. The time the backend then took to answer it is not
+	// the client's (on the emulator 0.1 s to 1 s and more after an outage): elsewhereAnswered
+	// is when that call succeeded, for the report.
+	elsewhere, elsewhereAnswered time.Time
+	// back is when the first of the group's calls that succeeded on endpoint arrived there,
+	// at or after heal (watched only when the heal made it the group's first healthy endpoint
+	// again: backWatched); zero: none. backAnswered is when that call succeeded.
+	back, backAnswered time.Time
+	backWatched        bool
 	// backCensored: the heal left the endpoint where the group's calls belong, but with a
 	// fault on its other layer: its way back is not measured, and counts as censored.
 	backCensored bool
@@ -128,11 +135,11 @@ func (w *failoverWatch) served(e int, group string, arrival time.Time) {
 		if ep.group != g {
 			continue
 		}
-		if ep.elsewhere.IsZero() && e != ep.endpoint && !arrival.Before(ep.start) {
-			ep.elsewhere = now
+		if e != ep.endpoint && !arrival.Before(ep.start) && (ep.elsewhere.IsZero() || arrival.Before(ep.elsewhere)) {
+			ep.elsewhere, ep.elsewhereAnswered = arrival, now
 		}
-		if ep.backWatched && ep.back.IsZero() && e == ep.endpoint && !arrival.Before(ep.heal) {
-			ep.back = now
+		if ep.backWatched && e == ep.endpoint && !arrival.Before(ep.heal) && (ep.back.IsZero() || arrival.Before(ep.back)) {
+			ep.back, ep.backAnswered = arrival, now
 		}
 	}
 }

@@ -98,9 +98,9 @@ func backBound(k Kind, tiered bool) time.Duration {
 type FailoverRow struct {
 	// Kind is the fault's kind, with " [tier]" for the tiered group's episodes.
 	Kind string
-	// Failover are the times from the fault's start to the group's first success on another
-	// endpoint; Back from the heal to its first success back on the endpoint (a tier: the
-	// member's full share). A time that never came while it should have is never (counted
+	// Failover are the times from the fault's start to the arrival of the group's first
+	// successful call on another endpoint; Back from the heal to that of its first successful
+	// call back on the endpoint (a tier: the member's full share). A time that never came while it should have is never (counted
 	// above any bound).
 	Failover, Back []time.Duration
 	// FailoverBound and BackBound are the docs' bounds for the kind.
@@ -155,6 +155,16 @@ func describe(ep episode, tl *faultTimeline, at time.Time) string {
 	return fmt.Sprintf("%s at +%.1fs (in force: %s)", endpointName(ep.endpoint), at.Sub(tl.start).Seconds(), states[len(states)-1].faults())
 }
 
+// answeredLater says how long after its arrival the first success that ended a time was
+// answered (the backend's part, not counted): "; answered 0.31s after its arrival"; "" when
+// it did not come.
+func answeredLater(arrival, answered time.Time) string {
+	if arrival.IsZero() || answered.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("; answered %.2fs after its arrival", answered.Sub(arrival).Seconds())
+}
+
 // percentile returns the p-th percentile (nearest rank) of sorted ds, 0 for none.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
@@ -202,7 +212,7 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 		switch d, ok, healed := failoverTime(ep, tl, r.FailoverBound); {
 		case ok:
 			if len(r.Failover) == 0 || d > slices.Max(r.Failover) {
-				r.WorstFailover = describe(ep, tl, ep.start)
+				r.WorstFailover = describe(ep, tl, ep.start) + answeredLater(ep.elsewhere, ep.elsewhereAnswered)
 			}
 			r.Failover = append(r.Failover, d)
 		case healed:
@@ -217,6 +227,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
 				if len(r.Back) == 0 || d > slices.Max(r.Back) {
 					r.WorstBack = describe(ep, tl, ep.heal)
+					if !ep.tiered {
+						r.WorstBack += answeredLater(ep.back, ep.backAnswered)
+					}
 					end := d
 					if d == never {
 						end = r.BackBound
@@ -388,9 +401,13 @@ func holds(f Fault) bool {
 	return f.active() && (f.Kind == KindFrontendHang || f.Kind == KindSilentBlackhole)
 }
 
-// shareBack returns the end of the first window of shareWindow, from the heal on, in which the
-// member carried at least fullShare of its tier's successes (at least shareMin of them); zero
-// when none did.
+// shareBack returns the end of the first window, from the heal on, in which the member
+// carried at least fullShare of its tier's successes: a window of shareWindow, grown by a
+// shareBucket at a time (up to maxShareWindow) until it holds at least shareMin of them, as a
+// share of fewer calls means little (a backend that answers a few calls a second, as the
+// emulator after an outage of every endpoint, leaves windows of 0 to 4). Zero when none did.
+// A client that keeps its calls from the tier does not gain by it: the window's end, which
+// ends the time, moves as late as the calls it waits for.
 func shareBack(ep episode, buckets [NumEndpoints][]int32, t0 time.Time) time.Time {
 	var tier []int
 	for _, t := range groupTiers[ep.group] {
@@ -398,27 +415,35 @@ func shareBack(ep episode, buckets [NumEndpoints][]int32, t0 time.Time) time.Tim
 			tier = t
 		}
 	}
-	per := int(shareWindow / shareBucket)
-	at := func(e, b int) int {
-		if b < len(buckets[e]) {
-			return int(buckets[e][b])
-		}
-		return 0
-	}
+	per, most := int(shareWindow/shareBucket), int(maxShareWindow/shareBucket)
 	n := 0
 	for _, b := range buckets {
 		n = max(n, len(b))
 	}
-	for b := int(ep.heal.Sub(t0)/shareBucket) + 1; b+per <= n; b++ {
-		mine, all := 0, 0
-		for i := b; i < b+per; i++ {
-			mine += at(ep.endpoint, i)
-			for _, e := range tier {
-				all += at(e, i)
+	// Prefix sums: mine[i] and all[i] are the member's and the tier's successes in buckets
+	// before i.
+	mine, all := make([]int, n+1), make([]int, n+1)
+	for i := range n {
+		mine[i+1], all[i+1] = mine[i], all[i]
+		if i < len(buckets[ep.endpoint]) {
+			mine[i+1] += int(buckets[ep.endpoint][i])
+		}
+		for _, e := range tier {
+			if i < len(buckets[e]) {
+				all[i+1] += int(buckets[e][i])
 			}
 		}
-		if all >= shareMin && float64(mine) >= fullShare*float64(all) {
-			return t0.Add(time.Duration(b+per) * shareBucket)
+	}
+	for b := int(ep.heal.Sub(t0)/shareBucket) + 1; b+per <= n; b++ {
+		for end := b + per; end <= min(n, b+most); end++ {
+			calls := all[end] - all[b]
+			if calls < shareMin {
+				continue
+			}
+			if float64(mine[end]-mine[b]) >= fullShare*float64(calls) {
+				return t0.Add(time.Duration(end) * shareBucket)
+			}
+			break // enough calls, not enough of them the member's: the next window
 		}
 	}
 	return time.Time{}
@@ -483,9 +508,9 @@ func printFailover(w io.Writer, rows []FailoverRow) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nFailover: from a fault's start to the affected group's first success on another endpoint; back: from its heal to the first success on it again\n")
-	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
-		100*fullShare, shareWindow)
+	fmt.Fprintf(w, "\nFailover: from a fault's start to the arrival of the affected group's first successful call on another endpoint; back: from its heal to that of its first successful call on it again\n")
+	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v, or until %d calls up to %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
+		100*fullShare, shareWindow, shareMin, maxShareWindow)
 	fmt.Fprintf(w, "  %-24s %5s %7s %7s %7s %7s | %5s %7s %7s %7s %7s | %6s %8s %7s\n",
 		"kind", "n", "p50", "p99", "max", "bound", "back", "p50", "p99", "max", "bound", "healed", "calls", "lost")
 	cell := func(ds []time.Duration, bound time.Duration) string {

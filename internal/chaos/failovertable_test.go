@@ -156,6 +156,47 @@ func TestShareBack(t *testing.T) {
 	}
 }
 
+// TestShareBackSparseCalls: when the backend answers the tier only a few calls a second (the
+// emulator after an outage of every endpoint), a window grows until it holds shareMin calls;
+// the member that carries its share of them is back at that window's end. A member that gets
+// none of them is never back, however long the windows grow, and a window grows no further
+// than maxShareWindow.
+func TestShareBackSparseCalls(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	heal := t0.Add(10 * time.Second)
+	healB := int(10 * time.Second / shareBucket)
+	sparse := func(mine bool, every int) [NumEndpoints][]int32 {
+		var b [NumEndpoints][]int32
+		n := int(30 * time.Second / shareBucket)
+		for e := range b {
+			b[e] = make([]int32, n)
+		}
+		// From the heal on, one success of the tier every `every` buckets, the member's and
+		// its peer's in turn (or the peer's alone).
+		for k, i := 0, healB+1; i < n; k, i = k+1, i+every {
+			if mine && k%2 == 0 {
+				b[0][i] = 1
+			} else {
+				b[1][i] = 1
+			}
+		}
+		return b
+	}
+	ep := episode{endpoint: 0, group: tieredGroup, tiered: true, heal: heal}
+	// Two calls a second: the first window (from healB+1) holds its 5th call, the member's
+	// 3rd, at bucket healB+1+4*5: it ends after it.
+	if got, want := shareBack(ep, sparse(true, 5), t0), t0.Add(time.Duration(healB+1+4*5+1)*shareBucket); !got.Equal(want) {
+		t.Fatalf("2 calls a second, half the member's: back at %v, want %v", got.Sub(t0), want.Sub(t0))
+	}
+	if got := shareBack(ep, sparse(false, 5), t0); !got.IsZero() {
+		t.Fatalf("2 calls a second, none the member's: back at %v, want never", got.Sub(t0))
+	}
+	// One call in 2s: no window of 5s holds 5 calls.
+	if got := shareBack(ep, sparse(true, 20), t0); !got.IsZero() {
+		t.Fatalf("a call every 2s: back at %v, want never (no window of %v holds %d calls)", got.Sub(t0), maxShareWindow, shareMin)
+	}
+}
+
 // TestLostIn counts the group's failed calls during the episode while another endpoint was
 // usable: not another group's, not the database's refusals, not those from before the fault.
 func TestLostIn(t *testing.T) {
@@ -182,7 +223,8 @@ func TestLostIn(t *testing.T) {
 
 // TestFailoverWatch: a down of e1 opens an episode for each group that was on it (default by its
 // current endpoint, tiered as a member of its current tier; west, on e3, none); successes on
-// another endpoint close the failover, and after the heal a success on e1 closes the way back.
+// another endpoint close the failover at the earliest arrival among them (not at the first
+// answer), and after the heal a success on e1 closes the way back.
 func TestFailoverWatch(t *testing.T) {
 	t0 := time.Now()
 	w := &failoverWatch{}
@@ -191,7 +233,8 @@ func TestFailoverWatch(t *testing.T) {
 	down.TCP[0] = Fault{Kind: KindDown}
 	w.after(Step{Kind: KindDown, Endpoint: 0, Fault: Fault{Kind: KindDown}, After: down}, t0, State{Groups: initialGroups}, [numGroups]int{0, 2, 0})
 	w.served(0, GroupDefault, t0.Add(-time.Millisecond)) // arrived before the fault: not a failover
-	w.served(1, GroupDefault, t0.Add(time.Millisecond))
+	w.served(1, GroupDefault, t0.Add(2*time.Millisecond))
+	w.served(1, GroupDefault, t0.Add(time.Millisecond)) // arrived earlier, answered later: the failover's end
 	w.served(1, GroupWest, t0.Add(time.Millisecond))
 	heal := t0.Add(time.Second)
 	w.after(Step{Kind: KindUp, Endpoint: 0, After: State{Groups: initialGroups}}, heal, down, [numGroups]int{-1, -1, -1})
@@ -201,7 +244,8 @@ func TestFailoverWatch(t *testing.T) {
 		t.Fatalf("%d episodes, want 2 (default, tiered): %+v", len(eps), eps)
 	}
 	d, tr := eps[0], eps[1]
-	if d.group != 0 || d.elsewhere.IsZero() || !d.heal.Equal(heal) || !d.backWatched || d.back.IsZero() || d.kind != "down" {
+	if d.group != 0 || !d.elsewhere.Equal(t0.Add(time.Millisecond)) || d.elsewhereAnswered.IsZero() || !d.heal.Equal(heal) ||
+		!d.backWatched || !d.back.Equal(heal.Add(time.Millisecond)) || d.backAnswered.IsZero() || d.kind != "down" {
 		t.Fatalf("default's episode %+v", d)
 	}
 	if tr.group != tieredGroup || !tr.tiered || !tr.elsewhere.IsZero() || !tr.backWatched {
