@@ -204,17 +204,17 @@
 //   - failover: from the fault's start to the arrival, at another endpoint's frontend, of the
 //     group's first call that succeeded there (the earliest arrival after the start of the
 //     calls that succeeded; the time the backend then took to answer it is the backend's: on
-//     the emulator 0.1 s to over 1 s after an outage, and the worst's description gives it).
-//     A fault that healed within its bound before
-//     the group moved needed none ("healed"); a group that kept another healthy endpoint for
-//     the whole bound without a success there counts as never;
+//     the emulator 0.1 s to over 1 s after an outage). A time within its bound only because it
+//     ends at the arrival, not the answer, is listed under the invariant, not failed. A fault
+//     that healed within its bound before the group moved needed none ("healed"); a group that
+//     kept another healthy endpoint for the whole bound without a success there counts as
+//     never;
 //   - back: from the heal, when it made the endpoint the group's first healthy one again (a
 //     member of its current tier), to the arrival of the group's first call that succeeded on
-//     it; for a tier, to the end of the first window of a second in which the member carried
-//     35% of its tier's successful calls (its full share after slow start, fullShare), a
-//     window growing, up to maxShareWindow, until it holds shareMin of them (a backend slowed
-//     to a few answers a second leaves too few in a second to measure a share). Measured only while the endpoint stays where the group's
-//     calls belong, with no fault on either layer (an endpoint with a fault still in force at
+//     it; for a tier, to the end of the first second in which the member carried 35% of its
+//     tier's successful calls, at least shareMin of them (its full share after slow start,
+//     fullShare). Measured only while the endpoint stays where the group's calls belong, with
+//     no fault on either layer (an endpoint with a fault still in force at
 //     the heal, hard or soft, is censored); never when the whole bound passed so. A way
 //     back over its bound is censored when the group switched back within the bound but an
 //     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a

@@ -29,8 +29,6 @@ const (
 	// shareMin the least calls of the tier in it for the share to mean anything.
 	shareWindow = time.Second
 	shareMin    = 5
-	// maxShareWindow is the longest a window grows to hold shareMin calls (shareBack).
-	maxShareWindow = 5 * time.Second
 	// fullShare is a member's full share of a tier of two as issue 40 states it (35-65%):
 	// each member at least 35% of the tier's calls.
 	fullShare = 0.35

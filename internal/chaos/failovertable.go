@@ -55,11 +55,11 @@ func detectionOf(k Kind) detection {
 	return byConnectivity // down, blackhole, die-young, a member flap's down
 }
 
-// failoverBound is the docs' bound from a fault's start to the affected group's first success
-// elsewhere: RecoveryTimeout plus one connect (connectivity; docs/failure-semantics.md,
-// Failover); the ejection's detection window, silentDetection (docs/failure-semantics.md,
-// Silent death; docs/health.md); the brownout's Window and its two samples, plus
-// RecoveryTimeout (docs/health.md, Brownout).
+// failoverBound is the docs' bound from a fault's start to the arrival of the affected group's
+// first successful call elsewhere: RecoveryTimeout plus one connect (connectivity;
+// docs/failure-semantics.md, Failover); the ejection's detection window, silentDetection
+// (docs/failure-semantics.md, Silent death; docs/health.md); the brownout's Window and its
+// two samples, plus RecoveryTimeout (docs/health.md, Brownout).
 func failoverBound(k Kind) time.Duration {
 	switch detectionOf(k) {
 	case byEjection:
@@ -70,10 +70,10 @@ func failoverBound(k Kind) time.Duration {
 	return RecoveryTimeout + oneConnect
 }
 
-// backBound is the docs' bound from the heal to the first success back: the endpoint usable
-// again (one connect, and for connections that died young the backoff's jitter and the
-// dwell; the ejection's end and a probe; the brownout's Window and two samples),
-// then SwitchingDelay (no jitter in the run: Settings.SwitchingJitter 0); for a tier member,
+// backBound is the docs' bound from the heal to the arrival of the first successful call back:
+// the endpoint usable again (one connect, and for connections that died young the backoff's
+// jitter and the dwell; the ejection's end and a probe; the brownout's Window and two
+// samples), then SwitchingDelay (no jitter in the run: Settings.SwitchingJitter 0); for a tier member,
 // its slow start (tierSlowStart) and the window in which its share is measured instead.
 func backBound(k Kind, tiered bool) time.Duration {
 	usable := oneConnect
@@ -100,8 +100,8 @@ type FailoverRow struct {
 	Kind string
 	// Failover are the times from the fault's start to the arrival of the group's first
 	// successful call on another endpoint; Back from the heal to that of its first successful
-	// call back on the endpoint (a tier: the member's full share). A time that never came while it should have is never (counted
-	// above any bound).
+	// call back on the endpoint (a tier: the member's full share). A time that never came
+	// while it should have is never (counted above any bound).
 	Failover, Back []time.Duration
 	// FailoverBound and BackBound are the docs' bounds for the kind.
 	FailoverBound, BackBound time.Duration
@@ -110,6 +110,10 @@ type FailoverRow struct {
 	// healthy endpoint, its configuration or the endpoint's state changed first, or the run
 	// ended).
 	HealedFirst, Censored int
+	// AnsweredLate lists the times within their bound that would not be if they ended when the
+	// first success was answered rather than when it arrived: the backend's time, left out,
+	// made the difference (its description, and how long the answer took).
+	AnsweredLate []string
 	// Calls and Lost: the group's calls that ended from the fault's start to its heal, and
 	// those of them that failed while the group had another usable endpoint.
 	Calls, Lost int64
@@ -215,6 +219,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 				r.WorstFailover = describe(ep, tl, ep.start) + answeredLater(ep.elsewhere, ep.elsewhereAnswered)
 			}
 			r.Failover = append(r.Failover, d)
+			if d != never && d <= r.FailoverBound && ep.elsewhereAnswered.Sub(ep.start) > r.FailoverBound {
+				r.AnsweredLate = append(r.AnsweredLate, "failover of "+describe(ep, tl, ep.start)+answeredLater(ep.elsewhere, ep.elsewhereAnswered))
+			}
 		case healed:
 			r.HealedFirst++
 		default:
@@ -237,6 +244,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(end)
 				}
 				r.Back = append(r.Back, d)
+				if !ep.tiered && d != never && d <= r.BackBound && ep.backAnswered.Sub(ep.heal) > r.BackBound {
+					r.AnsweredLate = append(r.AnsweredLate, "way back of "+describe(ep, tl, ep.heal)+answeredLater(ep.back, ep.backAnswered))
+				}
 			} else {
 				r.Censored++
 			}
@@ -401,13 +411,13 @@ func holds(f Fault) bool {
 	return f.active() && (f.Kind == KindFrontendHang || f.Kind == KindSilentBlackhole)
 }
 
-// shareBack returns the end of the first window, from the heal on, in which the member
-// carried at least fullShare of its tier's successes: a window of shareWindow, grown by a
-// shareBucket at a time (up to maxShareWindow) until it holds at least shareMin of them, as a
-// share of fewer calls means little (a backend that answers a few calls a second, as the
-// emulator after an outage of every endpoint, leaves windows of 0 to 4). Zero when none did.
-// A client that keeps its calls from the tier does not gain by it: the window's end, which
-// ends the time, moves as late as the calls it waits for.
+// shareBack returns the end of the first window of shareWindow, from the heal on, in which the
+// member carried at least fullShare of its tier's successes (at least shareMin of them); zero
+// when none did. A backend that answers the tier fewer than shareMin calls a second (the
+// emulator after an outage of every endpoint) leaves no window to judge, and the time runs on:
+// a window grown until it held shareMin calls was tried (888a18c) and dropped, since with 5
+// calls and sliding starts a member at 20 % of its tier passed within 10 calls half of the
+// time.
 func shareBack(ep episode, buckets [NumEndpoints][]int32, t0 time.Time) time.Time {
 	var tier []int
 	for _, t := range groupTiers[ep.group] {
@@ -415,35 +425,27 @@ func shareBack(ep episode, buckets [NumEndpoints][]int32, t0 time.Time) time.Tim
 			tier = t
 		}
 	}
-	per, most := int(shareWindow/shareBucket), int(maxShareWindow/shareBucket)
+	per := int(shareWindow / shareBucket)
+	at := func(e, b int) int {
+		if b < len(buckets[e]) {
+			return int(buckets[e][b])
+		}
+		return 0
+	}
 	n := 0
 	for _, b := range buckets {
 		n = max(n, len(b))
 	}
-	// Prefix sums: mine[i] and all[i] are the member's and the tier's successes in buckets
-	// before i.
-	mine, all := make([]int, n+1), make([]int, n+1)
-	for i := range n {
-		mine[i+1], all[i+1] = mine[i], all[i]
-		if i < len(buckets[ep.endpoint]) {
-			mine[i+1] += int(buckets[ep.endpoint][i])
-		}
-		for _, e := range tier {
-			if i < len(buckets[e]) {
-				all[i+1] += int(buckets[e][i])
-			}
-		}
-	}
 	for b := int(ep.heal.Sub(t0)/shareBucket) + 1; b+per <= n; b++ {
-		for end := b + per; end <= min(n, b+most); end++ {
-			calls := all[end] - all[b]
-			if calls < shareMin {
-				continue
+		mine, all := 0, 0
+		for i := b; i < b+per; i++ {
+			mine += at(ep.endpoint, i)
+			for _, e := range tier {
+				all += at(e, i)
 			}
-			if float64(mine[end]-mine[b]) >= fullShare*float64(calls) {
-				return t0.Add(time.Duration(end) * shareBucket)
-			}
-			break // enough calls, not enough of them the member's: the next window
+		}
+		if all >= shareMin && float64(mine) >= fullShare*float64(all) {
+			return t0.Add(time.Duration(b+per) * shareBucket)
 		}
 	}
 	return time.Time{}
@@ -476,10 +478,14 @@ func failoverInvariant(rows []FailoverRow, frontends bool) Invariant {
 		inv.Status, inv.Result = NotChecked, "no frontends (-no-frontends): the frontends see which group each call is"
 		return inv
 	}
-	n, m := 0, 0
+	n, m, over := 0, 0, 0
+	var late []string
 	for _, r := range rows {
 		n += len(r.Failover)
 		m += len(r.Back)
+		for _, l := range r.AnsweredLate {
+			late = append(late, r.Kind+": "+l)
+		}
 		if overBound(r.Failover, r.FailoverBound) {
 			inv.Details = append(inv.Details, fmt.Sprintf("%s: failover p99 %s over its bound %v; the longest: %s", r.Kind, fmtDur(percentile(r.Failover, 99)), r.FailoverBound, r.WorstFailover))
 		}
@@ -487,10 +493,15 @@ func failoverInvariant(rows []FailoverRow, frontends bool) Invariant {
 			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v; the longest: %s (healed)%s", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound, r.WorstBack, r.worstBackSwitches))
 		}
 	}
+	over = len(inv.Details)
 	inv.Status = Pass
-	inv.Result = fmt.Sprintf("%d kinds, %d failovers and %d switch-backs measured; %d over their bound (the failover table above)", len(rows), n, m, len(inv.Details))
-	if len(inv.Details) > 0 {
+	inv.Result = fmt.Sprintf("%d kinds, %d failovers and %d switch-backs measured; %d over their bound (the failover table above); %d within it only because a time ends at its first success's arrival, not its answer (listed, not failed)",
+		len(rows), n, m, over, len(late))
+	if over > 0 {
 		inv.Status = Fail
+	}
+	for _, l := range firstLines(late, 10) {
+		inv.Details = append(inv.Details, "within its bound at the arrival, not at the answer: "+l)
 	}
 	return inv
 }
@@ -509,8 +520,8 @@ func printFailover(w io.Writer, rows []FailoverRow) {
 		return
 	}
 	fmt.Fprintf(w, "\nFailover: from a fault's start to the arrival of the affected group's first successful call on another endpoint; back: from its heal to that of its first successful call on it again\n")
-	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v, or until %d calls up to %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
-		100*fullShare, shareWindow, shareMin, maxShareWindow)
+	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
+		100*fullShare, shareWindow)
 	fmt.Fprintf(w, "  %-24s %5s %7s %7s %7s %7s | %5s %7s %7s %7s %7s | %6s %8s %7s\n",
 		"kind", "n", "p50", "p99", "max", "bound", "back", "p50", "p99", "max", "bound", "healed", "calls", "lost")
 	cell := func(ds []time.Duration, bound time.Duration) string {

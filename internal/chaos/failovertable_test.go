@@ -156,44 +156,30 @@ func TestShareBack(t *testing.T) {
 	}
 }
 
-// TestShareBackSparseCalls: when the backend answers the tier only a few calls a second (the
-// emulator after an outage of every endpoint), a window grows until it holds shareMin calls;
-// the member that carries its share of them is back at that window's end. A member that gets
-// none of them is never back, however long the windows grow, and a window grows no further
-// than maxShareWindow.
-func TestShareBackSparseCalls(t *testing.T) {
+// TestFailoverTableListsAnswersLate: a time ends at its first success's arrival, so a failover
+// of 0.5s whose first success was answered 2s after the fault's start (over the 1.75s bound) is
+// within its bound, and listed, not failed, as one that would not be at the answer; so is a
+// way back of 1s answered 2.5s after the heal (bound 2.25s). Those answered within their
+// bound are not listed.
+func TestFailoverTableListsAnswersLate(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	heal := t0.Add(10 * time.Second)
-	healB := int(10 * time.Second / shareBucket)
-	sparse := func(mine bool, every int) [NumEndpoints][]int32 {
-		var b [NumEndpoints][]int32
-		n := int(30 * time.Second / shareBucket)
-		for e := range b {
-			b[e] = make([]int32, n)
-		}
-		// From the heal on, one success of the tier every `every` buckets, the member's and
-		// its peer's in turn (or the peer's alone).
-		for k, i := 0, healB+1; i < n; k, i = k+1, i+every {
-			if mine && k%2 == 0 {
-				b[0][i] = 1
-			} else {
-				b[1][i] = 1
-			}
-		}
-		return b
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	ep := func(answer, backAnswer time.Duration) episode {
+		return episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal,
+			elsewhere: start.Add(500 * time.Millisecond), elsewhereAnswered: start.Add(answer),
+			backWatched: true, back: heal.Add(time.Second), backAnswered: heal.Add(backAnswer)}
 	}
-	ep := episode{endpoint: 0, group: tieredGroup, tiered: true, heal: heal}
-	// Two calls a second: the first window (from healB+1) holds its 5th call, the member's
-	// 3rd, at bucket healB+1+4*5: it ends after it.
-	if got, want := shareBack(ep, sparse(true, 5), t0), t0.Add(time.Duration(healB+1+4*5+1)*shareBucket); !got.Equal(want) {
-		t.Fatalf("2 calls a second, half the member's: back at %v, want %v", got.Sub(t0), want.Sub(t0))
+	rows := failoverTable([]episode{ep(2*time.Second, 2500*time.Millisecond), ep(600*time.Millisecond, 1100*time.Millisecond)},
+		tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute), nil)
+	if len(rows) != 1 || len(rows[0].AnsweredLate) != 2 ||
+		!strings.HasPrefix(rows[0].AnsweredLate[0], "failover of e1 at +10.0s") || !strings.HasSuffix(rows[0].AnsweredLate[0], "answered 1.50s after its arrival") ||
+		!strings.HasPrefix(rows[0].AnsweredLate[1], "way back of e1 at +20.0s") || !strings.HasSuffix(rows[0].AnsweredLate[1], "answered 1.50s after its arrival") {
+		t.Fatalf("answered late: %q", rows[0].AnsweredLate)
 	}
-	if got := shareBack(ep, sparse(false, 5), t0); !got.IsZero() {
-		t.Fatalf("2 calls a second, none the member's: back at %v, want never", got.Sub(t0))
-	}
-	// One call in 2s: no window of 5s holds 5 calls.
-	if got := shareBack(ep, sparse(true, 20), t0); !got.IsZero() {
-		t.Fatalf("a call every 2s: back at %v, want never (no window of %v holds %d calls)", got.Sub(t0), maxShareWindow, shareMin)
+	inv := failoverInvariant(rows, true)
+	if inv.Status != Pass || len(inv.Details) != 2 || !strings.Contains(inv.Result, "2 within it only because") {
+		t.Fatalf("%v %s %q", inv.Status, inv.Result, inv.Details)
 	}
 }
 
@@ -238,7 +224,8 @@ func TestFailoverWatch(t *testing.T) {
 	w.served(1, GroupWest, t0.Add(time.Millisecond))
 	heal := t0.Add(time.Second)
 	w.after(Step{Kind: KindUp, Endpoint: 0, After: State{Groups: initialGroups}}, heal, down, [numGroups]int{-1, -1, -1})
-	w.served(0, GroupDefault, heal.Add(time.Millisecond))
+	w.served(0, GroupDefault, heal.Add(2*time.Millisecond))
+	w.served(0, GroupDefault, heal.Add(time.Millisecond)) // arrived earlier, answered later: the way back's end
 	eps, _, _ := w.collect()
 	if len(eps) != 2 {
 		t.Fatalf("%d episodes, want 2 (default, tiered): %+v", len(eps), eps)
