@@ -25,15 +25,16 @@
 //
 // # Load
 //
-// Thirteen workers (see workers), each with its own deadline per call (3s to 20s): read-write
+// Seventeen workers (see workers), each with its own deadline per call (3s to 20s): read-write
 // transfers between accounts (fixture.TransferInTx; each transfer worker owns its accounts,
 // because spannertest does not isolate concurrent read-write transactions), inserts with a
 // unique RequestId into Inserts (a RowId per transaction attempt, so a double commit
 // shows), strong point reads, SUM/COUNT queries, and streaming queries of 400 Events rows
 // checked row by row, and a heavy query (COUNT(*) of Events every 50ms, marked with the
 // heavyQueryHeader metadata: the query the database refuses in a query-overload); the workers on
-// "west" and "tiered" (point reads, inserts, streaming queries) route their calls with
-// spannerme.NewMEContext.
+// "west" and "tiered" (point reads, inserts, streaming queries; five readers on "tiered", so that
+// a member's share of its tier has calls to be judged on even when each takes a second) route
+// their calls with spannerme.NewMEContext.
 // On the emulator, read-write transactions run one at a time (it fails concurrent ones).
 //
 // # Schedule

@@ -77,8 +77,18 @@ var workers = []workerSpec{
 	{"insert/tiered", opInsert, GroupTiered, 6 * time.Second, 5 * time.Millisecond, nil},
 	{"stream/tiered", opStream, GroupTiered, 8 * time.Second, 20 * time.Millisecond, nil},
 	// The heavy query, every 50ms (issue 40's case): refused everywhere during a
-	// query-overload, served otherwise. Last, so that the other workers keep their draws.
+	// query-overload, served otherwise. Workers are appended, so that the earlier ones keep
+	// their draws (worker i draws from (seed, i)).
 	{"heavy/default", opHeavy, GroupDefault, 3 * time.Second, 50 * time.Millisecond, nil},
+	// Four more readers on the tiered group, 100ms apart: a member's share of its tier is
+	// judged on at least shareMin calls a second, and after an outage of every endpoint the
+	// emulator answers each call in 0.5-1s: the three workers above then gave the tier fewer
+	// than 5 calls a second for 6s, and a member's way back ran on unjudged while the client
+	// spread correctly. These add 4 to 8 calls a second there, and about 40 in memory.
+	{"read/tiered-2", opPointRead, GroupTiered, 3 * time.Second, 100 * time.Millisecond, nil},
+	{"read/tiered-3", opPointRead, GroupTiered, 3 * time.Second, 100 * time.Millisecond, nil},
+	{"read/tiered-4", opPointRead, GroupTiered, 3 * time.Second, 100 * time.Millisecond, nil},
+	{"read/tiered-5", opPointRead, GroupTiered, 3 * time.Second, 100 * time.Millisecond, nil},
 }
 
 // The Events rows the stream queries read: eventRows rows of eventPayload bytes each.
