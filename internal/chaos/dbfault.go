@@ -14,8 +14,8 @@ import (
 // with every connected endpoint of a group ejected, each stays available (rule 4 of
 // internal/verdict), so no group has left its first endpoint (the plan's dbLeadIn puts it
 // there before the fault) and the next call of the load goes to it, whether or not its
-// readmission probe has run yet. What remains is the load's own pace: nine workers that
-// pause 2ms to 20ms between calls, and the Spanner client's retries of UNAVAILABLE inside
+// readmission probe has run yet. What remains is the load's own pace: its workers (see
+// workers) pause 2ms to 100ms between calls, and the Spanner client's retries of UNAVAILABLE inside
 // the calls in flight, which back off from 20ms by 1.3x up to 32s (DefaultRetryBackoff,
 // cloud.google.com/go/spanner v1.96.1 retry.go); the point and sum readers, whose deadlines
 // are 3s to 5s, start fresh calls, with fresh backoffs, every few seconds of the fault. 1s

@@ -212,11 +212,14 @@
 //     never;
 //   - back: from the heal, when it made the endpoint the group's first healthy one again (a
 //     member of its current tier), to the arrival of the group's first call that succeeded on
-//     it; for a tier, to the end of the first second in which the member carried 35% of its
-//     tier's successful calls, at least shareMin of them (its full share after slow start,
-//     fullShare). Measured only while the endpoint stays where the group's calls belong, with
-//     no fault on either layer (an endpoint with a fault still in force at
-//     the heal, hard or soft, is censored); never when the whole bound passed so. A way
+//     it (listed, like a failover, when within its bound only because of the arrival); for a
+//     tier, to the end of the first second in which the tier had at least shareMin successful
+//     calls and the member 35% of them (its full share after slow start, fullShare; its calls
+//     counted by arrival too). Measured only while the endpoint stays where the group's calls
+//     belong, with no fault on either layer, to the time's end or, for a time over its bound,
+//     to the bound (an endpoint with a fault still in force at the heal, hard or soft, is
+//     censored; a fault after the bound does not excuse a late way back); never when the
+//     whole bound passed so. A way
 //     back over its bound is censored when the group switched back within the bound but an
 //     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a
 //     silent blackhole): the load's workers, one call in flight each, waited there, none free

@@ -75,13 +75,15 @@ type episode struct {
 	// arrived at that endpoint's frontend, at or after start (the earliest arrival of the
 	// successes reported); zero: none. The time the backend then took to answer it is not
 	// the client's (on the emulator 0.1 s to 1 s and more after an outage): elsewhereAnswered
-	// is when that call succeeded, for the report.
-	elsewhere, elsewhereAnswered time.Time
+	// is when that call succeeded, for the report; elsewhereFirst is when the first of them
+	// to be answered was (the end of the time had it been measured to an answer).
+	elsewhere, elsewhereAnswered, elsewhereFirst time.Time
 	// back is when the first of the group's calls that succeeded on endpoint arrived there,
 	// at or after heal (watched only when the heal made it the group's first healthy endpoint
-	// again: backWatched); zero: none. backAnswered is when that call succeeded.
-	back, backAnswered time.Time
-	backWatched        bool
+	// again: backWatched); zero: none. backAnswered is when that call succeeded, backFirst
+	// when the first of them to be answered was.
+	back, backAnswered, backFirst time.Time
+	backWatched                   bool
 	// backCensored: the heal left the endpoint where the group's calls belong, but with a
 	// fault on its other layer: its way back is not measured, and counts as censored.
 	backCensored bool
@@ -133,11 +135,21 @@ func (w *failoverWatch) served(e int, group string, arrival time.Time) {
 		if ep.group != g {
 			continue
 		}
-		if e != ep.endpoint && !arrival.Before(ep.start) && (ep.elsewhere.IsZero() || arrival.Before(ep.elsewhere)) {
-			ep.elsewhere, ep.elsewhereAnswered = arrival, now
+		if e != ep.endpoint && !arrival.Before(ep.start) {
+			if ep.elsewhere.IsZero() || arrival.Before(ep.elsewhere) {
+				ep.elsewhere, ep.elsewhereAnswered = arrival, now
+			}
+			if ep.elsewhereFirst.IsZero() {
+				ep.elsewhereFirst = now
+			}
 		}
-		if ep.backWatched && e == ep.endpoint && !arrival.Before(ep.heal) && (ep.back.IsZero() || arrival.Before(ep.back)) {
-			ep.back, ep.backAnswered = arrival, now
+		if ep.backWatched && e == ep.endpoint && !arrival.Before(ep.heal) {
+			if ep.back.IsZero() || arrival.Before(ep.back) {
+				ep.back, ep.backAnswered = arrival, now
+			}
+			if ep.backFirst.IsZero() {
+				ep.backFirst = now
+			}
 		}
 	}
 }

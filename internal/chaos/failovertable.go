@@ -110,9 +110,10 @@ type FailoverRow struct {
 	// healthy endpoint, its configuration or the endpoint's state changed first, or the run
 	// ended).
 	HealedFirst, Censored int
-	// AnsweredLate lists the times within their bound that would not be if they ended when the
-	// first success was answered rather than when it arrived: the backend's time, left out,
-	// made the difference (its description, and how long the answer took).
+	// AnsweredLate lists the times within their bound that would not be if they ended at the
+	// group's first answer there rather than at its first success's arrival: the backend's
+	// time, left out, made the difference (the episode, both times and the bound). A tier's
+	// way back is never listed: its share windows count calls by arrival.
 	AnsweredLate []string
 	// Calls and Lost: the group's calls that ended from the fault's start to its heal, and
 	// those of them that failed while the group had another usable endpoint.
@@ -169,6 +170,12 @@ func answeredLater(arrival, answered time.Time) string {
 	return fmt.Sprintf("; answered %.2fs after its arrival", answered.Sub(arrival).Seconds())
 }
 
+// lateBy is an AnsweredLate line's figures: the time to the first success's arrival, to the
+// first answer, and the bound.
+func lateBy(arrived, answered, bound time.Duration) string {
+	return fmt.Sprintf(": %s to the arrival, %s to the first answer, bound %v", fmtDur(arrived), fmtDur(answered), bound)
+}
+
 // percentile returns the p-th percentile (nearest rank) of sorted ds, 0 for none.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
@@ -219,8 +226,8 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 				r.WorstFailover = describe(ep, tl, ep.start) + answeredLater(ep.elsewhere, ep.elsewhereAnswered)
 			}
 			r.Failover = append(r.Failover, d)
-			if d != never && d <= r.FailoverBound && ep.elsewhereAnswered.Sub(ep.start) > r.FailoverBound {
-				r.AnsweredLate = append(r.AnsweredLate, "failover of "+describe(ep, tl, ep.start)+answeredLater(ep.elsewhere, ep.elsewhereAnswered))
+			if d != never && d <= r.FailoverBound && ep.elsewhereFirst.Sub(ep.start) > r.FailoverBound {
+				r.AnsweredLate = append(r.AnsweredLate, "failover of "+describe(ep, tl, ep.start)+lateBy(d, ep.elsewhereFirst.Sub(ep.start), r.FailoverBound))
 			}
 		case healed:
 			r.HealedFirst++
@@ -244,8 +251,8 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(end)
 				}
 				r.Back = append(r.Back, d)
-				if !ep.tiered && d != never && d <= r.BackBound && ep.backAnswered.Sub(ep.heal) > r.BackBound {
-					r.AnsweredLate = append(r.AnsweredLate, "way back of "+describe(ep, tl, ep.heal)+answeredLater(ep.back, ep.backAnswered))
+				if !ep.tiered && d != never && d <= r.BackBound && ep.backFirst.Sub(ep.heal) > r.BackBound {
+					r.AnsweredLate = append(r.AnsweredLate, "way back of "+describe(ep, tl, ep.heal)+lateBy(d, ep.backFirst.Sub(ep.heal), r.BackBound))
 				}
 			} else {
 				r.Censored++
@@ -324,21 +331,23 @@ func nextFaultFree(s State, g, e int) bool {
 
 // backTime returns the episode's switch-back time: to the first success back (a tier: the end of
 // the first window of shareWindow in which the member carried fullShare of its tier's calls),
-// if the endpoint stayed where the group's calls belong until then; never when it stayed so
-// for the whole bound, within the run, without one; ok false otherwise, and also for a way
-// back over the bound whose calls were held elsewhere (heldAway). sw: the groups' switches,
-// in time order.
+// if the endpoint stayed where the group's calls belong until then (a time over the bound:
+// for the whole bound); never when it stayed so for the whole bound, within the run, without
+// one; ok false otherwise, and also for a way back over the bound whose calls were held
+// elsewhere (heldAway). sw: the groups' switches, in time order.
 func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration, sw []groupSwitch) (time.Duration, bool) {
 	back := ep.back
 	if ep.tiered {
 		back = shareBack(ep, buckets, t0)
 	}
-	until := back
-	if until.IsZero() {
-		until = ep.heal.Add(bound)
-		if until.After(stop) {
-			return 0, false
-		}
+	// The endpoint must stay where the group's calls belong to the time's end or, for a time
+	// over its bound, to the bound: a fault after the bound does not excuse a late way back.
+	until := ep.heal.Add(bound)
+	if !back.IsZero() && back.Before(until) {
+		until = back
+	}
+	if back.IsZero() && until.After(stop) {
+		return 0, false
 	}
 	for _, s := range tl.during(ep.heal, until) {
 		if !preferred(s, ep.group, ep.endpoint, ep.tiered) {
@@ -412,12 +421,14 @@ func holds(f Fault) bool {
 }
 
 // shareBack returns the end of the first window of shareWindow, from the heal on, in which the
-// member carried at least fullShare of its tier's successes (at least shareMin of them); zero
-// when none did. A backend that answers the tier fewer than shareMin calls a second (the
-// emulator after an outage of every endpoint) leaves no window to judge, and the time runs on:
-// a window grown until it held shareMin calls was tried (888a18c) and dropped, since with 5
+// tier had at least shareMin successes and the member at least fullShare of them; zero when
+// none did. A backend that answers the tier fewer than shareMin calls a second (the emulator
+// after an outage of every endpoint) leaves no window to judge, and the time runs on: a
+// window grown until it held shareMin calls was tried (888a18c) and dropped, since with 5
 // calls and sliding starts a member at 20 % of its tier passed within 10 calls half of the
-// time.
+// time; the load keeps the tier enough calls instead (workers). The rule's power is the
+// calls': in memory a window holds hundreds and a member held at 20 % never passes; a window
+// of 5 to 7 calls (a backend answering a call a second) passes it once in 4 to 10.
 func shareBack(ep episode, buckets [NumEndpoints][]int32, t0 time.Time) time.Time {
 	var tier []int
 	for _, t := range groupTiers[ep.group] {
@@ -520,8 +531,8 @@ func printFailover(w io.Writer, rows []FailoverRow) {
 		return
 	}
 	fmt.Fprintf(w, "\nFailover: from a fault's start to the arrival of the affected group's first successful call on another endpoint; back: from its heal to that of its first successful call on it again\n")
-	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
-		100*fullShare, shareWindow)
+	fmt.Fprintf(w, "(a tier: to the member's full share, %.0f%% of its tier's calls in %v, at least %d of them); lost: the group's calls from the start to the heal that failed while another endpoint was usable\n",
+		100*fullShare, shareWindow, shareMin)
 	fmt.Fprintf(w, "  %-24s %5s %7s %7s %7s %7s | %5s %7s %7s %7s %7s | %6s %8s %7s\n",
 		"kind", "n", "p50", "p99", "max", "bound", "back", "p50", "p99", "max", "bound", "healed", "calls", "lost")
 	cell := func(ds []time.Duration, bound time.Duration) string {

@@ -123,6 +123,23 @@ func TestFailoverTimeCases(t *testing.T) {
 	if _, ok := backTime(ep, tl, [NumEndpoints][]int32{}, t0, heal.Add(time.Second), backBound(KindDown, false), nil); ok {
 		t.Fatal("measured a switch-back after the load stopped")
 	}
+	// A way back over its bound (2.25s) is the client's even if e1 has a fault after the
+	// bound and before the success (5s after the heal, at 4s): counted, not censored. A fault
+	// within the bound (at 1s) censors it.
+	for _, tc := range []struct {
+		faultAt time.Duration
+		ok      bool
+	}{{4 * time.Second, true}, {time.Second, false}} {
+		late := downTimeline(t0)
+		again := State{Groups: initialGroups}
+		again.TCP[0] = Fault{Kind: KindDown, Step: 2}
+		late.steps = append(late.steps, applied{at: heal.Add(tc.faultAt), step: Step{Kind: KindDown, Endpoint: 0, Fault: Fault{Kind: KindDown}, After: again}})
+		ep.back = heal.Add(5 * time.Second)
+		d, ok := backTime(ep, late, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false), nil)
+		if ok != tc.ok || (ok && d != 5*time.Second) {
+			t.Errorf("a fault %v after the heal, success back at 5s: %v %v, want ok %v", tc.faultAt, d, ok, tc.ok)
+		}
+	}
 }
 
 // TestShareBack: a member of tiered's top tier is back at its full share at the end of the
@@ -157,24 +174,28 @@ func TestShareBack(t *testing.T) {
 }
 
 // TestFailoverTableListsAnswersLate: a time ends at its first success's arrival, so a failover
-// of 0.5s whose first success was answered 2s after the fault's start (over the 1.75s bound) is
-// within its bound, and listed, not failed, as one that would not be at the answer; so is a
-// way back of 1s answered 2.5s after the heal (bound 2.25s). Those answered within their
-// bound are not listed.
+// of 0.5s whose first answer came 2s after the fault's start (over the 1.75s bound) is within
+// its bound, and listed, not failed, as one that would not be at the answer; so is a way back
+// of 1s first answered 2.5s after the heal (bound 2.25s). Not listed: those answered within
+// their bound, even when the call that arrived first was answered after it (another call,
+// arrived later, was answered first).
 func TestFailoverTableListsAnswersLate(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tl := downTimeline(t0)
 	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
-	ep := func(answer, backAnswer time.Duration) episode {
+	ep := func(answer, first, backAnswer, backFirst time.Duration) episode {
 		return episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 0, group: 0, start: start, heal: heal,
-			elsewhere: start.Add(500 * time.Millisecond), elsewhereAnswered: start.Add(answer),
-			backWatched: true, back: heal.Add(time.Second), backAnswered: heal.Add(backAnswer)}
+			elsewhere: start.Add(500 * time.Millisecond), elsewhereAnswered: start.Add(answer), elsewhereFirst: start.Add(first),
+			backWatched: true, back: heal.Add(time.Second), backAnswered: heal.Add(backAnswer), backFirst: heal.Add(backFirst)}
 	}
-	rows := failoverTable([]episode{ep(2*time.Second, 2500*time.Millisecond), ep(600*time.Millisecond, 1100*time.Millisecond)},
-		tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute), nil)
+	rows := failoverTable([]episode{
+		ep(2*time.Second, 2*time.Second, 2500*time.Millisecond, 2500*time.Millisecond),
+		ep(600*time.Millisecond, 600*time.Millisecond, 1100*time.Millisecond, 1100*time.Millisecond),
+		ep(3*time.Second, 700*time.Millisecond, 3*time.Second, 1200*time.Millisecond),
+	}, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute), nil)
 	if len(rows) != 1 || len(rows[0].AnsweredLate) != 2 ||
-		!strings.HasPrefix(rows[0].AnsweredLate[0], "failover of e1 at +10.0s") || !strings.HasSuffix(rows[0].AnsweredLate[0], "answered 1.50s after its arrival") ||
-		!strings.HasPrefix(rows[0].AnsweredLate[1], "way back of e1 at +20.0s") || !strings.HasSuffix(rows[0].AnsweredLate[1], "answered 1.50s after its arrival") {
+		rows[0].AnsweredLate[0] != "failover of e1 at +10.0s (in force: e1:down): 0.50s to the arrival, 2.00s to the first answer, bound 1.75s" ||
+		rows[0].AnsweredLate[1] != "way back of e1 at +20.0s (in force: none): 1.00s to the arrival, 2.50s to the first answer, bound 2.25s" {
 		t.Fatalf("answered late: %q", rows[0].AnsweredLate)
 	}
 	inv := failoverInvariant(rows, true)
@@ -234,6 +255,10 @@ func TestFailoverWatch(t *testing.T) {
 	if d.group != 0 || !d.elsewhere.Equal(t0.Add(time.Millisecond)) || d.elsewhereAnswered.IsZero() || !d.heal.Equal(heal) ||
 		!d.backWatched || !d.back.Equal(heal.Add(time.Millisecond)) || d.backAnswered.IsZero() || d.kind != "down" {
 		t.Fatalf("default's episode %+v", d)
+	}
+	// The first answer is that of the call served first (arrived later), not after it.
+	if d.elsewhereFirst.IsZero() || d.elsewhereFirst.After(d.elsewhereAnswered) || d.backFirst.IsZero() || d.backFirst.After(d.backAnswered) {
+		t.Fatalf("default's first answers: elsewhere %v (answered %v), back %v (answered %v)", d.elsewhereFirst, d.elsewhereAnswered, d.backFirst, d.backAnswered)
 	}
 	if tr.group != tieredGroup || !tr.tiered || !tr.elsewhere.IsZero() || !tr.backWatched {
 		t.Fatalf("tiered's episode %+v", tr)
