@@ -82,7 +82,11 @@ func (h *healthLog) add(ev spannerme.HealthEvent) {
 	h.mu.Unlock()
 	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(start).Seconds(), h.name(ev.Endpoint), what)
 	if ev.Kind == spannerme.EndpointEjected {
-		line += fmt.Sprintf(" until +%v", ev.Until.Sub(ev.At).Round(time.Millisecond))
+		detail := ev.Detail
+		if len(detail) > 240 {
+			detail = detail[:240] + "..."
+		}
+		line += fmt.Sprintf(" until +%v: %s", ev.Until.Sub(ev.At).Round(time.Millisecond), detail)
 	}
 	fmt.Fprintln(h.out, line)
 }
