@@ -55,9 +55,8 @@ func (o Outcome) String() string {
 // The classes of outcomes (docs/health.md tells what each does to an endpoint):
 //
 //   - nil: Success.
-//   - UNAVAILABLE that gRPC's transport made because the call's connection went away, or
-//     that the pool's picker made because it had no connection (isConnectionLost):
-//     ConnectionLost.
+//   - UNAVAILABLE that gRPC's transport made because the call's connection went away
+//     (isConnectionLost): ConnectionLost.
 //   - any other UNAVAILABLE: Failure: the backend's (or a frontend's) own answer on a live
 //     connection, a stream refused, HTTP 502/503/504 and 429 from a proxy (grpc-go
 //     internal/transport, HTTPStatusConvTab).
@@ -143,20 +142,9 @@ func deadline(answered bool) Outcome {
 //   - "the stream is rejected because server is draining the connection": statusGoAway
 //     (transport.go:838), a stream the server's GOAWAY left unprocessed (http2_client.go:1471).
 //
-// One more is no connection at all, not a lost one, and counts the same: "all SubConns are in
-// TransientFailure", balancer.ErrTransientFailure (balancer/balancer.go:275), which the
-// grpcgcp pool's picker returns while every channel of the pool is in TRANSIENT_FAILURE
-// (grpcgcp v1.6.0, gcp_balancer.go:443) and the ClientConn gives a call that does not wait
-// for ready as UNAVAILABLE with that message (picker_wrapper.go:176). The call never left the
-// client: it says that the endpoint is not connected, which the connectivity monitor knows
-// (and RecoveryTimeout handles), nothing of the endpoint's answers. Counted as a Failure, the
-// calls a group sends an endpoint reconnecting after an outage (it stays the group's for
-// RecoveryTimeout) ejected it for its ejection time once it was back.
-//
 // A server's own UNAVAILABLE comes in its trailers with whatever message it chose ("region
 // down"), none of these.
 var connectionLostPrefixes = [...]string{
-	"all SubConns are in TransientFailure",
 	"transport is closing",
 	"connection error: desc = ",
 	"closing transport due to: ",

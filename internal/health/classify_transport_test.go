@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/keepalive"
@@ -127,34 +125,6 @@ func TestClassify_RealTransportErrors(t *testing.T) {
 		<-hs.started
 		cl.closeConns()
 		_, err = s.Recv()
-		t.Logf("%v", err)
-		if got := Classify(err, false, false); got != ConnectionLost {
-			t.Fatalf("Classify(%v) = %v, want connection lost", err, got)
-		}
-	})
-	t.Run("a grpcgcp pool with no connection", func(t *testing.T) {
-		// A closed loopback port: every connection attempt is refused, and the pool's
-		// balancer goes to TRANSIENT_FAILURE; a call that does not wait for ready fails at
-		// the pick, before it leaves the client.
-		ln, err := net.Listen("tcp4", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"`+grpcgcp.Name+`":{}}]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		cc.Connect()
-		for s := cc.GetState(); s != connectivity.TransientFailure; s = cc.GetState() {
-			if !cc.WaitForStateChange(ctx, s) {
-				t.Fatalf("the pool never went to TRANSIENT_FAILURE (last %v)", s)
-			}
-		}
-		_, err = testpb.NewTestServiceClient(cc).UnaryCall(ctx, &testpb.SimpleRequest{})
 		t.Logf("%v", err)
 		if got := Classify(err, false, false); got != ConnectionLost {
 			t.Fatalf("Classify(%v) = %v, want connection lost", err, got)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 
+	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
@@ -13,8 +14,9 @@ import (
 
 // Observe records the outcome of one call of class c to method on the pool for health from
 // call outcomes. answered reports that a response (header or message) had arrived. A success takes no lock
-// and allocates nothing. A failure or timeout while the pool has no ready connection is left
-// to the connectivity monitor: it says nothing about the backend, and it must not keep a
+// and allocates nothing. A failure or timeout while the pool has no ready connection, or one
+// that failed at the pick for want of a connection (pickFoundNoConnection), is left to the
+// connectivity monitor: it says nothing about the backend, and it must not keep a
 // reconnected endpoint ejected. So is a call whose connection went away while the pool stays
 // ready (health.ConnectionLost, which the detector does not count): one lost connection is
 // one connectivity event, however many calls it carried. A no-op when health is off.
@@ -28,10 +30,35 @@ func (p *Pool) Observe(c health.Class, method string, err error, answered bool) 
 		return
 	}
 	o := health.Classify(err, answered, p.overloadIsFailure)
-	if (o == health.Failure || o == health.Timeout) && p.State() != connectivity.Ready {
+	if (o == health.Failure || o == health.Timeout) && (p.State() != connectivity.Ready || pickFoundNoConnection(err)) {
 		return
 	}
 	h.Record(c, method, o, err)
+}
+
+// pickFoundNoConnection reports whether err is a call's failure at the pick for want of a
+// connection: the pool's state is read when the call ends, and a call failed at the pick just
+// before the pool turned READY would otherwise count against an endpoint that had just
+// reconnected. After an outage of every endpoint, 10 such calls ejected a reconnected endpoint
+// for its ejection time ("all SubConns are in TransientFailure": balancer.ErrTransientFailure,
+// grpc-go v1.85.0 balancer/balancer.go:275, which grpcgcp v1.6.0's picker returns while every
+// channel is in TRANSIENT_FAILURE, gcp_balancer.go:443, and which gRPC gives a call that does
+// not wait for ready as UNAVAILABLE with that message, picker_wrapper.go:176). The pool's own
+// pick errors for no connection (errNoConnection, errNoAddresses) count the same. Matched on
+// the exact message: a server's own UNAVAILABLE could carry it only by relaying another gRPC
+// client's pick error (a proxy whose upstream has no connection), which this then leaves to
+// the connectivity monitor too. Only health reads this: retry elsewhere and the tiers' latency
+// scores still see the call failed (health.Classify is unchanged).
+func pickFoundNoConnection(err error) bool {
+	s, ok := status.FromError(err)
+	if !ok || s.Code() != codes.Unavailable {
+		return false
+	}
+	switch s.Message() {
+	case balancer.ErrTransientFailure.Error(), errNoConnection.Error(), errNoAddresses.Error():
+		return true
+	}
+	return false
 }
 
 // Bits of Stream.health.
