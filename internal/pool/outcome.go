@@ -55,6 +55,7 @@ func pickFoundNoConnection(err error) bool {
 		return false
 	}
 	switch s.Message() {
+	//lint:ignore SA1019 deprecated for balancers to return, but grpcgcp v1.6.0's still does (gcp_balancer.go:443): this reads it
 	case balancer.ErrTransientFailure.Error(), errNoConnection.Error(), errNoAddresses.Error():
 		return true
 	}
