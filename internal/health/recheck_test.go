@@ -15,18 +15,7 @@ import (
 func TestRecheck(t *testing.T) {
 	h := newHarness(t, testConfig, true)
 	defer h.d.Close()
-	step := func(at time.Duration, what string, recheck bool, wantOut bool, wantProbes int, wantEvents ...string) {
-		t.Helper()
-		h.clock.Set(h.start.Add(at))
-		if recheck {
-			h.d.Recheck()
-		}
-		got := h.takeEvents()
-		if h.d.Ejected() != wantOut || h.probing() != wantProbes || !slices.Equal(got, wantEvents) {
-			t.Fatalf("%s (at %v): ejected=%v probes=%d events=%q; want ejected=%v probes=%d events=%q",
-				what, at, h.d.Ejected(), h.probing(), got, wantOut, wantProbes, wantEvents)
-		}
-	}
+	step := stepper(t, &h, (*Detector).Recheck)
 	step(time.Second, "not ejected", true, false, 0)
 	for range testConfig.ConsecutiveFailures {
 		h.d.Failure(Writes, "/google.spanner.v1.Spanner/Commit", errUnavailable)
@@ -80,18 +69,7 @@ func TestRecheck(t *testing.T) {
 func TestConnected(t *testing.T) {
 	h := newHarness(t, testConfig, true)
 	defer h.d.Close()
-	step := func(at time.Duration, what string, connected bool, wantOut bool, wantProbes int, wantEvents ...string) {
-		t.Helper()
-		h.clock.Set(h.start.Add(at))
-		if connected {
-			h.d.Connected()
-		}
-		got := h.takeEvents()
-		if h.d.Ejected() != wantOut || h.probing() != wantProbes || !slices.Equal(got, wantEvents) {
-			t.Fatalf("%s (at %v): ejected=%v probes=%d events=%q; want ejected=%v probes=%d events=%q",
-				what, at, h.d.Ejected(), h.probing(), got, wantOut, wantProbes, wantEvents)
-		}
-	}
+	step := stepper(t, &h, (*Detector).Connected)
 	step(time.Second, "connected, not ejected", true, false, 0)
 	for range testConfig.ConsecutiveFailures {
 		h.d.Failure(Reads, "/google.spanner.v1.Spanner/ExecuteStreamingSql", errUnavailable)
@@ -121,5 +99,25 @@ func TestConnected(t *testing.T) {
 	h.d.Connected()
 	if !h.d.Ejected() {
 		t.Fatal("readmitted by Connected without a probe function, before the ejection time")
+	}
+}
+
+// stepper returns a step of a test on the harness *hp (a test may start a new one): at its
+// start plus at, calls act on its detector if do, then checks whether the endpoint is
+// ejected, how many probes are under way and the events since the last step (what names the
+// step in a failure).
+func stepper(t *testing.T, hp **harness, act func(*Detector)) func(at time.Duration, what string, do bool, wantOut bool, wantProbes int, wantEvents ...string) {
+	return func(at time.Duration, what string, do bool, wantOut bool, wantProbes int, wantEvents ...string) {
+		t.Helper()
+		h := *hp
+		h.clock.Set(h.start.Add(at))
+		if do {
+			act(h.d)
+		}
+		got := h.takeEvents()
+		if h.d.Ejected() != wantOut || h.probing() != wantProbes || !slices.Equal(got, wantEvents) {
+			t.Fatalf("%s (at %v): ejected=%v probes=%d events=%q; want ejected=%v probes=%d events=%q",
+				what, at, h.d.Ejected(), h.probing(), got, wantOut, wantProbes, wantEvents)
+		}
 	}
 }
