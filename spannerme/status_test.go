@@ -15,7 +15,9 @@ import (
 func TestStatusJSON_OneStyleAndRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 1, 1, 2, 3, 0, time.UTC)
 	st := Status{
-		At: at, Default: "g", Groups: []GroupStatus{}, UnknownGroups: map[string]int64{},
+		At: at, Default: "g", UnknownGroups: map[string]int64{},
+		Groups: []GroupStatus{{Name: "g", Current: "e1:443", Tiers: &TiersStatus{Tiers: [][]string{{"e1:443"}}, SlowStartFrom: -1,
+			Members: []TierMemberStatus{{Endpoint: "e1:443", Latency: 2 * time.Millisecond, InFlight: 3, Waiting: 1500 * time.Millisecond}}}}},
 		Pools: []PoolStatus{{Endpoint: "e1:443", Connectivity: "READY", Since: at,
 			Health: PoolHealth{Ejected: true, EjectedAt: at, EjectedUntil: at.Add(30 * time.Second), Reason: ReasonConsecutiveFailures,
 				Detail: "10 calls failed in a row", Ejections: 1, Suspect: true,
@@ -31,7 +33,7 @@ func TestStatusJSON_OneStyleAndRoundTrip(t *testing.T) {
 	if keys := regexp.MustCompile(`"([A-Z][A-Za-z]*)":`).FindAllString(string(b), -1); len(keys) != 0 {
 		t.Errorf("keys not in camelCase: %v\n%s", keys, b)
 	}
-	for _, want := range []string{`"latency":"3ms"`, `"lastError":"line 3: bad"`, `"reason":"consecutive failures"`, `"ejected":true`} {
+	for _, want := range []string{`"latency":"3ms"`, `"latency":"2ms","waiting":"1.5s"`, `"lastError":"line 3: bad"`, `"reason":"consecutive failures"`, `"ejected":true`} {
 		if !regexp.MustCompile(regexp.QuoteMeta(want)).Match(b) {
 			t.Errorf("JSON lacks %s:\n%s", want, b)
 		}

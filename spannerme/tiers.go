@@ -56,7 +56,7 @@ func tiersStatus(t *route.Tiering, st multiendpoint.Status) *TiersStatus {
 		for j, e := range tier {
 			m := TierMemberStatus{Endpoint: e, Tier: i}
 			if s, ok := t.Stats(e); ok {
-				m.Latency, m.InFlight = s.Latency, s.InFlight
+				m.Latency, m.InFlight, m.Waiting = s.Latency, s.InFlight, s.Waiting
 				if prev != nil {
 					delta[j] = s.Started - prev.Started[e]
 					total += delta[j]

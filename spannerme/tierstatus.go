@@ -62,6 +62,11 @@ type TierMemberStatus struct {
 	Latency time.Duration `json:"-"`
 	// InFlight is the endpoint's calls in flight now, from every group that lists it.
 	InFlight int64 `json:"inFlight"`
+	// Waiting is how long the endpoint has answered none of its calls in flight: since its
+	// latest answer, or since a call began with none in flight; zero with none in flight.
+	// Spreading counts it in place of Latency when it is longer (docs/tiers.md, "How a call
+	// picks its member"). In JSON, a Go duration string ("" when zero).
+	Waiting time.Duration `json:"-"`
 	// Share is the endpoint's part, in [0, 1], of the calls started on the endpoints of its
 	// tier during ShareWindow (every group that lists them); zero without a window.
 	Share float64 `json:"share"`
@@ -72,13 +77,17 @@ type tierMemberAlias TierMemberStatus
 type tierMemberJSON struct {
 	tierMemberAlias
 	Latency string `json:"latency,omitempty"`
+	Waiting string `json:"waiting,omitempty"`
 }
 
-// MarshalJSON writes Latency as a Go duration string, omitted when zero.
+// MarshalJSON writes Latency and Waiting as Go duration strings, each omitted when zero.
 func (m TierMemberStatus) MarshalJSON() ([]byte, error) {
 	j := tierMemberJSON{tierMemberAlias: tierMemberAlias(m)}
 	if m.Latency != 0 {
 		j.Latency = m.Latency.String()
+	}
+	if m.Waiting != 0 {
+		j.Waiting = m.Waiting.String()
 	}
 	return json.Marshal(j)
 }
@@ -91,6 +100,9 @@ func (m *TierMemberStatus) UnmarshalJSON(b []byte) error {
 	}
 	*m = TierMemberStatus(j.tierMemberAlias)
 	var err error
-	m.Latency, err = textform.ParseDuration(j.Latency)
+	if m.Latency, err = textform.ParseDuration(j.Latency); err != nil {
+		return err
+	}
+	m.Waiting, err = textform.ParseDuration(j.Waiting)
 	return err
 }

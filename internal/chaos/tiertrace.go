@@ -20,10 +20,12 @@ type tierSample struct {
 	// none).
 	current, tier, rampFrom int8
 	// score is each endpoint's latency score (TierMemberStatus.Latency, 0: not measured),
-	// inFlight its calls in flight, available whether the group finds it Available, ready
+	// inFlight its calls in flight, waiting how long it has answered none of them
+	// (TierMemberStatus.Waiting), available whether the group finds it Available, ready
 	// whether its pool is READY.
 	score     [NumEndpoints]time.Duration
 	inFlight  [NumEndpoints]int32
+	waiting   [NumEndpoints]time.Duration
 	available [NumEndpoints]bool
 	ready     [NumEndpoints]bool
 }
@@ -92,7 +94,7 @@ func sampleTiers(st spannerme.Status, index func(string) int, at time.Duration) 
 		}
 		for _, m := range g.Tiers.Members {
 			if i := index(m.Endpoint); i >= 0 {
-				s.score[i], s.inFlight[i] = m.Latency, int32(m.InFlight)
+				s.score[i], s.inFlight[i], s.waiting[i] = m.Latency, int32(m.InFlight), m.Waiting
 			}
 		}
 		return s, true
@@ -106,8 +108,8 @@ const traceEach = 500 * time.Millisecond
 // traceOf describes the way back of tiered episode ep from its heal to end, one line per
 // traceEach: the tier's successes of each member in that step (buckets, from t0), and the
 // last sample taken in it (the group's current endpoint and tier, the ramp, and per member:
-// available (A) or not (-), its pool READY (R) or not (-), its score and its calls in
-// flight). Nil when no sample falls in the span.
+// available (A) or not (-), its pool READY (R) or not (-), its score, its calls in flight
+// and how long it has answered none of them). Nil when no sample falls in the span.
 func traceOf(ep episode, samples []tierSample, buckets [NumEndpoints][]int32, t0, end time.Time) []string {
 	var out []string
 	from, to := ep.heal.Sub(t0), end.Sub(t0)
@@ -144,6 +146,9 @@ func traceOf(ep episode, samples []tierSample, buckets [NumEndpoints][]int32, t0
 				score = last.score[e].Round(100 * time.Microsecond).String()
 			}
 			fmt.Fprintf(&b, " | %s %s%s %d ok, score %s, %d in flight", endpointName(e), flag(last.available[e], "A"), flag(last.ready[e], "R"), n, score, last.inFlight[e])
+			if w := last.waiting[e]; w > 0 {
+				fmt.Fprintf(&b, " (none answered for %s)", w.Round(time.Millisecond))
+			}
 		}
 		out = append(out, b.String())
 	}

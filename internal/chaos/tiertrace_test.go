@@ -69,14 +69,14 @@ func TestTraceOf(t *testing.T) {
 		{at: 9900 * time.Millisecond, current: 2, rampFrom: -1},                                                             // before the heal's step
 		{at: 10100 * time.Millisecond, current: 2, tier: 1, rampFrom: -1, score: [3]time.Duration{0, 9 * time.Millisecond}}, // not the step's last
 		{at: 10400 * time.Millisecond, current: 0, tier: 0, rampFrom: 1, score: [3]time.Duration{2 * time.Second, 9 * time.Millisecond},
-			inFlight: [3]int32{1, 2, 0}, available: [3]bool{true, true, true}, ready: [3]bool{true, true, false}},
+			inFlight: [3]int32{1, 2, 0}, waiting: [3]time.Duration{0, 1234567 * time.Microsecond}, available: [3]bool{true, true, true}, ready: [3]bool{true, true, false}},
 		// none from 10.5s to 11s
 		{at: 11200 * time.Millisecond, current: 0, rampFrom: -1, score: [3]time.Duration{12340 * time.Microsecond, 9 * time.Millisecond}},
 		{at: 12100 * time.Millisecond, current: 1, rampFrom: -1}, // after the end
 	}
 	got := traceOf(episode{heal: heal, tiered: true}, samples, b, t0, t0.Add(11500*time.Millisecond))
 	want := []string{
-		"+10.0s on e1 tier 0 (ramp from tier 1) | e1 AR 5 ok, score 2s, 1 in flight | e2 AR 20 ok, score 9ms, 2 in flight | e3 A- 0 ok, score unmeasured, 0 in flight",
+		"+10.0s on e1 tier 0 (ramp from tier 1) | e1 AR 5 ok, score 2s, 1 in flight | e2 AR 20 ok, score 9ms, 2 in flight (none answered for 1.235s) | e3 A- 0 ok, score unmeasured, 0 in flight",
 		"+11.0s on e1 tier 0 | e1 -- 0 ok, score 12.3ms, 0 in flight | e2 -- 0 ok, score 9ms, 0 in flight | e3 -- 0 ok, score unmeasured, 0 in flight",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -17,13 +17,11 @@ var benchSink atomic.Int64
 // random source. "ramping" reads the clock for a switch back in progress. The goal of issue
 // 28: 2 to 4 members at most 40 ns and 0 allocations.
 func BenchmarkPick(b *testing.B) {
-	for _, ramping := range []bool{false, true} {
+	// busy: every endpoint has a call in flight, so each cost reads the clock (Endpoint.waiting).
+	for _, mode := range []string{"steady", "busy", "ramping"} {
+		ramping := mode == "ramping"
 		for n := 1; n <= 4; n++ {
-			name := fmt.Sprintf("steady/members=%d", n)
-			if ramping {
-				name = fmt.Sprintf("ramping/members=%d", n)
-			}
-			b.Run(name, func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/members=%d", mode, n), func(b *testing.B) {
 				var tier [][]string
 				tier = append(tier, nil)
 				for i := range n {
@@ -55,6 +53,9 @@ func BenchmarkPick(b *testing.B) {
 					e := reg.Endpoint(a)
 					e.Begin()
 					e.Done(time.Duration(1+i)*time.Millisecond, false)
+					if mode == "busy" {
+						e.Begin()
+					}
 				}
 				p, err := New(Options{Resolve: reg.Endpoint, SlowStart: opts.SlowStart})
 				if err != nil {
@@ -76,7 +77,8 @@ func BenchmarkPick(b *testing.B) {
 }
 
 // BenchmarkEndpoint_BeginDone is what a call adds to the pick: counting it in flight and
-// folding its latency into the score (one clock read, two atomic adds, two compare-and-swaps).
+// folding its latency into the score (one clock read in Done and one in a Begin on an idle
+// endpoint, two atomic adds, two compare-and-swaps).
 func BenchmarkEndpoint_BeginDone(b *testing.B) {
 	e := NewEndpoint("a:443", EndpointOptions{Clock: clock.Real})
 	b.ReportAllocs()

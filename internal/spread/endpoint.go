@@ -29,7 +29,9 @@
 // member made slower must lose its share (issue 28), and it regains its share as fast once it
 // is fast again; with hundreds of calls a second the average still spans hundreds of samples.
 // An endpoint with no score yet costs Options.InitialLatency (10 ms, that client's
-// endpointLatencyDefaultRTT) per call.
+// endpointLatencyDefaultRTT) per call. Ours adds one term: while calls are in flight, an
+// endpoint that has answered none of them for longer than its score costs that time per call
+// instead (Endpoint.waiting): calls that hang count before they end.
 //
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
@@ -87,11 +89,16 @@ type Endpoint struct {
 	// pathFailed is when PathFailed was last called, or when a join dropped the score since
 	// (forgetBefore), as last counts time; 0 when PathRecovered came after it (or none).
 	pathFailed atomic.Int64
-	base       time.Time
-	clock      clock.Clock
-	tau        float64 // DecayTime in nanoseconds
-	initial    float64 // InitialLatency in microseconds
-	penalty    time.Duration
+	// answered is when a call counted by Begin last ended (Done) leaving others in flight, or
+	// began while none was, as last counts time (0: never): while calls are in flight, now -
+	// answered is how long the endpoint has gone without answering one, at most the oldest
+	// call's age.
+	answered atomic.Int64
+	base     time.Time
+	clock    clock.Clock
+	tau      float64 // DecayTime in nanoseconds
+	initial  float64 // InitialLatency in microseconds
+	penalty  time.Duration
 }
 
 // EndpointOptions configures an Endpoint's score.
@@ -106,7 +113,9 @@ type EndpointOptions struct {
 	// ErrorPenalty is the latency a failed call counts for at least (Done with failed
 	// true), so that an endpoint that fails fast does not look fast. Zero means 1 s.
 	ErrorPenalty time.Duration
-	// Clock is the time source of the score. Nil means the real clock.
+	// Clock is the time source of the score, read by Done, by a Begin on an endpoint with
+	// nothing in flight, and by a pick's cost of an endpoint with calls in flight. Nil means
+	// the real clock.
 	Clock clock.Clock
 }
 
@@ -137,7 +146,9 @@ func (e *Endpoint) Name() string { return e.name }
 
 // Begin counts a call started on the endpoint; Done must follow.
 func (e *Endpoint) Begin() {
-	e.inflight.Add(1)
+	if e.inflight.Add(1) == 1 {
+		e.answered.Store(e.now()) // the clock is read only when the endpoint was idle
+	}
 	e.started.Add(1)
 }
 
@@ -149,8 +160,11 @@ func (e *Endpoint) Begin() {
 // fault. (A call that passed this check as the score was dropped may still set the new
 // score alone: a window of nanoseconds, left open rather than locking every call.)
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
-	e.inflight.Add(-1)
+	left := e.inflight.Add(-1)
 	now := e.now()
+	if left > 0 {
+		e.answered.Store(now) // else the next Begin sets it
+	}
 	if f := e.forgot.Load(); f != 0 && now-int64(latency) < f {
 		return // it started before the score was forgotten: held by the fault, it measured the fault
 	}
@@ -288,30 +302,63 @@ func (e *Endpoint) latency() float64 {
 	return math.Float64frombits(s)
 }
 
-// cost is latency × (calls in flight + 1).
+// cost is latency × (calls in flight + 1), where latency is the score, or, when calls are in
+// flight and the endpoint has answered none of them for longer than the score, that time
+// (Endpoint.waiting).
 func (e *Endpoint) cost() float64 {
 	n := e.inflight.Load()
-	if n < 0 {
-		n = 0
+	if n <= 0 {
+		return e.latency()
 	}
-	return e.latency() * float64(n+1)
+	return e.busyCost(n, e.clock.Now())
+}
+
+// busyCost is cost with n (> 0) calls in flight at now, read from the Endpoint's clock: a
+// pick reads the clock once for its two candidates, which share it (one Registry).
+func (e *Endpoint) busyCost(n int64, now time.Time) float64 {
+	return max(e.latency(), e.waiting(now)) * float64(n+1)
+}
+
+// waiting returns, in microseconds, how long at now the endpoint has answered no call while
+// some are in flight (the caller knows they are): since its latest Done, or since it began a
+// call while idle. It is at most the age of its oldest call in flight. A score measures calls
+// that ended; this counts those that have not: an endpoint whose calls hang (a backend
+// answering in seconds after an outage, a path gone silent) costs what they have waited so
+// far, not the score of earlier calls, or InitialLatency when it has none yet (in the chaos
+// hour of issue 43, one with no score took a tier's calls, 2 to 7 of them unanswered for 2 s,
+// while its peer scored 594 ms; its calls were then answered in about 1 s each). Peak EWMA
+// (Finagle's PeakEwma, Linkerd) lets a score jump at once to a slow sample, which still waits
+// for the slow call to end.
+func (e *Endpoint) waiting(now time.Time) float64 {
+	a := e.answered.Load()
+	if a == 0 {
+		return 0
+	}
+	return max(float64(int64(now.Sub(e.base))+1-a), 0) / float64(time.Microsecond)
 }
 
 // Stats is a point-in-time view of an Endpoint, for Status and metrics.
 type Stats struct {
 	// Latency is the score (zero: not measured yet); InFlight the calls begun and not done;
-	// Started the calls begun since NewEndpoint (a share over an interval is the difference
-	// of two readings); Cost is Latency (or InitialLatency) × (InFlight + 1), in
-	// microseconds.
+	// Waiting how long the endpoint has answered none of them (zero when none is in
+	// flight); Started the calls begun since NewEndpoint (a share over an interval is the
+	// difference of two readings); Cost is the larger of Latency (or InitialLatency) and
+	// Waiting, × (InFlight + 1), in microseconds.
 	Latency  time.Duration
 	InFlight int64
+	Waiting  time.Duration
 	Started  uint64
 	Cost     float64
 }
 
 // Stats returns the endpoint's current figures.
 func (e *Endpoint) Stats() Stats {
-	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.cost()}
+	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.latency()}
+	if s.InFlight > 0 {
+		now := e.clock.Now()
+		s.Waiting = time.Duration(e.waiting(now) * float64(time.Microsecond))
+		s.Cost = e.busyCost(s.InFlight, now)
+	}
 	if sc := e.score.Load(); sc != 0 {
 		s.Latency = time.Duration(math.Float64frombits(sc) * float64(time.Microsecond))
 	}

@@ -145,3 +145,74 @@ func TestRegistry_SharesEndpointsByAddress(t *testing.T) {
 		t.Fatal("Retain kept an address not listed")
 	}
 }
+
+// While calls are in flight and none has been answered for longer than the score, the
+// endpoint costs that time per call: calls that hang count before they end.
+func TestEndpoint_CostCountsCallsWaitingLongerThanTheScore(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		score    time.Duration // 0: none (InitialLatency, 10 ms)
+		inFlight int
+		after    time.Duration // since the calls began
+		want     float64       // cost, µs
+		waiting  time.Duration // Stats.Waiting
+	}{
+		{"nothing in flight: the score", 20 * ms, 0, time.Second, 20000, 0},
+		{"waiting less than the score: the score", 20 * ms, 2, 15 * ms, 20000 * 3, 15 * ms},
+		{"waiting longer than the score: the wait", 20 * ms, 2, 500 * ms, 500000 * 3, 500 * ms},
+		{"no score yet, waiting 2s", 0, 7, 2 * time.Second, 2e6 * 8, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Time{})
+			e := NewEndpoint("a", EndpointOptions{Clock: clk})
+			if tc.score != 0 {
+				e.Begin()
+				e.Done(tc.score, false)
+			}
+			clk.Advance(time.Minute)
+			for range tc.inFlight {
+				e.Begin()
+			}
+			clk.Advance(tc.after)
+			if got := e.cost(); math.Abs(got-tc.want) > 1e-6*tc.want {
+				t.Fatalf("cost = %v µs, want %v", got, tc.want)
+			}
+			if s := e.Stats(); s.Waiting != tc.waiting || math.Abs(s.Cost-tc.want) > 1e-6*tc.want {
+				t.Fatalf("Stats = %+v, want Waiting %v and Cost %v", s, tc.waiting, tc.want)
+			}
+		})
+	}
+}
+
+// The wait runs from the latest answer, not from the oldest call: an endpoint that answers
+// calls while others are in flight is not waiting.
+func TestEndpoint_AnAnswerRestartsTheWait(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	e := NewEndpoint("a", EndpointOptions{Clock: clk})
+	e.Begin()
+	e.Done(20*ms, false)
+	clk.Advance(time.Minute)
+	e.Begin() // a long call
+	for range 10 {
+		clk.Advance(100 * ms)
+		e.Begin()
+		clk.Advance(10 * ms)
+		e.Done(10*ms, false)
+	}
+	if w := e.Stats().Waiting; w != 0 {
+		t.Fatalf("Waiting = %v right after an answer, want 0", w)
+	}
+	clk.Advance(30 * ms)
+	if w := e.Stats().Waiting; w != 30*ms {
+		t.Fatalf("Waiting = %v 30ms after the latest answer, want 30ms", w)
+	}
+	e.Done(time.Second+130*ms, false) // the long call ends: nothing in flight
+	if s := e.Stats(); s.Waiting != 0 || s.InFlight != 0 {
+		t.Fatalf("Stats = %+v with nothing in flight, want Waiting 0", s)
+	}
+	clk.Advance(time.Second)
+	e.Begin() // begun while idle: the wait starts now, not at the latest answer
+	if w := e.Stats().Waiting; w != 0 {
+		t.Fatalf("Waiting = %v for a call begun now on an idle endpoint, want 0", w)
+	}
+}

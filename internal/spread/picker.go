@@ -205,7 +205,17 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) 
 	// bits, known here to be at least uniform, are uniform above it: u is uniform in [0, 1)
 	// (2^24 × (1 - MinShare × n) steps), and independent of i and j.
 	u := float64(r>>40-s.uniform) * s.rest
-	ci, cj := members[i].cost()+tolerance, members[j].cost()+tolerance
+	ci, cj := members[i].latency(), members[j].latency()
+	if ni, nj := members[i].inflight.Load(), members[j].inflight.Load(); ni > 0 || nj > 0 {
+		t := members[i].clock.Now() // one read for both (Endpoint.busyCost)
+		if ni > 0 {
+			ci = members[i].busyCost(ni, t)
+		}
+		if nj > 0 {
+			cj = members[j].busyCost(nj, t)
+		}
+	}
+	ci, cj = ci+tolerance, cj+tolerance
 	wi, wj := cj*cj*cj, ci*ci*ci // bias 3
 	// The draw goes either way at random, which a branch would mispredict half of the time:
 	// i loses when u×(wi+wj) > wi, i.e. when the difference's sign bit is set, and swap then

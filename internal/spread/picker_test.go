@@ -643,3 +643,31 @@ func TestPick_PathRecoveredDropsTheFaultsScore(t *testing.T) {
 		t.Fatalf("a's score measured after its recovery, at a later join: %v, want its 4ms kept", got)
 	}
 }
+
+// A member whose calls hang loses the tier's calls before they end, even with no score yet:
+// the chaos hour of issue 43 saw a member with no score take a tier's calls while 2 to 7 of
+// them went unanswered for 2 s, beside a peer scored 594 ms.
+func TestPick_MemberWhoseCallsHangLosesItsShare(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.score("b", 594*ms)
+	f.clk.Advance(time.Minute)
+	a := f.reg.Endpoint("a")
+	for range 3 {
+		a.Begin()
+	}
+	v := view("a", "b")
+	f.clk.Advance(5 * ms) // within InitialLatency: a's calls weigh 10 ms each
+	if got := f.shares(v, 20000)["a"]; got < 0.9 {
+		t.Fatalf("a's share with 3 calls 5ms in flight (cost 40ms against b's 594ms) = %.3f, want at least 0.9", got)
+	}
+	f.clk.Advance(1995 * ms) // 2s unanswered: 2s × 4 against 594 ms
+	if got := f.shares(v, 20000)["a"]; got > 0.07 {
+		t.Fatalf("a's share with 3 calls unanswered for 2s = %.3f, want about the minimum share (0.05)", got)
+	}
+	a.Done(2*time.Second, false) // one is answered: a waits no longer, its score is 2s
+	a.Done(2*time.Second, false)
+	a.Done(2*time.Second, false)
+	if got := f.shares(v, 20000)["a"]; got > 0.09 {
+		t.Fatalf("a's share with a 2s score = %.3f, want at most 0.09 (the minimum share and 1 in 40 of the rest)", got)
+	}
+}

@@ -506,7 +506,8 @@ func tierState(now time.Time, ts *spannerme.TiersStatus) string {
 }
 
 // tierMemberText writes a member's spreading figures: its tier, its share of its tier's
-// calls over window (when there is one), its latency score and its calls in flight.
+// calls over window (when there is one), its latency score, its calls in flight and how long
+// it has answered none of them.
 func tierMemberText(m spannerme.TierMemberStatus, window time.Duration) string {
 	s := fmt.Sprintf("tier %d", m.Tier)
 	if window > 0 {
@@ -515,5 +516,9 @@ func tierMemberText(m spannerme.TierMemberStatus, window time.Duration) string {
 	if m.Latency > 0 {
 		s += " · score " + latencyText(m.Latency)
 	}
-	return s + fmt.Sprintf(" · %d in flight", m.InFlight)
+	s += fmt.Sprintf(" · %d in flight", m.InFlight)
+	if m.Waiting > 0 {
+		s += ", none answered for " + latencyText(m.Waiting)
+	}
+	return s
 }

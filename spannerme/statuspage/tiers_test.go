@@ -18,7 +18,7 @@ func TestStatusPageShowsTiers(t *testing.T) {
 		Groups: []spannerme.GroupStatus{{Name: "g", Current: "a:1", Endpoints: eps, Tiers: &spannerme.TiersStatus{
 			Tiers: [][]string{{"a:1", "b:1"}, {"c:1"}}, CurrentTier: 0, SlowStartFrom: 1, SlowStartSince: now.Add(-4 * time.Second),
 			ShareWindow: 10 * time.Second, Members: []spannerme.TierMemberStatus{
-				{Endpoint: "a:1", Tier: 0, Latency: 12 * time.Millisecond, InFlight: 3, Share: 0.9},
+				{Endpoint: "a:1", Tier: 0, Latency: 12 * time.Millisecond, InFlight: 3, Waiting: 30 * time.Millisecond, Share: 0.9},
 				{Endpoint: "b:1", Tier: 0, Latency: 42 * time.Millisecond, Share: 0.1},
 				{Endpoint: "c:1", Tier: 1}}}},
 			{Name: "flat", Current: "a:1", Endpoints: eps}},
@@ -29,7 +29,7 @@ func TestStatusPageShowsTiers(t *testing.T) {
 	if want := "2 tiers · current tier 0 · slow start from tier 1 since 4s"; g.TierState != want {
 		t.Errorf("tier state %q, want %q", g.TierState, want)
 	}
-	for i, want := range []string{"tier 0 · 90% of calls · score 12ms · 3 in flight", "tier 0 · 10% of calls · score 42ms · 0 in flight", "tier 1 · 0% of calls · 0 in flight"} {
+	for i, want := range []string{"tier 0 · 90% of calls · score 12ms · 3 in flight, none answered for 30ms", "tier 0 · 10% of calls · score 42ms · 0 in flight", "tier 1 · 0% of calls · 0 in flight"} {
 		if g.Endpoints[i].Tier != want {
 			t.Errorf("%s: %q, want %q", g.Endpoints[i].Endpoint, g.Endpoints[i].Tier, want)
 		}
