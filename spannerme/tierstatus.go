@@ -62,8 +62,8 @@ type TierMemberStatus struct {
 	Latency time.Duration `json:"-"`
 	// InFlight is the endpoint's calls in flight now, from every group that lists it.
 	InFlight int64 `json:"inFlight"`
-	// Waiting is how long the endpoint has answered none of its calls in flight: since its
-	// latest answer, or since a call began with none in flight; zero with none in flight.
+	// Waiting is the endpoint's wait: the age of the first call begun on it since a call
+	// last ended there (or since its score was dropped); zero when none has begun since.
 	// Spreading counts it in place of Latency when it is longer (docs/tiers.md, "How a call
 	// picks its member"). In JSON, a Go duration string ("" when zero).
 	Waiting time.Duration `json:"-"`

@@ -20,8 +20,7 @@ type tierSample struct {
 	// none).
 	current, tier, rampFrom int8
 	// score is each endpoint's latency score (TierMemberStatus.Latency, 0: not measured),
-	// inFlight its calls in flight, waiting how long it has answered none of them
-	// (TierMemberStatus.Waiting), available whether the group finds it Available, ready
+	// inFlight its calls in flight, waiting its wait (TierMemberStatus.Waiting), available whether the group finds it Available, ready
 	// whether its pool is READY.
 	score     [NumEndpoints]time.Duration
 	inFlight  [NumEndpoints]int32
@@ -109,7 +108,7 @@ const traceEach = 500 * time.Millisecond
 // traceEach: the tier's successes of each member in that step (buckets, from t0), and the
 // last sample taken in it (the group's current endpoint and tier, the ramp, and per member:
 // available (A) or not (-), its pool READY (R) or not (-), its score, its calls in flight
-// and how long it has answered none of them). Nil when no sample falls in the span.
+// and its wait, TierMemberStatus.Waiting). Nil when no sample falls in the span.
 func traceOf(ep episode, samples []tierSample, buckets [NumEndpoints][]int32, t0, end time.Time) []string {
 	var out []string
 	from, to := ep.heal.Sub(t0), end.Sub(t0)
@@ -147,7 +146,7 @@ func traceOf(ep episode, samples []tierSample, buckets [NumEndpoints][]int32, t0
 			}
 			fmt.Fprintf(&b, " | %s %s%s %d ok, score %s, %d in flight", endpointName(e), flag(last.available[e], "A"), flag(last.ready[e], "R"), n, score, last.inFlight[e])
 			if w := last.waiting[e]; w > 0 {
-				fmt.Fprintf(&b, " (none answered for %s)", w.Round(time.Millisecond))
+				fmt.Fprintf(&b, " (waiting %s)", w.Round(time.Millisecond))
 			}
 		}
 		out = append(out, b.String())

@@ -76,7 +76,7 @@ func TestTraceOf(t *testing.T) {
 	}
 	got := traceOf(episode{heal: heal, tiered: true}, samples, b, t0, t0.Add(11500*time.Millisecond))
 	want := []string{
-		"+10.0s on e1 tier 0 (ramp from tier 1) | e1 AR 5 ok, score 2s, 1 in flight | e2 AR 20 ok, score 9ms, 2 in flight (none answered for 1.235s) | e3 A- 0 ok, score unmeasured, 0 in flight",
+		"+10.0s on e1 tier 0 (ramp from tier 1) | e1 AR 5 ok, score 2s, 1 in flight | e2 AR 20 ok, score 9ms, 2 in flight (waiting 1.235s) | e3 A- 0 ok, score unmeasured, 0 in flight",
 		"+11.0s on e1 tier 0 | e1 -- 0 ok, score 12.3ms, 0 in flight | e2 -- 0 ok, score 9ms, 0 in flight | e3 -- 0 ok, score unmeasured, 0 in flight",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -30,8 +30,8 @@
 // is fast again; with hundreds of calls a second the average still spans hundreds of samples.
 // An endpoint with no score yet costs Options.InitialLatency (10 ms, that client's
 // endpointLatencyDefaultRTT) per call. Ours adds one term: while calls are in flight, an
-// endpoint that has answered none of them for longer than its score costs that time per call
-// instead (Endpoint.waiting): calls that hang count before they end.
+// endpoint where a call has waited longer than its score with no call ending meanwhile costs
+// that wait per call instead (Endpoint.waiting): calls that hang count before they end.
 //
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
@@ -89,11 +89,10 @@ type Endpoint struct {
 	// pathFailed is when PathFailed was last called, or when a join dropped the score since
 	// (forgetBefore), as last counts time; 0 when PathRecovered came after it (or none).
 	pathFailed atomic.Int64
-	// answered is when a call counted by Begin last ended (Done) leaving others in flight, or
-	// began while none was, as last counts time (0: never): while calls are in flight, now -
-	// answered is how long the endpoint has gone without answering one, at most the oldest
-	// call's age.
-	answered atomic.Int64
+	// waitFrom is when the first call begun since the latest end (Done) or drop began, as
+	// last counts time; 0: none begun since. While calls are in flight, now - waitFrom is how
+	// long that call has waited with no call ending on the endpoint meanwhile (Endpoint.waiting).
+	waitFrom atomic.Int64
 	base     time.Time
 	clock    clock.Clock
 	tau      float64 // DecayTime in nanoseconds
@@ -113,9 +112,8 @@ type EndpointOptions struct {
 	// ErrorPenalty is the latency a failed call counts for at least (Done with failed
 	// true), so that an endpoint that fails fast does not look fast. Zero means 1 s.
 	ErrorPenalty time.Duration
-	// Clock is the time source of the score, read by Done, by a Begin on an endpoint with
-	// nothing in flight, and by a pick's cost of an endpoint with calls in flight. Nil means
-	// the real clock.
+	// Clock is the time source of the score, read by Done and by the first Begin after a
+	// call ended. Nil means the real clock. A Picker's Options.Clock must be the same.
 	Clock clock.Clock
 }
 
@@ -146,9 +144,10 @@ func (e *Endpoint) Name() string { return e.name }
 
 // Begin counts a call started on the endpoint; Done must follow.
 func (e *Endpoint) Begin() {
-	if e.inflight.Add(1) == 1 {
-		e.answered.Store(e.now()) // the clock is read only when the endpoint was idle
+	if e.waitFrom.Load() == 0 { // the first call since a call ended: the clock is read
+		e.waitFrom.CompareAndSwap(0, e.now())
 	}
+	e.inflight.Add(1)
 	e.started.Add(1)
 }
 
@@ -160,11 +159,11 @@ func (e *Endpoint) Begin() {
 // fault. (A call that passed this check as the score was dropped may still set the new
 // score alone: a window of nanoseconds, left open rather than locking every call.)
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
-	left := e.inflight.Add(-1)
-	now := e.now()
-	if left > 0 {
-		e.answered.Store(now) // else the next Begin sets it
+	e.inflight.Add(-1)
+	if e.waitFrom.Load() != 0 {
+		e.waitFrom.Store(0) // a call ended: the next Begin starts a wait
 	}
+	now := e.now()
 	if f := e.forgot.Load(); f != 0 && now-int64(latency) < f {
 		return // it started before the score was forgotten: held by the fault, it measured the fault
 	}
@@ -256,6 +255,7 @@ func (e *Endpoint) forget(last int64) {
 	if e.last.CompareAndSwap(last, 0) {
 		e.forgot.Store(e.now())
 		e.score.Store(0)
+		e.waitFrom.Store(0)
 	}
 }
 
@@ -265,6 +265,7 @@ func (e *Endpoint) drop() {
 	e.forgot.Store(e.now())
 	e.last.Store(0)
 	e.score.Store(0)
+	e.waitFrom.Store(0) // the calls held by the fault do not count as waiting either
 }
 
 // PathFailed says that the path to the endpoint failed now: its pool lost every connection,
@@ -303,8 +304,8 @@ func (e *Endpoint) latency() float64 {
 }
 
 // cost is latency × (calls in flight + 1), where latency is the score, or, when calls are in
-// flight and the endpoint has answered none of them for longer than the score, that time
-// (Endpoint.waiting).
+// flight and one has waited longer than the score with no call ending on the endpoint
+// meanwhile, that wait (Endpoint.waiting).
 func (e *Endpoint) cost() float64 {
 	n := e.inflight.Load()
 	if n <= 0 {
@@ -313,35 +314,36 @@ func (e *Endpoint) cost() float64 {
 	return e.busyCost(n, e.clock.Now())
 }
 
-// busyCost is cost with n (> 0) calls in flight at now, read from the Endpoint's clock: a
-// pick reads the clock once for its two candidates, which share it (one Registry).
+// busyCost is cost with n (> 0) calls in flight at now, a reading of the Endpoint's clock (a
+// pick reads it once for both candidates: Options.Clock).
 func (e *Endpoint) busyCost(n int64, now time.Time) float64 {
-	return max(e.latency(), e.waiting(now)) * float64(n+1)
+	return max(e.latency(), float64(e.waiting(now))/float64(time.Microsecond)) * float64(n+1)
 }
 
-// waiting returns, in microseconds, how long at now the endpoint has answered no call while
-// some are in flight (the caller knows they are): since its latest Done, or since it began a
-// call while idle. It is at most the age of its oldest call in flight. A score measures calls
-// that ended; this counts those that have not: an endpoint whose calls hang (a backend
-// answering in seconds after an outage, a path gone silent) costs what they have waited so
-// far, not the score of earlier calls, or InitialLatency when it has none yet (in the chaos
-// hour of issue 43, one with no score took a tier's calls, 2 to 7 of them unanswered for 2 s,
-// while its peer scored 594 ms; its calls were then answered in about 1 s each). Peak EWMA
-// (Finagle's PeakEwma, Linkerd) lets a score jump at once to a slow sample, which still waits
-// for the slow call to end.
-func (e *Endpoint) waiting(now time.Time) float64 {
-	a := e.answered.Load()
-	if a == 0 {
+// waiting returns how long at now the endpoint has ended no call while one is in flight:
+// the age of the first call begun since a call last ended (or since the score was dropped),
+// zero when none has begun since. It is at most the age of a call in flight; one call
+// that lasts long while others end does not count. A score measures calls that ended; this
+// counts those that have not: an endpoint whose calls hang (a backend answering in seconds
+// after an outage, a path gone silent) costs what they have waited so far, not the score of
+// earlier calls, or InitialLatency when it has none yet (in the third emulator hour of issue
+// 43, one with no score took a tier's calls, 2 to 7 of them unanswered for 2 s, beside a
+// peer scored 594 ms; its calls were then answered in about 1 s each). Peak EWMA
+// (Finagle's PeakEwma, Linkerd's) also multiplies its score by the calls in flight + 1,
+// and moves the score at once to a slow sample, but only when the slow call ends.
+func (e *Endpoint) waiting(now time.Time) time.Duration {
+	w := e.waitFrom.Load()
+	if w == 0 {
 		return 0
 	}
-	return max(float64(int64(now.Sub(e.base))+1-a), 0) / float64(time.Microsecond)
+	return max(time.Duration(int64(now.Sub(e.base))+1-w), 0)
 }
 
 // Stats is a point-in-time view of an Endpoint, for Status and metrics.
 type Stats struct {
 	// Latency is the score (zero: not measured yet); InFlight the calls begun and not done;
-	// Waiting how long the endpoint has answered none of them (zero when none is in
-	// flight); Started the calls begun since NewEndpoint (a share over an interval is the
+	// Waiting how long the first call begun since a call last ended has been in flight
+	// (zero when none is in flight: Endpoint.waiting); Started the calls begun since NewEndpoint (a share over an interval is the
 	// difference of two readings); Cost is the larger of Latency (or InitialLatency) and
 	// Waiting, × (InFlight + 1), in microseconds.
 	Latency  time.Duration
@@ -356,7 +358,7 @@ func (e *Endpoint) Stats() Stats {
 	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.latency()}
 	if s.InFlight > 0 {
 		now := e.clock.Now()
-		s.Waiting = time.Duration(e.waiting(now) * float64(time.Microsecond))
+		s.Waiting = e.waiting(now)
 		s.Cost = e.busyCost(s.InFlight, now)
 	}
 	if sc := e.score.Load(); sc != 0 {

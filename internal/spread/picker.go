@@ -35,8 +35,10 @@ type Options struct {
 	// concurrent use, lock-free). A deterministic source for tests need not be safe for
 	// concurrent use if the test picks from one goroutine.
 	Rand func() uint64
-	// Clock reads the time of slow start ramps; it is read by a pick only while a ramp
-	// lasts. Nil means the real clock.
+	// Clock reads the time of slow start ramps and of the calls waiting on an endpoint
+	// (Endpoint.waiting); it is read by a pick only while a ramp lasts or when a candidate
+	// has calls in flight, once. It must be the clock of the Endpoints that Resolve
+	// returns (Registry's EndpointOptions.Clock). Nil means the real clock.
 	Clock clock.Clock
 	// Resolve returns the Endpoint of an address (normally from a Registry); required. It is
 	// called when the tier view changes, never on a pick that finds the view unchanged.
@@ -148,18 +150,19 @@ func (p *Picker) Pick(v *multiendpoint.Tier) *Endpoint {
 	if len(members) == 1 {
 		return members[0]
 	}
-	return p.choose(s, members, nil, 0)
+	return p.choose(s, members, nil, time.Time{})
 }
 
 // pickRamping is Pick while a ramp of s may last.
 func (p *Picker) pickRamping(s *set) *Endpoint {
-	now := p.clock.Now().UnixNano()
+	t := p.clock.Now()
+	now := t.UnixNano()
 	if now >= s.rampUntil {
 		s.rampOver.Store(true)
 		if len(s.members) == 1 {
 			return s.members[0]
 		}
-		return p.choose(s, s.members, nil, 0)
+		return p.choose(s, s.members, nil, t)
 	}
 	if len(s.previous) > 0 {
 		w := Weight(time.Duration(now-s.start), p.window, p.invAggr, p.minWeight)
@@ -167,13 +170,13 @@ func (p *Picker) pickRamping(s *set) *Endpoint {
 			if len(s.previous) == 1 {
 				return s.previous[0]
 			}
-			return p.choose(s, s.previous, nil, 0)
+			return p.choose(s, s.previous, nil, t)
 		}
 	}
 	if len(s.members) == 1 {
 		return s.members[0]
 	}
-	return p.choose(s, s.members, s.joined, now)
+	return p.choose(s, s.members, s.joined, t)
 }
 
 // tolerance is added to both costs (in microseconds) before they are compared: costs that
@@ -183,8 +186,10 @@ const tolerance = 1000
 
 // choose is the minimum share and power of two choices over members (at least 2), with a
 // soft comparison of the two candidates' costs. joined, if not nil, gives each member's join
-// time for its slow start weight at now. It draws one random number, two with a ramp.
-func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) *Endpoint {
+// time for its slow start weight at t. t is the time if the pick has read it already (a
+// ramp), else zero: read here only when a candidate has calls in flight. It draws one random
+// number, two with a ramp.
+func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, t time.Time) *Endpoint {
 	// One draw: the top 24 bits decide the minimum share (and the comparison below), the
 	// next 20 bits pick i and the low 20 bits j (multiply and shift: no division; the bias,
 	// under 2^-20 × n, is nil for a tier of a few members).
@@ -207,7 +212,9 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) 
 	u := float64(r>>40-s.uniform) * s.rest
 	ci, cj := members[i].latency(), members[j].latency()
 	if ni, nj := members[i].inflight.Load(), members[j].inflight.Load(); ni > 0 || nj > 0 {
-		t := members[i].clock.Now() // one read for both (Endpoint.busyCost)
+		if t.IsZero() {
+			t = p.clock.Now() // one read for both (Endpoint.busyCost)
+		}
 		if ni > 0 {
 			ci = members[i].busyCost(ni, t)
 		}
@@ -225,6 +232,7 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, now int64) 
 	if joined != nil {
 		// The winner ramps more than the other candidate: taken with the ratio of their
 		// weights (members that joined together ramp alike, and nothing changes).
+		now := t.UnixNano()
 		ww := Weight(time.Duration(now-joined[win]), p.window, p.invAggr, p.minWeight)
 		wo := Weight(time.Duration(now-joined[other]), p.window, p.invAggr, p.minWeight)
 		if ww < wo && unit(p.draw()) >= ww/wo {

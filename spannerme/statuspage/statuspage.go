@@ -506,8 +506,8 @@ func tierState(now time.Time, ts *spannerme.TiersStatus) string {
 }
 
 // tierMemberText writes a member's spreading figures: its tier, its share of its tier's
-// calls over window (when there is one), its latency score, its calls in flight and how long
-// it has answered none of them.
+// calls over window (when there is one), its latency score, its calls in flight and its wait
+// (TierMemberStatus.Waiting).
 func tierMemberText(m spannerme.TierMemberStatus, window time.Duration) string {
 	s := fmt.Sprintf("tier %d", m.Tier)
 	if window > 0 {
@@ -518,7 +518,7 @@ func tierMemberText(m spannerme.TierMemberStatus, window time.Duration) string {
 	}
 	s += fmt.Sprintf(" · %d in flight", m.InFlight)
 	if m.Waiting > 0 {
-		s += ", none answered for " + latencyText(m.Waiting)
+		s += ", waiting " + latencyText(m.Waiting)
 	}
 	return s
 }

@@ -29,7 +29,7 @@ func TestStatusPageShowsTiers(t *testing.T) {
 	if want := "2 tiers · current tier 0 · slow start from tier 1 since 4s"; g.TierState != want {
 		t.Errorf("tier state %q, want %q", g.TierState, want)
 	}
-	for i, want := range []string{"tier 0 · 90% of calls · score 12ms · 3 in flight, none answered for 30ms", "tier 0 · 10% of calls · score 42ms · 0 in flight", "tier 1 · 0% of calls · 0 in flight"} {
+	for i, want := range []string{"tier 0 · 90% of calls · score 12ms · 3 in flight, waiting 30ms", "tier 0 · 10% of calls · score 42ms · 0 in flight", "tier 1 · 0% of calls · 0 in flight"} {
 		if g.Endpoints[i].Tier != want {
 			t.Errorf("%s: %q, want %q", g.Endpoints[i].Endpoint, g.Endpoints[i].Tier, want)
 		}
