@@ -62,8 +62,8 @@ type TierMemberStatus struct {
 	Latency time.Duration `json:"-"`
 	// InFlight is the endpoint's calls in flight now, from every group that lists it.
 	InFlight int64 `json:"inFlight"`
-	// Waiting is the endpoint's wait: the age of the first call begun on it since a call
-	// last ended there (or since its score was dropped); zero when none has begun since.
+	// Waiting is the endpoint's wait: how long the calls begun on it lately have gone
+	// without one of them ending (the age of the first of them); zero when none waits.
 	// Spreading counts it in place of Latency when it is longer (docs/tiers.md, "How a call
 	// picks its member"). In JSON, a Go duration string ("" when zero).
 	Waiting time.Duration `json:"-"`

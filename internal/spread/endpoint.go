@@ -29,9 +29,9 @@
 // member made slower must lose its share (issue 28), and it regains its share as fast once it
 // is fast again; with hundreds of calls a second the average still spans hundreds of samples.
 // An endpoint with no score yet costs Options.InitialLatency (10 ms, that client's
-// endpointLatencyDefaultRTT) per call. Ours adds one term: while calls are in flight, an
-// endpoint where a call has waited longer than its score with no call ending meanwhile costs
-// that wait per call instead (Endpoint.waiting): calls that hang count before they end.
+// endpointLatencyDefaultRTT) per call. Ours adds one term: an endpoint whose calls sent lately
+// have waited longer than its score with none of them ending costs that wait per call instead
+// (Endpoint.waiting): calls that hang count before they end.
 //
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
@@ -89,9 +89,9 @@ type Endpoint struct {
 	// pathFailed is when PathFailed was last called, or when a join dropped the score since
 	// (forgetBefore), as last counts time; 0 when PathRecovered came after it (or none).
 	pathFailed atomic.Int64
-	// waitFrom is when the first call begun since the latest end (Done) or drop began, as
-	// last counts time; 0: none begun since. While calls are in flight, now - waitFrom is how
-	// long that call has waited with no call ending on the endpoint meanwhile (Endpoint.waiting).
+	// waitFrom is when the wait began (Endpoint.waiting), as last counts time; 0: no wait.
+	// The first Begin with no wait starts one; it ends when a call begun at or after it ends,
+	// when nothing is left in flight, and when the score is dropped.
 	waitFrom atomic.Int64
 	base     time.Time
 	clock    clock.Clock
@@ -112,8 +112,8 @@ type EndpointOptions struct {
 	// ErrorPenalty is the latency a failed call counts for at least (Done with failed
 	// true), so that an endpoint that fails fast does not look fast. Zero means 1 s.
 	ErrorPenalty time.Duration
-	// Clock is the time source of the score, read by Done and by the first Begin after a
-	// call ended. Nil means the real clock. A Picker's Options.Clock must be the same.
+	// Clock is the time source of the score, read by Done and by a Begin that starts a
+	// wait (Endpoint.waiting). Nil means the real clock. A Picker's Options.Clock must be the same.
 	Clock clock.Clock
 }
 
@@ -144,7 +144,7 @@ func (e *Endpoint) Name() string { return e.name }
 
 // Begin counts a call started on the endpoint; Done must follow.
 func (e *Endpoint) Begin() {
-	if e.waitFrom.Load() == 0 { // the first call since a call ended: the clock is read
+	if e.waitFrom.Load() == 0 { // no wait: this call starts one, and the clock is read
 		e.waitFrom.CompareAndSwap(0, e.now())
 	}
 	e.inflight.Add(1)
@@ -159,11 +159,18 @@ func (e *Endpoint) Begin() {
 // fault. (A call that passed this check as the score was dropped may still set the new
 // score alone: a window of nanoseconds, left open rather than locking every call.)
 func (e *Endpoint) Done(latency time.Duration, failed bool) {
-	e.inflight.Add(-1)
-	if e.waitFrom.Load() != 0 {
-		e.waitFrom.Store(0) // a call ended: the next Begin starts a wait
-	}
 	now := e.now()
+	// A call of the wait ended: the next Begin starts one. Cleared before the call leaves the
+	// count, so that a Begin that finds the wait still set has this call in flight beside it
+	// (its age bounds the wait) and, once cleared, starts its own.
+	if w := e.waitFrom.Load(); w != 0 && now-int64(latency) >= w {
+		e.waitFrom.CompareAndSwap(w, 0)
+	}
+	if e.inflight.Add(-1) <= 0 {
+		if w := e.waitFrom.Load(); w != 0 { // nothing in flight: no wait, whatever latency said
+			e.waitFrom.CompareAndSwap(w, 0)
+		}
+	}
 	if f := e.forgot.Load(); f != 0 && now-int64(latency) < f {
 		return // it started before the score was forgotten: held by the fault, it measured the fault
 	}
@@ -320,17 +327,21 @@ func (e *Endpoint) busyCost(n int64, now time.Time) float64 {
 	return max(e.latency(), float64(e.waiting(now))/float64(time.Microsecond)) * float64(n+1)
 }
 
-// waiting returns how long at now the endpoint has ended no call while one is in flight:
-// the age of the first call begun since a call last ended (or since the score was dropped),
-// zero when none has begun since. It is at most the age of a call in flight; one call
-// that lasts long while others end does not count. A score measures calls that ended; this
-// counts those that have not: an endpoint whose calls hang (a backend answering in seconds
-// after an outage, a path gone silent) costs what they have waited so far, not the score of
-// earlier calls, or InitialLatency when it has none yet (in the third emulator hour of issue
-// 43, one with no score took a tier's calls, 2 to 7 of them unanswered for 2 s, beside a
-// peer scored 594 ms; its calls were then answered in about 1 s each). Peak EWMA
-// (Finagle's PeakEwma, Linkerd's) also multiplies its score by the calls in flight + 1,
-// and moves the score at once to a slow sample, but only when the slow call ends.
+// waiting returns the endpoint's wait at now: how long the calls begun on it lately have gone
+// without one of them ending. A wait starts with the first call begun when there is none, and
+// ends when a call begun at or after its start ends, when nothing is left in flight, or when
+// the score is dropped; zero when there is none. Its first call is in flight while it lasts,
+// so it is at most the age of a call in flight. Calls begun before a wait do not end it: a
+// call that lasts long while others end (a heavy query) counts only until the first of them
+// ends, and calls held by a fault that end after the drop do not restart the wait of the
+// calls sent since. A score measures calls that ended; this counts those that have not: an
+// endpoint whose calls hang (a backend answering in seconds after an outage, a path gone
+// silent) costs what they have waited so far, not the score of earlier calls, or
+// InitialLatency when it has none yet (in the third emulator hour of issue 43, one with no
+// score took a tier's calls, 2 to 7 of them unanswered for 2 s, beside a peer scored 594 ms;
+// its calls were then answered in about 1 s each). Peak EWMA (Finagle's PeakEwma, Linkerd's)
+// also multiplies its score by the calls in flight + 1, and moves the score at once to a
+// slow sample, but only when the slow call ends.
 func (e *Endpoint) waiting(now time.Time) time.Duration {
 	w := e.waitFrom.Load()
 	if w == 0 {
@@ -342,8 +353,7 @@ func (e *Endpoint) waiting(now time.Time) time.Duration {
 // Stats is a point-in-time view of an Endpoint, for Status and metrics.
 type Stats struct {
 	// Latency is the score (zero: not measured yet); InFlight the calls begun and not done;
-	// Waiting how long the first call begun since a call last ended has been in flight
-	// (zero when none is in flight: Endpoint.waiting); Started the calls begun since NewEndpoint (a share over an interval is the
+	// Waiting the endpoint's wait (Endpoint.waiting; zero when none); Started the calls begun since NewEndpoint (a share over an interval is the
 	// difference of two readings); Cost is the larger of Latency (or InitialLatency) and
 	// Waiting, × (InFlight + 1), in microseconds.
 	Latency  time.Duration

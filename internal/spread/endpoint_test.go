@@ -184,9 +184,9 @@ func TestEndpoint_CostCountsCallsWaitingLongerThanTheScore(t *testing.T) {
 	}
 }
 
-// The wait is the age of the first call begun since a call last ended: one call that lasts
-// long while others end does not count, and calls held by a fault stop counting when the
-// score is dropped.
+// The wait is how long the calls begun lately have gone without one of them ending: one call
+// that lasts long while others end does not count, calls held by a fault stop counting when
+// the score is dropped, and calls begun before a wait neither start nor end it.
 func TestEndpoint_WaitStartsWithTheFirstCallSinceAnEnd(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	e := NewEndpoint("a", EndpointOptions{Clock: clk})
@@ -204,7 +204,7 @@ func TestEndpoint_WaitStartsWithTheFirstCallSinceAnEnd(t *testing.T) {
 		e.Done(10*ms, false)
 		clk.Advance(100 * ms)
 	}
-	if s := e.Stats(); s.Waiting != 0 || s.InFlight != 1 || math.Abs(s.Cost-2*float64(s.Latency/time.Microsecond)) > 1e-3 {
+	if s := e.Stats(); s.Waiting != 0 || s.InFlight != 1 || math.Abs(s.Cost-2*e.latency()) > 1e-6*s.Cost {
 		t.Fatalf("Stats = %+v: the long call in flight, others ended since; want Waiting 0 and Cost the score × 2", s)
 	}
 	e.Begin()
@@ -232,6 +232,20 @@ func TestEndpoint_WaitStartsWithTheFirstCallSinceAnEnd(t *testing.T) {
 	clk.Advance(40 * ms)
 	if w := e.Stats().Waiting; w != 40*ms {
 		t.Fatalf("Waiting = %v for a call begun after the recovery, want its 40ms", w)
+	}
+	// Calls begun before the wait end: the held call, failed, and the long call. Neither
+	// says anything of the call sent since.
+	e.Done(3*time.Second+40*ms, true)
+	e.Done(time.Minute, false)
+	if s := e.Stats(); s.Waiting != 40*ms || s.InFlight != 1 {
+		t.Fatalf("Stats = %+v after calls older than the wait ended, want Waiting 40ms, 1 in flight", s)
+	}
+	clk.Advance(10 * ms)
+	e.Done(50*ms, false) // the wait's own call
+	e.Begin()
+	clk.Advance(5 * ms)
+	if w := e.Stats().Waiting; w != 5*ms {
+		t.Fatalf("Waiting = %v for a call begun after the wait ended, want its 5ms", w)
 	}
 }
 

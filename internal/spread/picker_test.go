@@ -652,18 +652,26 @@ func TestPick_MemberWhoseCallsHangLosesItsShare(t *testing.T) {
 	f.score("b", 594*ms)
 	f.clk.Advance(time.Minute)
 	a := f.reg.Endpoint("a")
+	a.Begin() // two calls held by a fault of a's path
+	a.Begin()
+	a.PathFailed()
+	f.clk.Advance(time.Second)
+	a.PathRecovered() // a's path is back: no score, and the held calls do not wait
 	for range 3 {
 		a.Begin()
 	}
 	v := view("a", "b")
 	f.clk.Advance(5 * ms) // within InitialLatency: a's calls weigh 10 ms each
 	if got := f.shares(v, 20000)["a"]; got < 0.9 {
-		t.Fatalf("a's share with 3 calls 5ms in flight (cost 40ms against b's 594ms) = %.3f, want at least 0.9", got)
+		t.Fatalf("a's share with 5 calls in flight, 3 of them 5ms old (cost 60ms against b's 594ms) = %.3f, want at least 0.9", got)
 	}
-	f.clk.Advance(1995 * ms) // 2s unanswered: 2s × 4 against 594 ms
+	f.clk.Advance(995 * ms)
+	a.Done(2*time.Second, true) // a held call ends: it says nothing of the calls sent since
+	f.clk.Advance(time.Second)  // 2s unanswered: 2s × 5 against 594 ms
 	if got := f.shares(v, 20000)["a"]; got > 0.07 {
 		t.Fatalf("a's share with 3 calls unanswered for 2s = %.3f, want about the minimum share (0.05)", got)
 	}
+	a.Done(3*time.Second, true)  // the other held call
 	a.Done(2*time.Second, false) // one is answered: a waits no longer, its score is 2s
 	a.Done(2*time.Second, false)
 	a.Done(2*time.Second, false)
