@@ -218,8 +218,9 @@
 //     counted by arrival too). Measured only while the endpoint stays where the group's calls
 //     belong, with no fault on either layer, to the time's end or, for a time over its bound,
 //     to the bound (an endpoint with a fault still in force at the heal, hard or soft, is
-//     censored; a fault after the bound does not excuse a late way back); never when the
-//     whole bound passed so. A way
+//     censored; a fault after the bound does not excuse a late way back; a reset or a
+//     frontend restart of the endpoint within that span, instant, censors it too: the client
+//     reconnects and waits SwitchingDelay again); never when the whole bound passed so. A way
 //     back over its bound is censored when the group switched back within the bound but an
 //     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a
 //     silent blackhole): the load's workers, one call in flight each, waited there, none free

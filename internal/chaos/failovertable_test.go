@@ -126,18 +126,29 @@ func TestFailoverTimeCases(t *testing.T) {
 	// A way back over its bound (2.25s) is the client's even if e1 has a fault after the
 	// bound and before the success (5s after the heal, at 4s): counted, not censored. A fault
 	// within the bound (at 1s) censors it.
+	// So does a reset or a frontend restart of e1 within the bound, instant as they are (no
+	// state in force): the client reconnects and pays SwitchingDelay again. Not one of e2,
+	// nor one after the bound.
 	for _, tc := range []struct {
-		faultAt time.Duration
-		ok      bool
-	}{{4 * time.Second, true}, {time.Second, false}} {
+		kind     Kind
+		endpoint int
+		faultAt  time.Duration
+		ok       bool
+	}{
+		{KindDown, 0, 4 * time.Second, true}, {KindDown, 0, time.Second, false},
+		{KindReset, 0, time.Second, false}, {KindFrontendRestart, 0, 800 * time.Millisecond, false},
+		{KindReset, 1, time.Second, true}, {KindReset, 0, 3 * time.Second, true},
+	} {
 		late := downTimeline(t0)
 		again := State{Groups: initialGroups}
-		again.TCP[0] = Fault{Kind: KindDown, Step: 2}
-		late.steps = append(late.steps, applied{at: heal.Add(tc.faultAt), step: Step{Kind: KindDown, Endpoint: 0, Fault: Fault{Kind: KindDown}, After: again}})
+		if !kinds[tc.kind].instant {
+			again.TCP[tc.endpoint] = Fault{Kind: tc.kind, Step: 2}
+		}
+		late.steps = append(late.steps, applied{at: heal.Add(tc.faultAt), step: Step{Kind: tc.kind, Endpoint: tc.endpoint, Fault: Fault{Kind: tc.kind}, After: again}})
 		ep.back = heal.Add(5 * time.Second)
 		d, ok := backTime(ep, late, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false), nil)
 		if ok != tc.ok || (ok && d != 5*time.Second) {
-			t.Errorf("a fault %v after the heal, success back at 5s: %v %v, want ok %v", tc.faultAt, d, ok, tc.ok)
+			t.Errorf("%s of e%d %v after the heal, success back at 5s: %v %v, want ok %v", kinds[tc.kind].name, tc.endpoint+1, tc.faultAt, d, ok, tc.ok)
 		}
 	}
 }
