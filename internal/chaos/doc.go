@@ -224,7 +224,9 @@
 //     back over its bound is censored when the group switched back within the bound but an
 //     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a
 //     silent blackhole): the load's workers, one call in flight each, waited there, none free
-//     to call the healed endpoint. A failover is likewise censored when the group's next
+//     to call the healed endpoint (a tier member: a switch back to its tier, and a hold
+//     beginning during the ramp after it, within the bound, since the ramp still sends most
+//     calls to the tier left). A failover is likewise censored when the group's next
 //     endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).

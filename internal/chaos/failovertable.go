@@ -361,7 +361,7 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		return never, true
 	}
 	d := back.Sub(ep.heal)
-	if d > bound && !ep.tiered && heldAway(ep, tl, sw, bound) {
+	if d > bound && heldAway(ep, tl, sw, bound) {
 		return 0, false
 	}
 	return d, true
@@ -402,7 +402,11 @@ type groupSwitch struct {
 // group's current endpoint is the last switch's before the heal (its first listed endpoint
 // before any switch), then each switch's until the one back. A switch back later than the
 // bound, or none, is the client's: never excused. As a failover is timed only when the
-// group's next endpoint has no fault of its own.
+// group's next endpoint has no fault of its own. A tier member's way back counts a switch to
+// any member of its tier, and the hold may also begin during the ramp that follows, within
+// the bound: for tierSlowStart the ramp still sends most of the group's calls to the tier it
+// left (in the fourth emulator hour, a silent blackhole of e3 0.1 s after tiered switched
+// back to its top tier held all six of the tier's workers for 3.5 s).
 func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Duration) bool {
 	on := []int{initialGroups[ep.group][0]}
 	var backAt time.Time
@@ -417,7 +421,7 @@ func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Durati
 		if s.at.Sub(ep.heal) > bound {
 			break
 		}
-		if s.to == ep.endpoint {
+		if s.to == ep.endpoint || (ep.tiered && sameTier(ep.group, s.to, ep.endpoint)) {
 			backAt = s.at
 			break
 		}
@@ -426,11 +430,28 @@ func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Durati
 	if backAt.IsZero() {
 		return false
 	}
-	for _, s := range tl.during(ep.heal, backAt) {
+	until := backAt
+	if ep.tiered {
+		until = backAt.Add(tierSlowStart)
+		if b := ep.heal.Add(bound); b.Before(until) {
+			until = b
+		}
+	}
+	for _, s := range tl.during(ep.heal, until) {
 		for _, o := range on {
 			if o != ep.endpoint && (holds(s.TCP[o]) || holds(s.Frontend[o])) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// sameTier reports whether endpoints a and b are in one tier of group g (groupTiers).
+func sameTier(g, a, b int) bool {
+	for _, t := range groupTiers[g] {
+		if slices.Contains(t, a) && slices.Contains(t, b) {
+			return true
 		}
 	}
 	return false

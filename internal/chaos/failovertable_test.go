@@ -393,3 +393,47 @@ func TestWayBackOverItsBoundExcusedOnlyWhenTheCallsWereHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestTierWayBackExcusedWhenTheRampsCallsWereHeld: e2, a member of tiered's top tier, is down
+// from +10s to +20s; the group went down to e3 and switched back to its top tier (to e1, a
+// member of e2's tier) at +21.2s, ramping for tierSlowStart. A hold on e3, the tier it left,
+// that begins during the ramp and within the bound held the workers whose calls the ramp sent
+// there: excused. One after the ramp, or on e1, is not; nor is any without a switch back to
+// the tier.
+func TestTierWayBackExcusedWhenTheRampsCallsWereHeld(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	heal := t0.Add(20 * time.Second)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	const s, ms = time.Second, time.Millisecond
+	hold := func(on int, from time.Duration) *faultTimeline {
+		down, up, held := State{Groups: initialGroups}, State{Groups: initialGroups}, State{Groups: initialGroups}
+		down.TCP[1] = Fault{Kind: KindDown}
+		held.TCP[on] = Fault{Kind: KindSilentBlackhole}
+		return &faultTimeline{start: t0, initial: State{Groups: initialGroups}, steps: []applied{
+			{at: at(10 * s), step: Step{Kind: KindDown, Endpoint: 1, After: down}},
+			{at: heal, step: Step{Kind: KindUp, Endpoint: 1, After: up}},
+			{at: at(from), step: Step{Kind: KindSilentBlackhole, Endpoint: on, After: held}},
+		}}
+	}
+	back := []groupSwitch{{group: tieredGroup, to: 2, at: at(10500 * ms)}, {group: tieredGroup, to: 0, at: at(21200 * ms)}}
+	bound := backBound(KindDown, true)
+	for _, tc := range []struct {
+		name string
+		on   int
+		from time.Duration
+		sw   []groupSwitch
+		want bool
+	}{
+		{"a silent blackhole of e3 0.1s into the ramp", 2, 21300 * ms, back, true},
+		{"one after the ramp", 2, 23500 * ms, back, false},
+		{"one of e1, the tier switched back to", 0, 21300 * ms, back, false},
+		{"no switch back to the tier", 2, 21300 * ms, back[:1], false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 1, group: tieredGroup, tiered: true, start: at(10 * s), heal: heal, backWatched: true}
+			if got := heldAway(ep, hold(tc.on, tc.from), tc.sw, bound); got != tc.want {
+				t.Errorf("heldAway = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
