@@ -218,15 +218,14 @@
 //     counted by arrival too). Measured only while the endpoint stays where the group's calls
 //     belong, with no fault on either layer, to the time's end or, for a time over its bound,
 //     to the bound (an endpoint with a fault still in force at the heal, hard or soft, is
-//     censored; a fault after the bound does not excuse a late way back; a reset or a
-//     frontend restart of the endpoint within that span, instant, censors it too: the client
-//     reconnects and waits SwitchingDelay again); never when the whole bound passed so. A way
+//     censored; a fault after the bound does not excuse a late way back); never when the
+//     whole bound passed so. A reset or a frontend restart of the endpoint within that span
+//     (instant: no fault in force) starts the time again at the cut, against the same bound:
+//     the client reconnects and its way back starts again (cutAfter). A way
 //     back over its bound is censored when the group switched back within the bound but an
 //     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a
 //     silent blackhole): the load's workers, one call in flight each, waited there, none free
-//     to call the healed endpoint (a tier member: a switch back to its tier, and a hold
-//     beginning during the ramp after it, within the bound, since the ramp still sends most
-//     calls to the tier left). A failover is likewise censored when the group's next
+//     to call the healed endpoint. A failover is likewise censored when the group's next
 //     endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).

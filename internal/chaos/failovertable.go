@@ -342,9 +342,22 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 	}
 	// The endpoint must stay where the group's calls belong to the time's end or, for a time
 	// over its bound, to the bound: a fault after the bound does not excuse a late way back.
-	until := ep.heal.Add(bound)
-	if !back.IsZero() && back.Before(until) {
-		until = back
+	// A cut of its connections within that span (cutAfter) starts the way back again.
+	from := ep.heal
+	span := func() time.Time {
+		if u := from.Add(bound); back.IsZero() || u.Before(back) {
+			return u
+		}
+		return back
+	}
+	until := span()
+	for {
+		c, ok := cutAfter(ep, tl, from, until)
+		if !ok {
+			break
+		}
+		from = c
+		until = span()
 	}
 	if back.IsZero() && until.After(stop) {
 		return 0, false
@@ -354,36 +367,34 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 			return 0, false
 		}
 	}
-	if cutAfterHeal(ep, tl, until) {
-		return 0, false
-	}
 	if back.IsZero() {
 		return never, true
 	}
-	d := back.Sub(ep.heal)
-	if d > bound && heldAway(ep, tl, sw, bound) {
+	d := back.Sub(from)
+	if d > bound && !ep.tiered && heldAway(ep, tl, sw, bound) {
 		return 0, false
 	}
 	return d, true
 }
 
-// cutAfterHeal reports whether the healed endpoint's connections were cut again after its heal,
-// up to until: a reset or a frontend restart, instant faults that leave no state for
-// preferred to see. The client then loses the endpoint's connections, reconnects, and pays
-// its SwitchingDelay again (internal/multiendpoint), a second way back inside the first, which
-// the bound of one heal has no term for. (In the fourth emulator hour, e1 was reset 0.1 s and
-// 0.8 s after its heal, and both groups switched back to it 2.3 s after the heal: 0.8 s, a
-// reconnection and SwitchingDelay.)
-func cutAfterHeal(ep episode, tl *faultTimeline, until time.Time) bool {
+// cutAfter returns the first reset or frontend restart of the healed endpoint in (from,
+// until]: instant faults, which leave no state for preferred to see. The client loses the
+// endpoint's connections and reconnects, and the way back starts again at the cut (a
+// SwitchingDelay after the reconnection, or a tier member's slow start), a second way back
+// inside the first that the bound of one heal has no term for: the time is measured from the
+// last cut instead, against the same bound. (In the fourth emulator hour, e1 was reset 0.1 s
+// and 0.8 s after its heal, and both groups switched back to it 2.3 s after the heal: 1.5 s
+// after the second reset.)
+func cutAfter(ep episode, tl *faultTimeline, from, until time.Time) (time.Time, bool) {
 	for _, a := range tl.steps {
-		if !a.at.After(ep.heal) || a.at.After(until) {
+		if !a.at.After(from) || a.at.After(until) {
 			continue
 		}
 		if (a.step.Kind == KindReset || a.step.Kind == KindFrontendRestart) && a.step.Endpoint == ep.endpoint {
-			return true
+			return a.at, true
 		}
 	}
-	return false
+	return time.Time{}, false
 }
 
 // groupSwitch is one change of a group's current endpoint (a SwitchEvent): group g's calls
@@ -402,11 +413,7 @@ type groupSwitch struct {
 // group's current endpoint is the last switch's before the heal (its first listed endpoint
 // before any switch), then each switch's until the one back. A switch back later than the
 // bound, or none, is the client's: never excused. As a failover is timed only when the
-// group's next endpoint has no fault of its own. A tier member's way back counts a switch to
-// any member of its tier, and the hold may also begin during the ramp that follows, within
-// the bound: for tierSlowStart the ramp still sends most of the group's calls to the tier it
-// left (in the fourth emulator hour, a silent blackhole of e3 0.1 s after tiered switched
-// back to its top tier held all six of the tier's workers for 3.5 s).
+// group's next endpoint has no fault of its own.
 func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Duration) bool {
 	on := []int{initialGroups[ep.group][0]}
 	var backAt time.Time
@@ -421,7 +428,7 @@ func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Durati
 		if s.at.Sub(ep.heal) > bound {
 			break
 		}
-		if s.to == ep.endpoint || (ep.tiered && sameTier(ep.group, s.to, ep.endpoint)) {
+		if s.to == ep.endpoint {
 			backAt = s.at
 			break
 		}
@@ -430,28 +437,11 @@ func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Durati
 	if backAt.IsZero() {
 		return false
 	}
-	until := backAt
-	if ep.tiered {
-		until = backAt.Add(tierSlowStart)
-		if b := ep.heal.Add(bound); b.Before(until) {
-			until = b
-		}
-	}
-	for _, s := range tl.during(ep.heal, until) {
+	for _, s := range tl.during(ep.heal, backAt) {
 		for _, o := range on {
 			if o != ep.endpoint && (holds(s.TCP[o]) || holds(s.Frontend[o])) {
 				return true
 			}
-		}
-	}
-	return false
-}
-
-// sameTier reports whether endpoints a and b are in one tier of group g (groupTiers).
-func sameTier(g, a, b int) bool {
-	for _, t := range groupTiers[g] {
-		if slices.Contains(t, a) && slices.Contains(t, b) {
-			return true
 		}
 	}
 	return false

@@ -125,30 +125,46 @@ func TestFailoverTimeCases(t *testing.T) {
 	}
 	// A way back over its bound (2.25s) is the client's even if e1 has a fault after the
 	// bound and before the success (5s after the heal, at 4s): counted, not censored. A fault
-	// within the bound (at 1s) censors it.
-	// So does a reset or a frontend restart of e1 within the bound, instant as they are (no
-	// state in force): the client reconnects and pays SwitchingDelay again. Not one of e2,
-	// nor one after the bound.
+	// within the bound (at 1s) censors it. A reset or a frontend restart of e1 within the
+	// bound, instant as they are (no state in force), starts the way back again: it is
+	// measured from the last cut, against the same bound. Not one of e2, nor one after the
+	// bound (or after the success).
 	for _, tc := range []struct {
-		kind     Kind
-		endpoint int
-		faultAt  time.Duration
-		ok       bool
+		name  string
+		steps []Step
+		at    []time.Duration
+		ok    bool
+		want  time.Duration // from the last cut
+		back  time.Duration // success back, after the heal; 0: none
+		after time.Duration // of the run's stop, after the heal
 	}{
-		{KindDown, 0, 4 * time.Second, true}, {KindDown, 0, time.Second, false},
-		{KindReset, 0, time.Second, false}, {KindFrontendRestart, 0, 800 * time.Millisecond, false},
-		{KindReset, 1, time.Second, true}, {KindReset, 0, 3 * time.Second, true},
+		{"a down of e1 after the bound", []Step{{Kind: KindDown, Endpoint: 0}}, []time.Duration{4 * time.Second}, true, 5 * time.Second, 5 * time.Second, time.Minute},
+		{"a down of e1 within the bound", []Step{{Kind: KindDown, Endpoint: 0}}, []time.Duration{time.Second}, false, 0, 5 * time.Second, time.Minute},
+		{"two resets of e1, back 1.5s after the second", []Step{{Kind: KindReset, Endpoint: 0}, {Kind: KindReset, Endpoint: 0}},
+			[]time.Duration{100 * time.Millisecond, 800 * time.Millisecond}, true, 1500 * time.Millisecond, 2300 * time.Millisecond, time.Minute},
+		{"a frontend restart of e1, back 5s after it", []Step{{Kind: KindFrontendRestart, Endpoint: 0}}, []time.Duration{time.Second}, true, 4 * time.Second, 5 * time.Second, time.Minute},
+		{"a reset of e2", []Step{{Kind: KindReset, Endpoint: 1}}, []time.Duration{time.Second}, true, 5 * time.Second, 5 * time.Second, time.Minute},
+		{"a reset of e1 after the bound", []Step{{Kind: KindReset, Endpoint: 0}}, []time.Duration{3 * time.Second}, true, 5 * time.Second, 5 * time.Second, time.Minute},
+		{"a reset of e1 after the success", []Step{{Kind: KindReset, Endpoint: 0}}, []time.Duration{2 * time.Second}, true, 1500 * time.Millisecond, 1500 * time.Millisecond, time.Minute},
+		{"no success within the bound from the reset", []Step{{Kind: KindReset, Endpoint: 0}}, []time.Duration{time.Second}, true, never, 0, time.Minute},
+		{"the run stopped within the bound from the reset", []Step{{Kind: KindReset, Endpoint: 0}}, []time.Duration{time.Second}, false, 0, 0, 3 * time.Second},
 	} {
 		late := downTimeline(t0)
-		again := State{Groups: initialGroups}
-		if !kinds[tc.kind].instant {
-			again.TCP[tc.endpoint] = Fault{Kind: tc.kind, Step: 2}
+		for i, st := range tc.steps {
+			after := State{Groups: initialGroups}
+			if !kinds[st.Kind].instant {
+				after.TCP[st.Endpoint] = Fault{Kind: st.Kind, Step: 2 + i}
+			}
+			st.Fault, st.After = Fault{Kind: st.Kind}, after
+			late.steps = append(late.steps, applied{at: heal.Add(tc.at[i]), step: st})
 		}
-		late.steps = append(late.steps, applied{at: heal.Add(tc.faultAt), step: Step{Kind: tc.kind, Endpoint: tc.endpoint, Fault: Fault{Kind: tc.kind}, After: again}})
-		ep.back = heal.Add(5 * time.Second)
-		d, ok := backTime(ep, late, [NumEndpoints][]int32{}, t0, stop, backBound(KindDown, false), nil)
-		if ok != tc.ok || (ok && d != 5*time.Second) {
-			t.Errorf("%s of e%d %v after the heal, success back at 5s: %v %v, want ok %v", kinds[tc.kind].name, tc.endpoint+1, tc.faultAt, d, ok, tc.ok)
+		ep.back = time.Time{}
+		if tc.back > 0 {
+			ep.back = heal.Add(tc.back)
+		}
+		d, ok := backTime(ep, late, [NumEndpoints][]int32{}, t0, heal.Add(tc.after), backBound(KindDown, false), nil)
+		if ok != tc.ok || (ok && d != tc.want) {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, d, ok, tc.want, tc.ok)
 		}
 	}
 }
@@ -389,50 +405,6 @@ func TestWayBackOverItsBoundExcusedOnlyWhenTheCallsWereHeld(t *testing.T) {
 			d, ok := backTime(ep, timeline(tc.hangOn, tc.hangFrom, tc.hangTo), [NumEndpoints][]int32{}, t0, at(time.Minute), bound, tc.sw)
 			if ok != (tc.want != 0) || (ok && d != tc.want) {
 				t.Errorf("backTime = %v, %v; want %v (0: not timed)", d, ok, tc.want)
-			}
-		})
-	}
-}
-
-// TestTierWayBackExcusedWhenTheRampsCallsWereHeld: e2, a member of tiered's top tier, is down
-// from +10s to +20s; the group went down to e3 and switched back to its top tier (to e1, a
-// member of e2's tier) at +21.2s, ramping for tierSlowStart. A hold on e3, the tier it left,
-// that begins during the ramp and within the bound held the workers whose calls the ramp sent
-// there: excused. One after the ramp, or on e1, is not; nor is any without a switch back to
-// the tier.
-func TestTierWayBackExcusedWhenTheRampsCallsWereHeld(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	heal := t0.Add(20 * time.Second)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	const s, ms = time.Second, time.Millisecond
-	hold := func(on int, from time.Duration) *faultTimeline {
-		down, up, held := State{Groups: initialGroups}, State{Groups: initialGroups}, State{Groups: initialGroups}
-		down.TCP[1] = Fault{Kind: KindDown}
-		held.TCP[on] = Fault{Kind: KindSilentBlackhole}
-		return &faultTimeline{start: t0, initial: State{Groups: initialGroups}, steps: []applied{
-			{at: at(10 * s), step: Step{Kind: KindDown, Endpoint: 1, After: down}},
-			{at: heal, step: Step{Kind: KindUp, Endpoint: 1, After: up}},
-			{at: at(from), step: Step{Kind: KindSilentBlackhole, Endpoint: on, After: held}},
-		}}
-	}
-	back := []groupSwitch{{group: tieredGroup, to: 2, at: at(10500 * ms)}, {group: tieredGroup, to: 0, at: at(21200 * ms)}}
-	bound := backBound(KindDown, true)
-	for _, tc := range []struct {
-		name string
-		on   int
-		from time.Duration
-		sw   []groupSwitch
-		want bool
-	}{
-		{"a silent blackhole of e3 0.1s into the ramp", 2, 21300 * ms, back, true},
-		{"one after the ramp", 2, 23500 * ms, back, false},
-		{"one of e1, the tier switched back to", 0, 21300 * ms, back, false},
-		{"no switch back to the tier", 2, 21300 * ms, back[:1], false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 1, group: tieredGroup, tiered: true, start: at(10 * s), heal: heal, backWatched: true}
-			if got := heldAway(ep, hold(tc.on, tc.from), tc.sw, bound); got != tc.want {
-				t.Errorf("heldAway = %v, want %v", got, tc.want)
 			}
 		})
 	}
