@@ -353,8 +353,9 @@ func (e *Endpoint) waiting(now time.Time) time.Duration {
 // Stats is a point-in-time view of an Endpoint, for Status and metrics.
 type Stats struct {
 	// Latency is the score (zero: not measured yet); InFlight the calls begun and not done;
-	// Waiting the endpoint's wait (Endpoint.waiting; zero when none); Started the calls begun since NewEndpoint (a share over an interval is the
-	// difference of two readings); Cost is the larger of Latency (or InitialLatency) and
+	// Waiting the endpoint's wait (Endpoint.waiting; zero when none); Started the calls
+	// begun since NewEndpoint (a share over an interval is the difference of two
+	// readings); Cost is the larger of Latency (or InitialLatency) and
 	// Waiting, × (InFlight + 1), in microseconds.
 	Latency  time.Duration
 	InFlight int64
@@ -365,11 +366,9 @@ type Stats struct {
 
 // Stats returns the endpoint's current figures.
 func (e *Endpoint) Stats() Stats {
-	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.latency()}
+	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.cost()}
 	if s.InFlight > 0 {
-		now := e.clock.Now()
-		s.Waiting = e.waiting(now)
-		s.Cost = e.busyCost(s.InFlight, now)
+		s.Waiting = e.waiting(e.clock.Now())
 	}
 	if sc := e.score.Load(); sc != 0 {
 		s.Latency = time.Duration(math.Float64frombits(sc) * float64(time.Microsecond))

@@ -679,3 +679,25 @@ func TestPick_MemberWhoseCallsHangLosesItsShare(t *testing.T) {
 		t.Fatalf("a's share with a 2s score = %.3f, want at most 0.09 (the minimum share and 1 in 40 of the rest)", got)
 	}
 }
+
+// The same slowness behind every member (the database, not an endpoint) moves nothing: both
+// members' calls wait alike, their costs stay alike, and the tier's calls stay split. Only
+// the member whose own calls hang loses its share (TestPick_MemberWhoseCallsHangLosesItsShare).
+func TestPick_SlownessBehindEveryMemberMovesNothing(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.score("a", 20*ms)
+	f.score("b", 20*ms)
+	f.clk.Advance(time.Minute)
+	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
+	for range 3 {
+		a.Begin()
+		b.Begin()
+	}
+	f.clk.Advance(2 * time.Second) // every call unanswered for 2s, on both members
+	if wa, wb := a.Stats().Waiting, b.Stats().Waiting; wa != 2*time.Second || wb != 2*time.Second {
+		t.Fatalf("waits a %v, b %v; want 2s each", wa, wb)
+	}
+	if got := f.shares(view("a", "b"), 20000)["a"]; got < 0.45 || got > 0.55 {
+		t.Fatalf("a's share with both members waiting alike = %.3f, want an even split", got)
+	}
+}
