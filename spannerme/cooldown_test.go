@@ -83,16 +83,15 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	if c := p.Cooldown; c == nil || !c.Cooling || c.Length != 3*time.Second || !c.FromRetryInfo || c.Repeats != 1 || !c.Until.Equal(clk.Now().Add(3*time.Second)) {
 		t.Fatalf("E1 cooldown after one RESOURCE_EXHAUSTED: %+v", c)
 	}
-	if v := verdictIn(gme, "g", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED" {
-		t.Fatalf("E1 verdict in g: %q", v)
-	}
-	if v := verdictIn(gme, "solo", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED, but no other endpoint is usable" {
-		t.Fatalf("E1 verdict in solo: %q", v)
+	// No other endpoint has answered since: the groups keep E1 (only new calls go elsewhere).
+	if p.Cooldown.Confirmed || verdictIn(gme, "g", e1.Addr()) != "usable" || verdictIn(gme, "solo", e1.Addr()) != "usable" {
+		t.Fatalf("before another endpoint answered: confirmed %v, E1 verdict in g %q, in solo %q; want unconfirmed, usable",
+			p.Cooldown.Confirmed, verdictIn(gme, "g", e1.Addr()), verdictIn(gme, "solo", e1.Addr()))
 	}
 	if p.Health.Ejected {
 		t.Fatalf("a cooldown ejected E1: %+v", p.Health)
 	}
-	// Within one call: the next calls of g go to E2.
+	// Within one call: the next calls of g go to E2, whose first answer confirms the cooldown.
 	b1, b2 := received(e1), received(e2)
 	for range 5 {
 		if err := unary(gme, "g"); err != nil {
@@ -101,6 +100,15 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	}
 	if d1, d2 := received(e1)-b1, received(e2)-b2; d1 != 0 || d2 != 5 {
 		t.Fatalf("while E1 cools: %d calls reached E1, %d E2; want 0, 5", d1, d2)
+	}
+	if p, _ := poolOf(gme, e1.Addr()); !p.Cooldown.Confirmed {
+		t.Fatalf("E1 cooldown after E2 answered: %+v, want confirmed", p.Cooldown)
+	}
+	if v := verdictIn(gme, "g", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED" {
+		t.Fatalf("E1 verdict in g: %q", v)
+	}
+	if v := verdictIn(gme, "solo", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED, but no other endpoint is usable" {
+		t.Fatalf("E1 verdict in solo: %q", v)
 	}
 	// The group whose only endpoint is E1 keeps serving what it can from it.
 	e1.Pass()
@@ -137,11 +145,57 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, steer.RerouteOverload, st.Retries.OverloadSkipped)
 	}
 	gme.Close()
-	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "endpoint cooldown over"} {
+	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "endpoint cooldown confirmed", "endpoint cooldown over"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+}
+
+// E1 answers RESOURCE_EXHAUSTED with a 10 s RetryInfo, and the call then sent to E2 fails
+// there with UNAVAILABLE (as on a frontend that restarts): no endpoint has answered a call
+// since the cooldown began, and the group stays on E1 past its RecoveryTimeout (fake clock),
+// since moving it would serve nothing better. Once E2 answers a call, the cooldown is
+// confirmed and the group switches to E2 after its RecoveryTimeout.
+func TestOverloadWhereNoOtherEndpointAnswersKeepsTheGroup(t *testing.T) {
+	e1, e2 := twoFrontends(t)
+	clk := clock.NewFake(time.Time{})
+	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g": group(time.Second, time.Second, e1.Addr(), e2.Addr()),
+	}), fastSettings(nil), plumbing{clock: clk})
+	waitConnected(t, gme, e1.Addr())
+	waitConnected(t, gme, e2.Addr())
+	eventually(t, 5*time.Second, "E1 current", func() bool { return groupOf(gme, "g").Current == e1.Addr() })
+	e1.SetRetryDelay(10 * time.Second)
+	if err := e1.FailAll(codes.ResourceExhausted); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.FailAll(codes.Unavailable); err != nil {
+		t.Fatal(err)
+	}
+	if err := unary(gme, "g"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("first call after the overload: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	b2 := received(e2)
+	if err := unary(gme, "g"); status.Code(err) != codes.Unavailable || received(e2) != b2+1 {
+		t.Fatalf("call while E1 cools: %v, %d reached E2; want UNAVAILABLE from E2", err, received(e2)-b2)
+	}
+	e2.Pass()
+	clk.Advance(2 * time.Second) // past RecoveryTimeout, within the cooldown
+	if g, v := groupOf(gme, "g"), verdictIn(gme, "g", e1.Addr()); g.Current != e1.Addr() || g.PendingSwitch != "" || v != "usable" {
+		t.Fatalf("with no answer from E2: current %s, pending %q, E1 verdict %q; want E1, none, usable", g.Current, g.PendingSwitch, v)
+	}
+	if p, _ := poolOf(gme, e1.Addr()); p.Cooldown == nil || !p.Cooldown.Cooling || p.Cooldown.Confirmed {
+		t.Fatalf("E1 cooldown %+v, want cooling, unconfirmed", p.Cooldown)
+	}
+	if err := unary(gme, "g"); err != nil {
+		t.Fatalf("call once E2 answers: %v; E2 verdict %q; E1 cooldown %+v", err, verdictIn(gme, "g", e2.Addr()), gme.cooldownStatus(e1.Addr()))
+	}
+	if v := verdictIn(gme, "g", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED" {
+		t.Fatalf("E1 verdict after E2 answered: %q", v)
+	}
+	clk.Advance(time.Second)
+	eventually(t, 5*time.Second, "g switched to E2", func() bool { return groupOf(gme, "g").Current == e2.Addr() })
 }
 
 // overloadErr is a RESOURCE_EXHAUSTED status, with a RetryInfo of d when d > 0.

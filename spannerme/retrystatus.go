@@ -37,6 +37,12 @@ type RetryStatus struct {
 type CooldownStatus struct {
 	// Cooling: the endpoint is in a cooldown now, until Until.
 	Cooling bool `json:"cooling"`
+	// Confirmed: another endpoint has answered a call since the cooldown in progress began,
+	// so the cooldown takes the endpoint out of its groups' choice (its verdict is
+	// "cooling down after RESOURCE_EXHAUSTED"). Until then only new calls are sent
+	// elsewhere and the groups stay (docs/health.md, "Overload cooldown"). False when not
+	// cooling.
+	Confirmed bool `json:"confirmed,omitempty"`
 	// Until is when the current (or the last) cooldown ends.
 	Until time.Time `json:"until"`
 	// Length is the current (or the last) cooldown's length: the server's RetryInfo delay

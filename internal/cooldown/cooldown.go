@@ -1,6 +1,7 @@
 // Package cooldown keeps each endpoint's overload cooldown: after a RESOURCE_EXHAUSTED, an
 // endpoint is skipped for new calls for a while when another endpoint of its group is
-// available (spannerme's docs/health.md, "Overload cooldown"). It is not an ejection: no
+// available, and its groups move away from it once another endpoint has answered a call
+// since it began (Confirmed; spannerme's docs/health.md, "Overload cooldown"). It is not an ejection: no
 // probe ends it, only its time. The Spanner client's location-aware routing keeps such an
 // endpoint out of selection the same way (cloud.google.com/go/spanner v1.96.1,
 // endpoint_overload_cooldown.go: 10 s, doubling to 1 min, forgotten after 10 min); this is
@@ -47,9 +48,12 @@ type Set struct {
 	ended func(endpoint string, length time.Duration)
 
 	active atomic.Int32 // endpoints cooling now; 0 lets the call path skip the map
-	mu     sync.Mutex   // guards m and the entries, closed, sharedUntil, confirmed
-	m      map[string]*entry
-	closed bool
+	// unconfirmed counts the endpoints cooling whose cooldown no other endpoint has
+	// confirmed yet (Served); 0 lets a success skip the map.
+	unconfirmed atomic.Int32
+	mu          sync.Mutex // guards m and the entries, closed, sharedUntil, confirmed
+	m           map[string]*entry
+	closed      bool
 	// sharedUntil: overloads are judged shared until then (Shared); confirmed: when another
 	// endpoint last confirmed it.
 	sharedUntil, confirmed time.Time
@@ -66,11 +70,14 @@ type entry struct {
 	gen      uint64        // current timer's generation
 	timer    clock.Timer
 	fromInfo bool // the length came from the server's RetryInfo
+	// confirmed: another endpoint has answered a call since this cooldown began (Served).
+	confirmed bool
 }
 
 // Status is one endpoint's cooldown state.
 type Status struct {
 	Cooling       bool
+	Confirmed     bool
 	Until         time.Time
 	Length        time.Duration
 	FromRetryInfo bool
@@ -105,6 +112,47 @@ func (c *Set) Cooling(endpoint string) bool {
 	return e != nil && e.cooling
 }
 
+// Confirmed reports whether endpoint is in a cooldown that another endpoint has confirmed
+// (Served): moving its groups' calls elsewhere is then known to reach an endpoint that
+// answers. A cooldown no other endpoint has confirmed yet keeps its endpoint in its groups'
+// choice (only new calls are steered elsewhere, and they test the other endpoints): when
+// they do not answer (a restart, a path that hangs), moving the group would serve nothing
+// better. It takes no lock and allocates nothing while no endpoint cools.
+func (c *Set) Confirmed(endpoint string) bool {
+	if c.Active() == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[endpoint]
+	return e != nil && e.cooling && e.confirmed
+}
+
+// Served records that endpoint answered a call (a success): it confirms the cooldown of
+// every other endpoint in progress that was not yet confirmed, and returns those endpoints
+// (the groups' verdicts are then due again: they read Confirmed); nil when it confirmed
+// none. One atomic load, no lock and no allocation while every cooldown in progress is
+// confirmed or none is. Nil on a nil or closed Set.
+func (c *Set) Served(endpoint string) []string {
+	if c == nil || c.unconfirmed.Load() == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	var confirmed []string
+	for ep, e := range c.m {
+		if ep != endpoint && e.cooling && !e.confirmed {
+			e.confirmed = true
+			c.unconfirmed.Add(-1)
+			confirmed = append(confirmed, ep)
+		}
+	}
+	return confirmed
+}
+
 // StatusOf returns endpoint's cooldown state; false if it never cooled.
 func (c *Set) StatusOf(endpoint string) (Status, bool) {
 	if c == nil {
@@ -116,7 +164,7 @@ func (c *Set) StatusOf(endpoint string) (Status, bool) {
 	if e == nil {
 		return Status{}, false
 	}
-	return Status{Cooling: e.cooling, Until: e.until, Length: e.length, FromRetryInfo: e.fromInfo,
+	return Status{Cooling: e.cooling, Confirmed: e.cooling && e.confirmed, Until: e.until, Length: e.length, FromRetryInfo: e.fromInfo,
 		Repeats: e.repeats, Total: e.total, LastOverload: e.last}, true
 }
 
@@ -158,9 +206,10 @@ func (c *Set) Note(endpoint string, delay time.Duration, fromInfo bool) (started
 		base := Min + rand.N(Max-Min)
 		delay = min(base<<min(e.repeats-1, 8), Cap)
 	}
-	e.cooling, e.until, e.length, e.fromInfo = true, now.Add(delay), delay, fromInfo
+	e.cooling, e.until, e.length, e.fromInfo, e.confirmed = true, now.Add(delay), delay, fromInfo, false
 	e.total++
 	c.active.Add(1)
+	c.unconfirmed.Add(1)
 	c.armLocked(endpoint, e, delay)
 	return true, delay, e.repeats
 }
@@ -244,6 +293,9 @@ func (c *Set) end(endpoint string, gen uint64) {
 	e.cooling = false
 	e.timer = nil
 	c.active.Add(-1)
+	if !e.confirmed {
+		c.unconfirmed.Add(-1)
+	}
 	length := e.length
 	c.mu.Unlock()
 	if c.ended != nil {

@@ -124,3 +124,56 @@ func TestSharedOverload(t *testing.T) {
 	}
 	none.EndAll()
 }
+
+// A cooldown is confirmed by another endpoint's answer, never by its own endpoint's; a
+// confirmation is reported once; a new cooldown starts unconfirmed; a cooldown that ends
+// (its time, EndAll) unconfirmed leaves nothing to confirm, so an answer takes no lock.
+func TestSetConfirmedByAnotherEndpointsAnswer(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	c := New(clk, nil)
+	defer c.Close()
+	if got := c.Served("b"); got != nil || c.Confirmed("a") {
+		t.Fatalf("before any overload: Served = %v, Confirmed = %v", got, c.Confirmed("a"))
+	}
+	c.Note("a", 3*time.Second, true)
+	c.Note("c", 3*time.Second, true)
+	if got := c.Served("a"); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("a's answer confirmed %v, want [c] (not a's own cooldown)", got)
+	}
+	if c.Confirmed("a") || !c.Confirmed("c") || !c.Cooling("a") {
+		t.Fatalf("after a's answer: Confirmed a %v, c %v; Cooling a %v", c.Confirmed("a"), c.Confirmed("c"), c.Cooling("a"))
+	}
+	if st, _ := c.StatusOf("a"); st.Confirmed {
+		t.Fatalf("StatusOf(a) = %+v, want unconfirmed", st)
+	}
+	if got := c.Served("b"); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("b's answer confirmed %v, want [a]", got)
+	}
+	if st, _ := c.StatusOf("a"); !st.Confirmed || !c.Confirmed("a") {
+		t.Fatalf("StatusOf(a) = %+v, want confirmed", st)
+	}
+	if got := c.Served("b"); got != nil || c.unconfirmed.Load() != 0 {
+		t.Fatalf("a second answer confirmed %v again; %d unconfirmed", got, c.unconfirmed.Load())
+	}
+	clk.Advance(3 * time.Second)
+	if c.Confirmed("a") || c.Active() != 0 {
+		t.Fatal("confirmed after the cooldown's end")
+	}
+	if st, _ := c.StatusOf("a"); st.Confirmed {
+		t.Fatalf("StatusOf(a) after its end = %+v, want unconfirmed", st)
+	}
+	// A new cooldown starts unconfirmed, and one that ends unconfirmed leaves no count.
+	c.Note("a", 3*time.Second, true)
+	if c.Confirmed("a") || c.unconfirmed.Load() != 1 {
+		t.Fatalf("a new cooldown: Confirmed %v, %d unconfirmed", c.Confirmed("a"), c.unconfirmed.Load())
+	}
+	c.EndAll()
+	if c.unconfirmed.Load() != 0 || c.Served("b") != nil {
+		t.Fatalf("after EndAll: %d unconfirmed", c.unconfirmed.Load())
+	}
+	c.Note("a", 3*time.Second, true)
+	clk.Advance(3 * time.Second)
+	if c.unconfirmed.Load() != 0 {
+		t.Fatalf("after a cooldown ended unconfirmed: %d unconfirmed", c.unconfirmed.Load())
+	}
+}

@@ -26,7 +26,8 @@ import (
 type Env interface {
 	// Table returns the routing table in force; nil after Close.
 	Table() *route.Table
-	// Cooling reports whether endpoint is in an overload cooldown.
+	// Cooling reports whether endpoint is in an overload cooldown that takes it out of its
+	// groups' choice (one another endpoint has confirmed: steer.Steerer.Confirmed).
 	Cooling(endpoint string) bool
 	// VerdictChanged is told when group's verdict on endpoint changes from was to now, in
 	// the evaluation of the routing table s.

@@ -260,9 +260,16 @@ func (o *Observer) VerdictChanged(group, endpoint, name string, was, now verdict
 
 // Cooling logs and counts the start of endpoint's overload cooldown.
 func (o *Observer) Cooling(endpoint, name string, d time.Duration, fromInfo bool, repeats int) {
-	o.log(slog.LevelWarn, o.Now(), "spannerme: endpoint cooling down after RESOURCE_EXHAUSTED; groups skip it while another endpoint is available",
+	o.log(slog.LevelWarn, o.Now(), "spannerme: endpoint cooling down after RESOURCE_EXHAUSTED; new calls go to another available endpoint, and its groups move once another endpoint answers",
 		endpointArgs(endpoint, name, "for", d.Round(time.Millisecond), "from_retry_info", fromInfo, "repeats", repeats)...)
 	o.metrics.cooldowns.Add(context.Background(), 1, metric.WithAttributes(endpointAttrs(endpoint, name)...))
+}
+
+// CooldownConfirmed logs that endpoint by answered a call while endpoint cooled: its
+// groups now move to another available endpoint.
+func (o *Observer) CooldownConfirmed(endpoint, name, by string) {
+	o.log(slog.LevelInfo, o.Now(), "spannerme: endpoint cooldown confirmed: another endpoint answered; groups move to another available endpoint",
+		endpointArgs(endpoint, name, "answered_by", by)...)
 }
 
 // Cooled logs the end of endpoint's overload cooldown of length d.

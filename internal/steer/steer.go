@@ -44,6 +44,11 @@ type Env interface {
 	Cooling(endpoint string, length time.Duration, fromInfo bool, repeats int)
 	// Cooled is told when endpoint's cooldown of length ends, on the cooldown's timer.
 	Cooled(endpoint string, length time.Duration)
+	// Confirmed is told when endpoint by answered a call while the endpoints cooling had had
+	// no other endpoint's answer since their cooldowns began: from now on those cooldowns
+	// take their endpoints out of their groups' choice (Steerer.Confirmed). Called with no
+	// lock held; the connection evaluates its groups' verdicts again, as for Cooling.
+	Confirmed(cooling []string, by string)
 }
 
 // Values of spannerme.AttrRerouteReason, given to Env.Rerouted.
@@ -119,6 +124,14 @@ func (s *Steerer) Close() { s.cool.Close() }
 // Cooling reports whether endpoint is cooling down after RESOURCE_EXHAUSTED (a verdict input).
 func (s *Steerer) Cooling(endpoint string) bool { return s.cool.Cooling(endpoint) }
 
+// Confirmed reports whether endpoint cools and another endpoint has answered a call since
+// its cooldown began (cooldown.Set.Confirmed): only then does the cooldown take it out of
+// its groups' choice. Until then Steer sends its new calls elsewhere, and their answers
+// tell whether moving helps: an answer confirms the cooldown, a RESOURCE_EXHAUSTED there
+// shows the overload is the database's (NoteOverload), and no answer (an endpoint
+// restarting, a path that hangs) leaves the group where it is.
+func (s *Steerer) Confirmed(endpoint string) bool { return s.cool.Confirmed(endpoint) }
+
 // Cooldowns returns the cooldowns by endpoint, for their status and tests.
 func (s *Steerer) Cooldowns() *cooldown.Set { return s.cool }
 
@@ -150,6 +163,9 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 	if err == nil {
 		if s.streaking.Load() != 0 {
 			s.endStreak(p.Endpoint())
+		}
+		if confirmed := s.cool.Served(p.Endpoint()); confirmed != nil {
+			s.env.Confirmed(confirmed, p.Endpoint())
 		}
 		s.budget.Success()
 		if key, retry := spannerreq.SplitRequestID(id); retry {

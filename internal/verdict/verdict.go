@@ -40,8 +40,9 @@ type Input struct {
 	Ejected bool
 	// Degraded: the brownout rule finds the endpoint far slower than a fallback in this group.
 	Degraded bool
-	// Cooling: the endpoint answered RESOURCE_EXHAUSTED and is in its overload cooldown. Not
-	// an ejection: no probe ends it, only its time.
+	// Cooling: the endpoint answered RESOURCE_EXHAUSTED and is in its overload cooldown, which
+	// another endpoint has confirmed by answering a call since (moving helps). Not an
+	// ejection: no probe ends it, only its time.
 	Cooling bool
 }
 
