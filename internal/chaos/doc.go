@@ -222,10 +222,14 @@
 //     whole bound passed so. A reset or a frontend restart of the endpoint within that span
 //     (instant: no fault in force) starts the time again at the cut, against the same bound:
 //     the client reconnects and its way back starts again (cutAfter). A way
-//     back over its bound is censored when the group switched back within the bound but an
-//     endpoint its calls were on until then had a fault that holds calls (a frontend hang, a
-//     silent blackhole): the load's workers, one call in flight each, waited there, none free
-//     to call the healed endpoint. A failover is likewise censored when the group's next
+//     back over its bound is measured from the end of a hold, against the same bound, when
+//     the group switched back within the bound (a tier member: to its tier) but an endpoint
+//     its calls were on until then (a tier: or during the ramp after that switch, which still
+//     sends part of them there) had a fault that holds calls (a frontend hang, a silent
+//     blackhole): the load's workers, one call in flight each, waited there, none free to
+//     call the healed endpoint. The hold ends at its heal or, sooner, the group's longest
+//     worker deadline after the last instant calls could be sent into it (heldUntil); a way
+//     back that came before that is not timed. A failover is censored when the group's next
 //     endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).
@@ -239,7 +243,7 @@
 // SlowStart and the second in which its share is measured. The row "failover and switch-back
 // p99 within each kind's bound" fails when a p99 passes its bound; it names each kind's
 // longest failover and way back, the latter with its group's switches from the heal to its
-// end. Without frontends the table is not made.
+// end, and lists every way back over the bound when there is more than one. Without frontends the table is not made.
 //
 // A failed call is attributed to every state the run went through while it ran: the call's
 // group and the default group (the Spanner client's session RPCs use it) are judged at each.

@@ -118,6 +118,9 @@ type FailoverRow struct {
 	// Calls and Lost: the group's calls that ended from the fault's start to its heal, and
 	// those of them that failed while the group had another usable endpoint.
 	Calls, Lost int64
+	// BackOver describes each way back over BackBound, the longest included, in the order
+	// measured: the episode and its time (the invariant lists them when more than one).
+	BackOver []string
 	// WorstFailover and WorstBack describe the episode of the longest time measured (its
 	// endpoint, when it started from the run's start, and the faults in force then), for
 	// the invariant's details.
@@ -239,6 +242,9 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 		}
 		if ep.backWatched {
 			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
+				if d > r.BackBound {
+					r.BackOver = append(r.BackOver, describe(ep, tl, ep.heal)+" "+fmtDur(d))
+				}
 				if len(r.Back) == 0 || d > slices.Max(r.Back) {
 					r.WorstBack = describe(ep, tl, ep.heal)
 					if !ep.tiered {
@@ -333,8 +339,10 @@ func nextFaultFree(s State, g, e int) bool {
 // the first window of shareWindow in which the member carried fullShare of its tier's calls),
 // if the endpoint stayed where the group's calls belong until then (a time over the bound:
 // for the whole bound); never when it stayed so for the whole bound, within the run, without
-// one; ok false otherwise, and also for a way back over the bound whose calls were held
-// elsewhere (heldAway). sw: the groups' switches, in time order.
+// one; ok false otherwise. A cut of the endpoint's connections within that span (cutAfter)
+// starts the way back again, and so does, for a time over its bound, the end of a hold of
+// the group's calls elsewhere (heldUntil); a way back that came before that hold ended is
+// not timed (ok false). sw: the groups' switches, in time order.
 func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration, sw []groupSwitch) (time.Duration, bool) {
 	back := ep.back
 	if ep.tiered {
@@ -342,7 +350,6 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 	}
 	// The endpoint must stay where the group's calls belong to the time's end or, for a time
 	// over its bound, to the bound: a fault after the bound does not excuse a late way back.
-	// A cut of its connections within that span (cutAfter) starts the way back again.
 	from := ep.heal
 	span := func() time.Time {
 		if u := from.Add(bound); back.IsZero() || u.Before(back) {
@@ -350,14 +357,25 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		}
 		return back
 	}
-	until := span()
+	until, heldChecked := span(), false
 	for {
-		c, ok := cutAfter(ep, tl, from, until)
-		if !ok {
-			break
+		if c, ok := cutAfter(ep, tl, from, until); ok {
+			from = c
+			until = span()
+			continue
 		}
-		from = c
-		until = span()
+		if !back.IsZero() && back.Sub(from) > bound && !heldChecked {
+			heldChecked = true
+			if h, ok := heldUntil(ep, tl, sw, bound); ok && h.After(from) {
+				if !back.After(h) {
+					return 0, false // the group's calls were held until it came
+				}
+				from = h
+				until = span()
+				continue
+			}
+		}
+		break
 	}
 	if back.IsZero() && until.After(stop) {
 		return 0, false
@@ -370,11 +388,7 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 	if back.IsZero() {
 		return never, true
 	}
-	d := back.Sub(from)
-	if d > bound && !ep.tiered && heldAway(ep, tl, sw, bound) {
-		return 0, false
-	}
-	return d, true
+	return back.Sub(from), true
 }
 
 // cutAfter returns the first reset or frontend restart of the healed endpoint in (from,
@@ -404,17 +418,23 @@ type groupSwitch struct {
 	at        time.Time
 }
 
-// heldAway reports whether a way back over its bound is the load's, not the client's: the
-// group switched back to the endpoint within the bound, and until that switch an endpoint
-// the group's calls were on had a fault that holds the calls sent to it (holds: a frontend
-// hang, a silent blackhole; held calls wait for their deadline). The load's workers are
-// closed loops, each with one call in flight, so while they wait there none is free to make
-// the call that would succeed on the endpoint, however soon the client switches back. A
-// group's current endpoint is the last switch's before the heal (its first listed endpoint
-// before any switch), then each switch's until the one back. A switch back later than the
-// bound, or none, is the client's: never excused. As a failover is timed only when the
-// group's next endpoint has no fault of its own.
-func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Duration) bool {
+// heldUntil returns when a hold of the group's calls ended, for a way back over its bound
+// that the load, not the client, made late: the group switched back to the endpoint within
+// the bound (a tier member: to its tier), and an endpoint the group's calls were on had a
+// fault that holds the calls sent to it (holds: a frontend hang, a silent blackhole; held
+// calls wait for their deadline) before that switch or, for a tier, during the ramp after
+// it (for tierSlowStart the ramp still sends part of the calls to the tier it left; in the
+// fourth emulator hour a silent blackhole of e3 0.1 s after tiered switched back held all
+// six of the tier's workers). The load's workers are closed loops, each with one call in
+// flight, so while they wait there none is free to make the call that would succeed on the
+// endpoint, however soon the client switches back. The hold ends when its fault heals or,
+// sooner, when the longest deadline of the group's workers has passed since the last
+// instant calls could be sent into it (the end of that span): every call it held has ended
+// by then. The way back is measured from there against the same bound; a switch back later
+// than the bound, or none, is the client's: no hold moves it. A group's current endpoint is
+// the last switch's before the heal (its first listed endpoint before any switch), then
+// each switch's until the one back.
+func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Duration) (time.Time, bool) {
 	on := []int{initialGroups[ep.group][0]}
 	var backAt time.Time
 	for _, s := range sw {
@@ -428,20 +448,86 @@ func heldAway(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Durati
 		if s.at.Sub(ep.heal) > bound {
 			break
 		}
-		if s.to == ep.endpoint {
+		if s.to == ep.endpoint || (ep.tiered && sameTier(ep.group, s.to, ep.endpoint)) {
 			backAt = s.at
 			break
 		}
 		on = append(on, s.to)
 	}
 	if backAt.IsZero() {
-		return false
+		return time.Time{}, false
 	}
-	for _, s := range tl.during(ep.heal, backAt) {
-		for _, o := range on {
-			if o != ep.endpoint && (holds(s.TCP[o]) || holds(s.Frontend[o])) {
-				return true
+	until := backAt
+	if ep.tiered {
+		until = backAt.Add(tierSlowStart)
+		if b := ep.heal.Add(bound); b.Before(until) {
+			until = b
+		}
+	}
+	deadline := longestDeadline(groupNames[ep.group])
+	var end time.Time
+	for _, o := range on {
+		if o == ep.endpoint {
+			continue
+		}
+		held := func(s State) bool { return holds(s.TCP[o]) || holds(s.Frontend[o]) }
+		// The last instant within (heal, until] at which a hold was in force.
+		var lastHeld time.Time
+		for i := -1; i < len(tl.steps); i++ {
+			st, from := tl.initial, tl.start
+			if i >= 0 {
+				st, from = tl.steps[i].step.After, tl.steps[i].at
 			}
+			to := until
+			if i+1 < len(tl.steps) && tl.steps[i+1].at.Before(until) {
+				to = tl.steps[i+1].at
+			}
+			if held(st) && to.After(ep.heal) && !from.After(until) {
+				lastHeld = to
+			}
+		}
+		if lastHeld.IsZero() {
+			continue
+		}
+		healed := healedAfter(tl, lastHeld, held)
+		e := lastHeld.Add(deadline)
+		if !healed.IsZero() && healed.Before(e) {
+			e = healed
+		}
+		if e.After(end) {
+			end = e
+		}
+	}
+	return end, !end.IsZero()
+}
+
+// healedAfter returns the first step at or after t at which held(state) no longer holds; zero
+// when it holds to the end of the timeline.
+func healedAfter(tl *faultTimeline, t time.Time, held func(State) bool) time.Time {
+	for _, a := range tl.steps {
+		if !a.at.Before(t) && !held(a.step.After) {
+			return a.at
+		}
+	}
+	return time.Time{}
+}
+
+// longestDeadline returns the longest call deadline of the load's workers on group.
+func longestDeadline(group string) time.Duration {
+	var d time.Duration
+	for _, w := range workers {
+		if w.group == group {
+			d = max(d, w.deadline)
+		}
+	}
+	return d
+}
+
+// sameTier reports whether endpoints a and b are in one tier of group g (groupTiers).
+func sameTier(g, a, b int) bool {
+	for _, t := range groupTiers[g] {
+		if slices.Contains(t, a) && slices.Contains(t, b) {
+			return true
 		}
 	}
 	return false
@@ -535,6 +621,9 @@ func failoverInvariant(rows []FailoverRow, frontends bool) Invariant {
 		}
 		if overBound(r.Back, r.BackBound) {
 			inv.Details = append(inv.Details, fmt.Sprintf("%s: switch-back p99 %s over its bound %v; the longest: %s (healed)%s", r.Kind, fmtDur(percentile(r.Back, 99)), r.BackBound, r.WorstBack, r.worstBackSwitches))
+			if len(r.BackOver) > 1 {
+				inv.Details = append(inv.Details, fmt.Sprintf("%s: the %d ways back over its bound (healed, time): %s", r.Kind, len(r.BackOver), strings.Join(firstLines(r.BackOver, 8), "; ")))
+			}
 		}
 	}
 	over = len(inv.Details)
