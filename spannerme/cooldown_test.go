@@ -3,6 +3,8 @@ package spannerme
 import (
 	"context"
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,10 +85,12 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	if c := p.Cooldown; c == nil || !c.Cooling || c.Length != 3*time.Second || !c.FromRetryInfo || c.Repeats != 1 || !c.Until.Equal(clk.Now().Add(3*time.Second)) {
 		t.Fatalf("E1 cooldown after one RESOURCE_EXHAUSTED: %+v", c)
 	}
-	// No other endpoint has answered since: the groups keep E1 (only new calls go elsewhere).
-	if p.Cooldown.Confirmed || verdictIn(gme, "g", e1.Addr()) != "usable" || verdictIn(gme, "solo", e1.Addr()) != "usable" {
-		t.Fatalf("before another endpoint answered: confirmed %v, E1 verdict in g %q, in solo %q; want unconfirmed, usable",
-			p.Cooldown.Confirmed, verdictIn(gme, "g", e1.Addr()), verdictIn(gme, "solo", e1.Addr()))
+	// No other endpoint has answered since: g keeps E1 (only new calls go elsewhere); solo,
+	// with no endpoint to use instead, has E1 as its last resort at once.
+	if len(p.Cooldown.AnsweredBy) != 0 || verdictIn(gme, "g", e1.Addr()) != "usable" ||
+		verdictIn(gme, "solo", e1.Addr()) != "cooling down after RESOURCE_EXHAUSTED, but no other endpoint is usable" {
+		t.Fatalf("before another endpoint answered: answered by %v, E1 verdict in g %q, in solo %q; want none, usable, a last resort",
+			p.Cooldown.AnsweredBy, verdictIn(gme, "g", e1.Addr()), verdictIn(gme, "solo", e1.Addr()))
 	}
 	if p.Health.Ejected {
 		t.Fatalf("a cooldown ejected E1: %+v", p.Health)
@@ -101,8 +105,8 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 	if d1, d2 := received(e1)-b1, received(e2)-b2; d1 != 0 || d2 != 5 {
 		t.Fatalf("while E1 cools: %d calls reached E1, %d E2; want 0, 5", d1, d2)
 	}
-	if p, _ := poolOf(gme, e1.Addr()); !p.Cooldown.Confirmed {
-		t.Fatalf("E1 cooldown after E2 answered: %+v, want confirmed", p.Cooldown)
+	if p, _ := poolOf(gme, e1.Addr()); !slices.Equal(p.Cooldown.AnsweredBy, []string{e2.Addr()}) {
+		t.Fatalf("E1 cooldown after E2 answered: %+v, want answered by E2", p.Cooldown)
 	}
 	if v := verdictIn(gme, "g", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED" {
 		t.Fatalf("E1 verdict in g: %q", v)
@@ -145,57 +149,66 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 		t.Errorf("reroutes metric by reason = %v, want %s: %d", got, steer.RerouteOverload, st.Retries.OverloadSkipped)
 	}
 	gme.Close()
-	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "endpoint cooldown confirmed", "endpoint cooldown over"} {
+	for _, want := range []string{"endpoint cooling down after RESOURCE_EXHAUSTED", "another endpoint answered during the cooldown", "endpoint cooldown over"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
 }
 
-// E1 answers RESOURCE_EXHAUSTED with a 10 s RetryInfo, and the call then sent to E2 fails
-// there with UNAVAILABLE (as on a frontend that restarts): no endpoint has answered a call
-// since the cooldown began, and the group stays on E1 past its RecoveryTimeout (fake clock),
-// since moving it would serve nothing better. Once E2 answers a call, the cooldown is
-// confirmed and the group switches to E2 after its RecoveryTimeout.
+// E1 answers RESOURCE_EXHAUSTED with a 10 s RetryInfo, and the call then sent to E3, g's
+// other endpoint, fails there with UNAVAILABLE (as on a frontend that restarts); E2 serves
+// group h, which g does not list. No endpoint g would use instead has answered since the
+// cooldown began (E2's answers to h do not count for g), and g stays on E1 past its
+// RecoveryTimeout (fake clock), since moving it would serve nothing better. Once E3 answers
+// a call, the cooldown is confirmed for g, which switches to E3 after its RecoveryTimeout.
 func TestOverloadWhereNoOtherEndpointAnswersKeepsTheGroup(t *testing.T) {
-	e1, e2 := twoFrontends(t)
+	backend := startServer(t, "B")
+	e1 := spannermetest.NewFrontendTB(t, backend)
+	e2 := spannermetest.NewFrontendTB(t, backend)
+	e3 := spannermetest.NewFrontendTB(t, backend)
 	clk := clock.NewFake(time.Time{})
 	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
-		"g": group(time.Second, time.Second, e1.Addr(), e2.Addr()),
+		"g": group(time.Second, time.Second, e1.Addr(), e3.Addr()),
+		"h": group(time.Second, time.Second, e2.Addr()),
 	}), fastSettings(nil), plumbing{clock: clk})
-	waitConnected(t, gme, e1.Addr())
-	waitConnected(t, gme, e2.Addr())
+	for _, fe := range []*spannermetest.Frontend{e1, e2, e3} {
+		waitConnected(t, gme, fe.Addr())
+	}
 	eventually(t, 5*time.Second, "E1 current", func() bool { return groupOf(gme, "g").Current == e1.Addr() })
 	e1.SetRetryDelay(10 * time.Second)
 	if err := e1.FailAll(codes.ResourceExhausted); err != nil {
 		t.Fatal(err)
 	}
-	if err := e2.FailAll(codes.Unavailable); err != nil {
+	if err := e3.FailAll(codes.Unavailable); err != nil {
 		t.Fatal(err)
 	}
 	if err := unary(gme, "g"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("first call after the overload: %v, want RESOURCE_EXHAUSTED", err)
 	}
-	b2 := received(e2)
-	if err := unary(gme, "g"); status.Code(err) != codes.Unavailable || received(e2) != b2+1 {
-		t.Fatalf("call while E1 cools: %v, %d reached E2; want UNAVAILABLE from E2", err, received(e2)-b2)
+	b3 := received(e3)
+	if err := unary(gme, "g"); status.Code(err) != codes.Unavailable || received(e3) != b3+1 {
+		t.Fatalf("call while E1 cools: %v, %d reached E3; want UNAVAILABLE from E3", err, received(e3)-b3)
 	}
-	e2.Pass()
+	if err := unary(gme, "h"); err != nil {
+		t.Fatalf("h's call on E2: %v", err)
+	}
+	e3.Pass()
 	clk.Advance(2 * time.Second) // past RecoveryTimeout, within the cooldown
 	if g, v := groupOf(gme, "g"), verdictIn(gme, "g", e1.Addr()); g.Current != e1.Addr() || g.PendingSwitch != "" || v != "usable" {
-		t.Fatalf("with no answer from E2: current %s, pending %q, E1 verdict %q; want E1, none, usable", g.Current, g.PendingSwitch, v)
+		t.Fatalf("with no answer from E3: current %s, pending %q, E1 verdict %q; want E1, none, usable", g.Current, g.PendingSwitch, v)
 	}
-	if p, _ := poolOf(gme, e1.Addr()); p.Cooldown == nil || !p.Cooldown.Cooling || p.Cooldown.Confirmed {
-		t.Fatalf("E1 cooldown %+v, want cooling, unconfirmed", p.Cooldown)
+	if p, _ := poolOf(gme, e1.Addr()); p.Cooldown == nil || !p.Cooldown.Cooling || !slices.Equal(p.Cooldown.AnsweredBy, []string{e2.Addr()}) {
+		t.Fatalf("E1 cooldown %+v, want cooling, answered by E2 only", p.Cooldown)
 	}
 	if err := unary(gme, "g"); err != nil {
-		t.Fatalf("call once E2 answers: %v; E2 verdict %q; E1 cooldown %+v", err, verdictIn(gme, "g", e2.Addr()), gme.cooldownStatus(e1.Addr()))
+		t.Fatalf("call once E3 answers: %v; E3 verdict %q; E1 cooldown %+v", err, verdictIn(gme, "g", e3.Addr()), gme.cooldownStatus(e1.Addr()))
 	}
 	if v := verdictIn(gme, "g", e1.Addr()); v != "cooling down after RESOURCE_EXHAUSTED" {
-		t.Fatalf("E1 verdict after E2 answered: %q", v)
+		t.Fatalf("E1 verdict after E3 answered: %q", v)
 	}
 	clk.Advance(time.Second)
-	eventually(t, 5*time.Second, "g switched to E2", func() bool { return groupOf(gme, "g").Current == e2.Addr() })
+	eventually(t, 5*time.Second, "g switched to E3", func() bool { return groupOf(gme, "g").Current == e3.Addr() })
 }
 
 // overloadErr is a RESOURCE_EXHAUSTED status, with a RetryInfo of d when d > 0.
@@ -255,7 +268,7 @@ func TestOverloadCooldown_Lengths(t *testing.T) {
 
 // CooldownStatus reads back what it writes, with its length as a duration string.
 func TestCooldownStatusJSON(t *testing.T) {
-	in := CooldownStatus{Cooling: true, Until: time.Date(2026, 12, 1, 0, 0, 3, 0, time.UTC), Length: 3 * time.Second,
+	in := CooldownStatus{Cooling: true, AnsweredBy: []string{"127.0.0.1:2"}, Until: time.Date(2026, 12, 1, 0, 0, 3, 0, time.UTC), Length: 3 * time.Second,
 		FromRetryInfo: true, Repeats: 2, Total: 5, LastOverload: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
 	b, err := json.Marshal(in)
 	if err != nil {
@@ -265,7 +278,7 @@ func TestCooldownStatusJSON(t *testing.T) {
 		t.Fatalf("JSON %s lacks the length as a string", b)
 	}
 	var out CooldownStatus
-	if err := json.Unmarshal(b, &out); err != nil || out != in {
+	if err := json.Unmarshal(b, &out); err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("read back %+v (%v), want %+v", out, err, in)
 	}
 	if err := json.Unmarshal([]byte(`{"length":"soon"}`), &out); err == nil {

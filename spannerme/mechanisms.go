@@ -64,7 +64,10 @@ func (m *mechanisms) endpointName(e string) string { return endpointNameIn(m.sna
 type judgeEnv struct{ m *mechanisms }
 
 func (e judgeEnv) Table() *route.Table          { return e.m.snap.Load() }
-func (e judgeEnv) Cooling(endpoint string) bool { return e.m.steering.Confirmed(endpoint) }
+func (e judgeEnv) Cooling(endpoint string) bool { return e.m.steering.Cooling(endpoint) }
+func (e judgeEnv) ConfirmedBy(endpoint string, by []string) bool {
+	return e.m.steering.ConfirmedBy(endpoint, by)
+}
 func (e judgeEnv) Brownout(c brownout.Change)   { e.m.obs.Brownout(c) }
 func (e judgeEnv) Changed()                     { e.m.changed.Signal() }
 
@@ -101,9 +104,9 @@ func (e steerEnv) Cooled(endpoint string, length time.Duration) {
 	e.m.changed.Signal()
 }
 
-func (e steerEnv) Confirmed(cooling []string, by string) {
+func (e steerEnv) Answered(cooling []string, by string) {
 	for _, c := range cooling {
-		e.m.obs.CooldownConfirmed(c, e.m.endpointName(c), by)
+		e.m.obs.CooldownAnswered(c, e.m.endpointName(c), by)
 	}
 	e.m.judge.EvaluateAll()
 	e.m.changed.Signal()

@@ -37,12 +37,12 @@ type RetryStatus struct {
 type CooldownStatus struct {
 	// Cooling: the endpoint is in a cooldown now, until Until.
 	Cooling bool `json:"cooling"`
-	// Confirmed: another endpoint has answered a call since the cooldown in progress began,
-	// so the cooldown takes the endpoint out of its groups' choice (its verdict is
-	// "cooling down after RESOURCE_EXHAUSTED"). Until then only new calls are sent
-	// elsewhere and the groups stay (docs/health.md, "Overload cooldown"). False when not
-	// cooling.
-	Confirmed bool `json:"confirmed,omitempty"`
+	// AnsweredBy lists the endpoints that have answered a call since the cooldown in
+	// progress began, in the order heard. A group moves away from the cooling endpoint (its
+	// verdict becomes "cooling down after RESOURCE_EXHAUSTED") only once one it would use
+	// instead is among them; until then only new calls are sent elsewhere, and the group
+	// stays (docs/health.md, "Overload cooldown"). Nil when not cooling.
+	AnsweredBy []string `json:"answeredBy,omitempty"`
 	// Until is when the current (or the last) cooldown ends.
 	Until time.Time `json:"until"`
 	// Length is the current (or the last) cooldown's length: the server's RetryInfo delay

@@ -138,7 +138,7 @@ func (gme *GCPMultiEndpoint) cooldownStatus(endpoint string) *CooldownStatus {
 	if !ok {
 		return nil
 	}
-	return &CooldownStatus{Cooling: c.Cooling, Confirmed: c.Confirmed, Until: c.Until, Length: c.Length, FromRetryInfo: c.FromRetryInfo,
+	return &CooldownStatus{Cooling: c.Cooling, AnsweredBy: c.AnsweredBy, Until: c.Until, Length: c.Length, FromRetryInfo: c.FromRetryInfo,
 		Repeats: c.Repeats, Total: c.Total, LastOverload: c.LastOverload}
 }
 

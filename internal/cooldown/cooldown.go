@@ -1,16 +1,18 @@
 // Package cooldown keeps each endpoint's overload cooldown: after a RESOURCE_EXHAUSTED, an
 // endpoint is skipped for new calls for a while when another endpoint of its group is
-// available, and its groups move away from it once another endpoint has answered a call
-// since it began (Confirmed; spannerme's docs/health.md, "Overload cooldown"). It is not an ejection: no
+// available, and a group moves away from it once an endpoint the group would use instead
+// has answered a call since it began (Served, ConfirmedBy; spannerme's docs/health.md,
+// "Overload cooldown"). It is not an ejection: no
 // probe ends it, only its time. The Spanner client's location-aware routing keeps such an
 // endpoint out of selection the same way (cloud.google.com/go/spanner v1.96.1,
 // endpoint_overload_cooldown.go: 10 s, doubling to 1 min, forgotten after 10 min); this is
 // our own, with the server's RetryInfo delay preferred. It decides nothing about groups: the
-// verdicts read Cooling.
+// verdicts read Cooling and ConfirmedBy.
 package cooldown
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,10 +50,11 @@ type Set struct {
 	ended func(endpoint string, length time.Duration)
 
 	active atomic.Int32 // endpoints cooling now; 0 lets the call path skip the map
-	// unconfirmed counts the endpoints cooling whose cooldown no other endpoint has
-	// confirmed yet (Served); 0 lets a success skip the map.
-	unconfirmed atomic.Int32
-	mu          sync.Mutex // guards m and the entries, closed, sharedUntil, confirmed
+	// heard holds the endpoints recorded as answering by every cooldown in progress
+	// (Served): an answer from one of them takes no lock. Replaced whole, under mu; cleared
+	// when a cooldown starts.
+	heard atomic.Pointer[map[string]struct{}]
+	mu    sync.Mutex // guards m and the entries, closed, sharedUntil, confirmed
 	m           map[string]*entry
 	closed      bool
 	// sharedUntil: overloads are judged shared until then (Shared); confirmed: when another
@@ -70,14 +73,15 @@ type entry struct {
 	gen      uint64        // current timer's generation
 	timer    clock.Timer
 	fromInfo bool // the length came from the server's RetryInfo
-	// confirmed: another endpoint has answered a call since this cooldown began (Served).
-	confirmed bool
+	// answered lists the endpoints that have answered a call since this cooldown began
+	// (Served), in the order heard.
+	answered []string
 }
 
 // Status is one endpoint's cooldown state.
 type Status struct {
 	Cooling       bool
-	Confirmed     bool
+	AnsweredBy    []string
 	Until         time.Time
 	Length        time.Duration
 	FromRetryInfo bool
@@ -112,45 +116,66 @@ func (c *Set) Cooling(endpoint string) bool {
 	return e != nil && e.cooling
 }
 
-// Confirmed reports whether endpoint is in a cooldown that another endpoint has confirmed
-// (Served): moving its groups' calls elsewhere is then known to reach an endpoint that
-// answers. A cooldown no other endpoint has confirmed yet keeps its endpoint in its groups'
-// choice (only new calls are steered elsewhere, and they test the other endpoints): when
-// they do not answer (a restart, a path that hangs), moving the group would serve nothing
-// better. It takes no lock and allocates nothing while no endpoint cools.
-func (c *Set) Confirmed(endpoint string) bool {
+// ConfirmedBy reports whether endpoint is in a cooldown during which one of by (other
+// endpoints: those a group of endpoint would use instead) has answered a call (Served):
+// moving that group's calls is then known to reach an endpoint that answers. A cooldown
+// none of them has answered during keeps endpoint in that group's choice (only new calls
+// are steered elsewhere, and they test the other endpoints): when they do not answer (a
+// restart, a path that hangs), moving the group would serve nothing better. It takes no
+// lock and allocates nothing while no endpoint cools.
+func (c *Set) ConfirmedBy(endpoint string, by []string) bool {
 	if c.Active() == 0 {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.m[endpoint]
-	return e != nil && e.cooling && e.confirmed
+	if e == nil || !e.cooling {
+		return false
+	}
+	for _, b := range by {
+		if b != endpoint && slices.Contains(e.answered, b) {
+			return true
+		}
+	}
+	return false
 }
 
-// Served records that endpoint answered a call (a success): it confirms the cooldown of
-// every other endpoint in progress that was not yet confirmed, and returns those endpoints
-// (the groups' verdicts are then due again: they read Confirmed); nil when it confirmed
-// none. One atomic load, no lock and no allocation while every cooldown in progress is
-// confirmed or none is. Nil on a nil or closed Set.
+// Served records that endpoint answered a call (a success, or an error the backend sent)
+// in every cooldown in progress of another endpoint that had not heard from it yet, and
+// returns those endpoints (the groups' verdicts are then due again: they read ConfirmedBy);
+// nil when there were none. One atomic load when nothing cools, and one more and a map
+// lookup, with no lock or allocation, once every cooldown in progress has heard from
+// endpoint. Nil on a nil or closed Set.
 func (c *Set) Served(endpoint string) []string {
-	if c == nil || c.unconfirmed.Load() == 0 {
+	if c.Active() == 0 {
 		return nil
+	}
+	if h := c.heard.Load(); h != nil {
+		if _, ok := (*h)[endpoint]; ok {
+			return nil
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil
 	}
-	var confirmed []string
+	var newly []string
 	for ep, e := range c.m {
-		if ep != endpoint && e.cooling && !e.confirmed {
-			e.confirmed = true
-			c.unconfirmed.Add(-1)
-			confirmed = append(confirmed, ep)
+		if ep != endpoint && e.cooling && !slices.Contains(e.answered, endpoint) {
+			e.answered = append(e.answered, endpoint)
+			newly = append(newly, ep)
 		}
 	}
-	return confirmed
+	heard := map[string]struct{}{endpoint: {}}
+	if h := c.heard.Load(); h != nil {
+		for k := range *h {
+			heard[k] = struct{}{}
+		}
+	}
+	c.heard.Store(&heard)
+	return newly
 }
 
 // StatusOf returns endpoint's cooldown state; false if it never cooled.
@@ -164,7 +189,11 @@ func (c *Set) StatusOf(endpoint string) (Status, bool) {
 	if e == nil {
 		return Status{}, false
 	}
-	return Status{Cooling: e.cooling, Confirmed: e.cooling && e.confirmed, Until: e.until, Length: e.length, FromRetryInfo: e.fromInfo,
+	var answered []string
+	if e.cooling {
+		answered = slices.Clone(e.answered)
+	}
+	return Status{Cooling: e.cooling, AnsweredBy: answered, Until: e.until, Length: e.length, FromRetryInfo: e.fromInfo,
 		Repeats: e.repeats, Total: e.total, LastOverload: e.last}, true
 }
 
@@ -206,10 +235,10 @@ func (c *Set) Note(endpoint string, delay time.Duration, fromInfo bool) (started
 		base := Min + rand.N(Max-Min)
 		delay = min(base<<min(e.repeats-1, 8), Cap)
 	}
-	e.cooling, e.until, e.length, e.fromInfo, e.confirmed = true, now.Add(delay), delay, fromInfo, false
+	e.cooling, e.until, e.length, e.fromInfo, e.answered = true, now.Add(delay), delay, fromInfo, nil
 	e.total++
 	c.active.Add(1)
-	c.unconfirmed.Add(1)
+	c.heard.Store(nil) // the new cooldown has heard from no endpoint
 	c.armLocked(endpoint, e, delay)
 	return true, delay, e.repeats
 }
@@ -293,9 +322,6 @@ func (c *Set) end(endpoint string, gen uint64) {
 	e.cooling = false
 	e.timer = nil
 	c.active.Add(-1)
-	if !e.confirmed {
-		c.unconfirmed.Add(-1)
-	}
 	length := e.length
 	c.mu.Unlock()
 	if c.ended != nil {

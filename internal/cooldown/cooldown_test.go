@@ -1,6 +1,7 @@
 package cooldown
 
 import (
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -125,55 +126,59 @@ func TestSharedOverload(t *testing.T) {
 	none.EndAll()
 }
 
-// A cooldown is confirmed by another endpoint's answer, never by its own endpoint's; a
-// confirmation is reported once; a new cooldown starts unconfirmed; a cooldown that ends
-// (its time, EndAll) unconfirmed leaves nothing to confirm, so an answer takes no lock.
-func TestSetConfirmedByAnotherEndpointsAnswer(t *testing.T) {
+// A cooldown hears answers from other endpoints, never from its own; it is confirmed only by
+// one of the endpoints asked about; an answer is recorded once, and once every cooldown has
+// it, it takes no lock; a new cooldown starts having heard none; after its end nothing is
+// confirmed.
+func TestSetConfirmedByTheEndpointsThatAnswered(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
 	c := New(clk, nil)
 	defer c.Close()
-	if got := c.Served("b"); got != nil || c.Confirmed("a") {
-		t.Fatalf("before any overload: Served = %v, Confirmed = %v", got, c.Confirmed("a"))
+	if got := c.Served("b"); got != nil || c.ConfirmedBy("a", []string{"b"}) {
+		t.Fatalf("before any overload: Served = %v", got)
 	}
 	c.Note("a", 3*time.Second, true)
 	c.Note("c", 3*time.Second, true)
-	if got := c.Served("a"); len(got) != 1 || got[0] != "c" {
-		t.Fatalf("a's answer confirmed %v, want [c] (not a's own cooldown)", got)
+	if got := c.Served("a"); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("a's answer reached %v, want [c] (not a's own cooldown)", got)
 	}
-	if c.Confirmed("a") || !c.Confirmed("c") || !c.Cooling("a") {
-		t.Fatalf("after a's answer: Confirmed a %v, c %v; Cooling a %v", c.Confirmed("a"), c.Confirmed("c"), c.Cooling("a"))
+	if c.ConfirmedBy("a", []string{"a", "b"}) || !c.ConfirmedBy("c", []string{"a"}) || c.ConfirmedBy("c", []string{"b"}) {
+		t.Fatal("after a's answer: a confirmed by itself, or c not by a, or c by b")
 	}
-	if st, _ := c.StatusOf("a"); st.Confirmed {
-		t.Fatalf("StatusOf(a) = %+v, want unconfirmed", st)
+	if got := c.Served("b"); len(got) != 2 {
+		t.Fatalf("b's answer reached %v, want a and c", got)
 	}
-	if got := c.Served("b"); len(got) != 1 || got[0] != "a" {
-		t.Fatalf("b's answer confirmed %v, want [a]", got)
+	if !c.ConfirmedBy("a", []string{"d", "b"}) || c.ConfirmedBy("a", []string{"d"}) || c.ConfirmedBy("a", nil) {
+		t.Fatal("a's cooldown: want confirmed by b only")
 	}
-	if st, _ := c.StatusOf("a"); !st.Confirmed || !c.Confirmed("a") {
-		t.Fatalf("StatusOf(a) = %+v, want confirmed", st)
+	if st, _ := c.StatusOf("a"); !slices.Equal(st.AnsweredBy, []string{"b"}) {
+		t.Fatalf("StatusOf(a) = %+v, want answered by b", st)
 	}
-	if got := c.Served("b"); got != nil || c.unconfirmed.Load() != 0 {
-		t.Fatalf("a second answer confirmed %v again; %d unconfirmed", got, c.unconfirmed.Load())
+	if got := c.Served("b"); got != nil {
+		t.Fatalf("a second answer of b reached %v again", got)
+	}
+	if h := c.heard.Load(); h == nil || len(*h) != 2 {
+		t.Fatalf("heard %v, want a and b (no lock for their next answers)", h)
+	}
+	// A new cooldown has heard none: b's next answer reaches it.
+	clk.Advance(time.Second)
+	c.Note("d", 3*time.Second, true)
+	if got := c.Served("b"); !slices.Equal(got, []string{"d"}) {
+		t.Fatalf("b's answer after d's cooldown began reached %v, want [d]", got)
 	}
 	clk.Advance(3 * time.Second)
-	if c.Confirmed("a") || c.Active() != 0 {
+	if c.ConfirmedBy("a", []string{"b"}) || c.Active() != 0 {
 		t.Fatal("confirmed after the cooldown's end")
 	}
-	if st, _ := c.StatusOf("a"); st.Confirmed {
-		t.Fatalf("StatusOf(a) after its end = %+v, want unconfirmed", st)
+	if st, _ := c.StatusOf("a"); st.AnsweredBy != nil {
+		t.Fatalf("StatusOf(a) after its end = %+v, want none", st)
 	}
-	// A new cooldown starts unconfirmed, and one that ends unconfirmed leaves no count.
+	if got := c.Served("b"); got != nil {
+		t.Fatalf("an answer with nothing cooling reached %v", got)
+	}
+	// A cooldown started again hears anew.
 	c.Note("a", 3*time.Second, true)
-	if c.Confirmed("a") || c.unconfirmed.Load() != 1 {
-		t.Fatalf("a new cooldown: Confirmed %v, %d unconfirmed", c.Confirmed("a"), c.unconfirmed.Load())
-	}
-	c.EndAll()
-	if c.unconfirmed.Load() != 0 || c.Served("b") != nil {
-		t.Fatalf("after EndAll: %d unconfirmed", c.unconfirmed.Load())
-	}
-	c.Note("a", 3*time.Second, true)
-	clk.Advance(3 * time.Second)
-	if c.unconfirmed.Load() != 0 {
-		t.Fatalf("after a cooldown ended unconfirmed: %d unconfirmed", c.unconfirmed.Load())
+	if c.ConfirmedBy("a", []string{"b"}) {
+		t.Fatal("a new cooldown kept the last one's answers")
 	}
 }

@@ -26,9 +26,12 @@ import (
 type Env interface {
 	// Table returns the routing table in force; nil after Close.
 	Table() *route.Table
-	// Cooling reports whether endpoint is in an overload cooldown that takes it out of its
-	// groups' choice (one another endpoint has confirmed: steer.Steerer.Confirmed).
+	// Cooling reports whether endpoint is in an overload cooldown.
 	Cooling(endpoint string) bool
+	// ConfirmedBy reports whether endpoint's cooldown has heard an answer from one of by (the
+	// endpoints its group would use instead) since it began: only then does it take the
+	// endpoint out of the group's choice (steer.Steerer.ConfirmedBy).
+	ConfirmedBy(endpoint string, by []string) bool
 	// VerdictChanged is told when group's verdict on endpoint changes from was to now, in
 	// the evaluation of the routing table s.
 	VerdictChanged(s *route.Table, group, endpoint string, was, now verdict.Reason)
@@ -122,6 +125,7 @@ func (j *Judge) evaluate(me *multiendpoint.MultiEndpoint) {
 				Cooling: j.env.Cooling(e.Endpoint)}
 			known[i] = in[i].Connected || p.Settled()
 		}
+		confirmCooling(eps, in, j.env.ConfirmedBy)
 		verdict.Evaluate(in, out)
 		reasons := make(map[string]verdict.Reason, len(eps))
 		var available []string
@@ -257,4 +261,31 @@ func (j *Judge) RecheckEjected(p *pool.Pool) {
 // lists reports whether eps, a group's endpoints, include endpoint.
 func lists(eps []multiendpoint.EndpointStatus, endpoint string) bool {
 	return slices.ContainsFunc(eps, func(e multiendpoint.EndpointStatus) bool { return e.Endpoint == endpoint })
+}
+
+// confirmCooling keeps an endpoint's cooldown as its verdict input only once the cooldown has
+// heard an answer from an endpoint the group would use instead (usable on every other input,
+// and not cooling itself): until then the calls Steer sends elsewhere are the test, and a
+// group whose other endpoints do not answer (a restart, a path that hangs) stays. A group
+// with no such endpoint keeps every cooldown as its input: each is then a last resort
+// (verdict.CoolingLastResort), available as it would be without. in is rewritten in place.
+func confirmCooling(eps []multiendpoint.EndpointStatus, in []verdict.Input, confirmedBy func(string, []string) bool) {
+	var by []string
+	cooling := false
+	for i, x := range in {
+		switch {
+		case x.Cooling:
+			cooling = true
+		case x.Connected && !x.Ejected && !x.Degraded:
+			by = append(by, eps[i].Endpoint)
+		}
+	}
+	if !cooling || len(by) == 0 {
+		return // with no endpoint to use instead, a cooldown is a last resort's reason only
+	}
+	for i := range in {
+		if in[i].Cooling {
+			in[i].Cooling = confirmedBy(eps[i].Endpoint, by)
+		}
+	}
 }

@@ -265,10 +265,10 @@ func (o *Observer) Cooling(endpoint, name string, d time.Duration, fromInfo bool
 	o.metrics.cooldowns.Add(context.Background(), 1, metric.WithAttributes(endpointAttrs(endpoint, name)...))
 }
 
-// CooldownConfirmed logs that endpoint by answered a call while endpoint cooled: its
-// groups now move to another available endpoint.
-func (o *Observer) CooldownConfirmed(endpoint, name, by string) {
-	o.log(slog.LevelInfo, o.Now(), "spannerme: endpoint cooldown confirmed: another endpoint answered; groups move to another available endpoint",
+// CooldownAnswered logs that endpoint by answered a call during endpoint's cooldown: a group
+// of endpoint that would use by instead now moves away from it.
+func (o *Observer) CooldownAnswered(endpoint, name, by string) {
+	o.log(slog.LevelInfo, o.Now(), "spannerme: another endpoint answered during the cooldown; groups that would use it move to it",
 		endpointArgs(endpoint, name, "answered_by", by)...)
 }
 

@@ -39,16 +39,16 @@ type Env interface {
 	// Cooling is told when endpoint's overload cooldown starts (or is extended into a new one)
 	// for length; fromInfo says whether the length is the server's RetryInfo delay, repeats
 	// how many cooldowns in a row the endpoint has had. Called with no lock held. The
-	// connection must evaluate its groups' verdicts again (they read Steerer.Cooling) and wake
+	// connection must evaluate its groups' verdicts again (they read Steerer.Cooling and Steerer.ConfirmedBy) and wake
 	// the calls waiting for a change; so must Cooled.
 	Cooling(endpoint string, length time.Duration, fromInfo bool, repeats int)
 	// Cooled is told when endpoint's cooldown of length ends, on the cooldown's timer.
 	Cooled(endpoint string, length time.Duration)
-	// Confirmed is told when endpoint by answered a call while the endpoints cooling had had
-	// no other endpoint's answer since their cooldowns began: from now on those cooldowns
-	// take their endpoints out of their groups' choice (Steerer.Confirmed). Called with no
-	// lock held; the connection evaluates its groups' verdicts again, as for Cooling.
-	Confirmed(cooling []string, by string)
+	// Answered is told when endpoint by answered a call during the overload cooldowns of
+	// cooling, which had not heard from it yet: a group of one of them that would use by
+	// instead now moves away from it (Steerer.ConfirmedBy). Called with no lock held; the
+	// connection evaluates its groups' verdicts again, as for Cooling.
+	Answered(cooling []string, by string)
 }
 
 // Values of spannerme.AttrRerouteReason, given to Env.Rerouted.
@@ -124,13 +124,24 @@ func (s *Steerer) Close() { s.cool.Close() }
 // Cooling reports whether endpoint is cooling down after RESOURCE_EXHAUSTED (a verdict input).
 func (s *Steerer) Cooling(endpoint string) bool { return s.cool.Cooling(endpoint) }
 
-// Confirmed reports whether endpoint cools and another endpoint has answered a call since
-// its cooldown began (cooldown.Set.Confirmed): only then does the cooldown take it out of
-// its groups' choice. Until then Steer sends its new calls elsewhere, and their answers
-// tell whether moving helps: an answer confirms the cooldown, a RESOURCE_EXHAUSTED there
-// shows the overload is the database's (NoteOverload), and no answer (an endpoint
-// restarting, a path that hangs) leaves the group where it is.
-func (s *Steerer) Confirmed(endpoint string) bool { return s.cool.Confirmed(endpoint) }
+// ConfirmedBy reports whether endpoint cools and one of by (the endpoints a group of it
+// would use instead) has answered a call since its cooldown began (cooldown.Set.ConfirmedBy):
+// only then does the cooldown take it out of that group's choice. Until then Steer sends its
+// new calls elsewhere, and their answers tell whether moving helps: an answer confirms the
+// cooldown, a RESOURCE_EXHAUSTED with RetryInfo there shows the overload is the database's
+// (NoteOverload), and no answer (an endpoint restarting, a path that hangs) leaves the group
+// where it is.
+func (s *Steerer) ConfirmedBy(endpoint string, by []string) bool {
+	return s.cool.ConfirmedBy(endpoint, by)
+}
+
+// served records that endpoint answered a call, for the cooldowns in progress of other
+// endpoints (cooldown.Set.Served), and tells Env.Answered when one had not heard from it.
+func (s *Steerer) served(endpoint string) {
+	if cooling := s.cool.Served(endpoint); cooling != nil {
+		s.env.Answered(cooling, endpoint)
+	}
+}
 
 // Cooldowns returns the cooldowns by endpoint, for their status and tests.
 func (s *Steerer) Cooldowns() *cooldown.Set { return s.cool }
@@ -164,9 +175,7 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 		if s.streaking.Load() != 0 {
 			s.endStreak(p.Endpoint())
 		}
-		if confirmed := s.cool.Served(p.Endpoint()); confirmed != nil {
-			s.env.Confirmed(confirmed, p.Endpoint())
-		}
+		s.served(p.Endpoint())
 		s.budget.Success()
 		if key, retry := spannerreq.SplitRequestID(id); retry {
 			if f, ok := s.retries.Take(key); ok && f.Endpoint != p.Endpoint() {
@@ -185,12 +194,14 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 	if !spannerreq.RetryableByClient(err) {
 		if c := status.Code(err); c != codes.Canceled && c != codes.DeadlineExceeded && c != codes.Unknown {
 			s.budget.Success() // the backend answered
+			s.served(p.Endpoint())
 		}
 		return
 	}
 	if spannerreq.Overloaded(err) && !s.noteOverload(p.Endpoint(), p, c, err) {
 		if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
 			s.budget.Success() // the backend answered: the query's limit
+			s.served(p.Endpoint())
 		}
 		return // the query's or the database's overload: retried where the group sends it
 	}
@@ -240,14 +251,30 @@ func (s *Steerer) Steer(p *pool.Pool, me *multiendpoint.MultiEndpoint, id string
 
 // Other returns the acquired pool of another endpoint of group me than exclude: the
 // first, in the group's priority order, of the endpoints its last verdicts find available
-// whose pool is connected (READY) and not retired. False when there is none (the group's
-// only available endpoint is exclude). It never waits.
+// whose pool is connected (READY) and not retired, one that is not cooling down after an
+// overload first (an unconfirmed cooldown leaves its endpoint available: ConfirmedBy). False
+// when there is none (the group's only available endpoint is exclude). It never waits and
+// allocates only while an endpoint cools.
 func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.Pool, bool) {
 	t := s.env.Table()
 	if t == nil || t.Group(me.Name()) != me {
 		return nil, false // closed, or a group an update replaced: no verdicts to read
 	}
-	return t.Other(me, s.env.AvailableEndpoints(me.Name()), exclude)
+	available := s.env.AvailableEndpoints(me.Name())
+	if s.cool.Active() > 0 {
+		// A cooling endpoint stays available to its group until another answers
+		// (ConfirmedBy); a call sent elsewhere goes to one that does not cool, when there is one.
+		var warm []string
+		for _, e := range available {
+			if e != exclude && !s.cool.Cooling(e) {
+				warm = append(warm, e)
+			}
+		}
+		if q, ok := t.Other(me, warm, exclude); ok {
+			return q, true
+		}
+	}
+	return t.Other(me, available, exclude)
 }
 
 // NoteOverload judges a RESOURCE_EXHAUSTED status err of a call on endpoint and reports
@@ -275,7 +302,7 @@ func (s *Steerer) Other(me *multiendpoint.MultiEndpoint, exclude string) (*pool.
 //     and the calls that cooldown sends elsewhere tell whether the overload is shared;
 //   - otherwise the endpoint's overload cooldown (internal/cooldown) starts, or is extended
 //     to the delay; true. When a cooldown starts Env.Cooling is told (the groups are
-//     evaluated again: the verdicts read Cooling), as Env.Cooled is when it ends
+//     evaluated again: the verdicts read Cooling and ConfirmedBy), as Env.Cooled is when it ends
 //     (cooldownEnded, on its timer).
 func (s *Steerer) NoteOverload(endpoint string, err error) bool {
 	return s.noteOverload(endpoint, nil, health.Calls, err)

@@ -330,7 +330,8 @@ func newPageView(st spannerme.Status) pageView {
 // endpointReason says why endpoint e is, or is not, available to its group: its verdict
 // (EndpointStatus.Verdict, the one place that decides), followed by what explains it (the
 // ejection, the brownout, the connection error), for every endpoint that is not plainly
-// usable; "" for a usable one. Before the first verdict (and after Close) it explains a state
+// usable; "" for a usable one, but for one whose cooldown the group does not count yet.
+// Before the first verdict (and after Close) it explains a state
 // other than Available from the pool alone.
 func endpointReason(st spannerme.Status, e spannerme.EndpointStatus, p spannerme.PoolStatus) string {
 	var detail string
@@ -349,6 +350,10 @@ func endpointReason(st spannerme.Status, e spannerme.EndpointStatus, p spannerme
 		detail = "pool " + p.Connectivity
 	}
 	switch {
+	case e.Verdict == "usable" && p.Cooldown != nil && p.Cooldown.Cooling:
+		// A cooldown the group does not count yet: no endpoint it would use instead has
+		// answered since it began (docs/health.md, "Overload cooldown").
+		return "usable: " + detail + "; the group stays until an endpoint it would use instead answers"
 	case e.Verdict == "" && e.State == spannerme.Available, e.Verdict == "usable":
 		return ""
 	case e.Verdict == "":

@@ -471,8 +471,9 @@ func TestStatusHandlerShowsHedging(t *testing.T) {
 	}
 }
 
-// An endpoint cooling down after RESOURCE_EXHAUSTED: the group says why it is not available,
-// the pool how long the cooldown has left.
+// An endpoint cooling down after RESOURCE_EXHAUSTED: the group says why it is not available
+// (or, before another endpoint answered, why it still uses it), the pool how long the
+// cooldown has left.
 func TestStatusPageCooldownText(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	cd := &spannerme.CooldownStatus{Cooling: true, Until: now.Add(2500 * time.Millisecond), Length: 3 * time.Second, FromRetryInfo: true, Repeats: 1, Total: 1}
@@ -492,6 +493,12 @@ func TestStatusPageCooldownText(t *testing.T) {
 	}
 	if got := v.Pools[1].Health; got != "healthy" {
 		t.Errorf("a past cooldown shows: %q", got)
+	}
+	// A cooldown the group does not count yet (no endpoint it would use instead answered).
+	st.Groups[0].Endpoints[0].Verdict, st.Groups[0].Endpoints[0].State = "usable", spannerme.Available
+	want = "usable: " + want + "; the group stays until an endpoint it would use instead answers"
+	if got := newPageView(st).Groups[0].Endpoints[0].Reason; got != want {
+		t.Errorf("reason shown for a cooling endpoint its group still uses = %q, want %q", got, want)
 	}
 }
 
