@@ -68,8 +68,8 @@ func (e judgeEnv) Cooling(endpoint string) bool { return e.m.steering.Cooling(en
 func (e judgeEnv) ConfirmedBy(endpoint string, by []string) bool {
 	return e.m.steering.ConfirmedBy(endpoint, by)
 }
-func (e judgeEnv) Brownout(c brownout.Change)   { e.m.obs.Brownout(c) }
-func (e judgeEnv) Changed()                     { e.m.changed.Signal() }
+func (e judgeEnv) Brownout(c brownout.Change) { e.m.obs.Brownout(c) }
+func (e judgeEnv) Changed()                   { e.m.changed.Signal() }
 
 func (e judgeEnv) VerdictChanged(s *route.Table, group, endpoint string, was, now verdict.Reason) {
 	e.m.obs.VerdictChanged(group, endpoint, endpointNameIn(s, endpoint), was, now)

@@ -53,10 +53,10 @@ type Set struct {
 	// heard holds the endpoints recorded as answering by every cooldown in progress
 	// (Served): an answer from one of them takes no lock. Replaced whole, under mu; cleared
 	// when a cooldown starts.
-	heard atomic.Pointer[map[string]struct{}]
-	mu    sync.Mutex // guards m and the entries, closed, sharedUntil, confirmed
-	m           map[string]*entry
-	closed      bool
+	heard  atomic.Pointer[map[string]struct{}]
+	mu     sync.Mutex // guards m and the entries, closed, sharedUntil, confirmed
+	m      map[string]*entry
+	closed bool
 	// sharedUntil: overloads are judged shared until then (Shared); confirmed: when another
 	// endpoint last confirmed it.
 	sharedUntil, confirmed time.Time

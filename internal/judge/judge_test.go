@@ -21,8 +21,8 @@ func TestMain(m *testing.M) {
 // closedEnv is the Env of a closed connection: no table. It records whatever it is told.
 type closedEnv struct{ told []string }
 
-func (e *closedEnv) Table() *route.Table { return nil }
-func (e *closedEnv) Cooling(string) bool                 { return false }
+func (e *closedEnv) Table() *route.Table               { return nil }
+func (e *closedEnv) Cooling(string) bool               { return false }
 func (e *closedEnv) ConfirmedBy(string, []string) bool { return false }
 func (e *closedEnv) VerdictChanged(_ *route.Table, g, ep string, _, _ verdict.Reason) {
 	e.told = append(e.told, "verdict "+g+" "+ep)
