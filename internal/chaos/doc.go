@@ -227,8 +227,9 @@
 //     its calls were on until then (a tier: or during the ramp after that switch, which still
 //     sends part of them there) had a fault that holds calls (a frontend hang, a silent
 //     blackhole): the load's workers, one call in flight each, waited there, none free to
-//     call the healed endpoint. The hold ends at its heal or, sooner, the group's longest
-//     worker deadline after the last instant calls could be sent into it (heldUntil); a way
+//     call the healed endpoint. The hold ends when the last call sent into it is released:
+//     heldDeadline after the last instant the group's calls went there, or sooner at a
+//     silent blackhole's heal (a hang's heal does not release its calls; heldUntil); a way
 //     back that came before that is not timed. A failover is censored when the group's next
 //     endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed

@@ -241,9 +241,13 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 			r.Censored++
 		}
 		if ep.backWatched {
-			if d, ok := backTime(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
+			if d, from, ok := backTimeFrom(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
 				if d > r.BackBound {
-					r.BackOver = append(r.BackOver, describe(ep, tl, ep.heal)+" "+fmtDur(d))
+					line := describe(ep, tl, ep.heal) + " " + fmtDur(d)
+					if from.After(ep.heal) {
+						line += fmt.Sprintf(" from +%.1fs (a cut, or a hold's end)", from.Sub(tl.start).Seconds())
+					}
+					r.BackOver = append(r.BackOver, line)
 				}
 				if len(r.Back) == 0 || d > slices.Max(r.Back) {
 					r.WorstBack = describe(ep, tl, ep.heal)
@@ -344,6 +348,13 @@ func nextFaultFree(s State, g, e int) bool {
 // the group's calls elsewhere (heldUntil); a way back that came before that hold ended is
 // not timed (ok false). sw: the groups' switches, in time order.
 func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration, sw []groupSwitch) (time.Duration, bool) {
+	d, _, ok := backTimeFrom(ep, tl, buckets, t0, stop, bound, sw)
+	return d, ok
+}
+
+// backTimeFrom is backTime, with the instant the time is measured from: the heal, the last
+// cut or the end of a hold.
+func backTimeFrom(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, stop time.Time, bound time.Duration, sw []groupSwitch) (time.Duration, time.Time, bool) {
 	back := ep.back
 	if ep.tiered {
 		back = shareBack(ep, buckets, t0)
@@ -366,9 +377,9 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		}
 		if !back.IsZero() && back.Sub(from) > bound && !heldChecked {
 			heldChecked = true
-			if h, ok := heldUntil(ep, tl, sw, bound); ok && h.After(from) {
+			if h, ok := heldUntil(ep, tl, sw, from, bound); ok && h.After(from) {
 				if !back.After(h) {
-					return 0, false // the group's calls were held until it came
+					return 0, time.Time{}, false // the group's calls were held until it came
 				}
 				from = h
 				until = span()
@@ -378,17 +389,17 @@ func backTime(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, t0, 
 		break
 	}
 	if back.IsZero() && until.After(stop) {
-		return 0, false
+		return 0, time.Time{}, false
 	}
 	for _, s := range tl.during(ep.heal, until) {
 		if !preferred(s, ep.group, ep.endpoint, ep.tiered) {
-			return 0, false
+			return 0, time.Time{}, false
 		}
 	}
 	if back.IsZero() {
-		return never, true
+		return never, from, true
 	}
-	return back.Sub(from), true
+	return back.Sub(from), from, true
 }
 
 // cutAfter returns the first reset or frontend restart of the healed endpoint in (from,
@@ -420,107 +431,142 @@ type groupSwitch struct {
 
 // heldUntil returns when a hold of the group's calls ended, for a way back over its bound
 // that the load, not the client, made late: the group switched back to the endpoint within
-// the bound (a tier member: to its tier), and an endpoint the group's calls were on had a
-// fault that holds the calls sent to it (holds: a frontend hang, a silent blackhole; held
-// calls wait for their deadline) before that switch or, for a tier, during the ramp after
-// it (for tierSlowStart the ramp still sends part of the calls to the tier it left; in the
-// fourth emulator hour a silent blackhole of e3 0.1 s after tiered switched back held all
-// six of the tier's workers). The load's workers are closed loops, each with one call in
-// flight, so while they wait there none is free to make the call that would succeed on the
-// endpoint, however soon the client switches back. The hold ends when its fault heals or,
-// sooner, when the longest deadline of the group's workers has passed since the last
-// instant calls could be sent into it (the end of that span): every call it held has ended
-// by then. The way back is measured from there against the same bound; a switch back later
-// than the bound, or none, is the client's: no hold moves it. A group's current endpoint is
-// the last switch's before the heal (its first listed endpoint before any switch), then
-// each switch's until the one back.
-func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, bound time.Duration) (time.Time, bool) {
-	on := []int{initialGroups[ep.group][0]}
+// the bound from from (the heal, or the last cut; a tier member: to its tier), and while
+// the group's calls went to another endpoint (before that switch or, for a tier, during the
+// ramp after it: for tierSlowStart the ramp still sends part of them to the tier it left; a
+// member of the endpoint's own tier does not count) that endpoint had a fault that holds
+// the calls sent to it (holds: a frontend hang, a silent blackhole). The load's workers are
+// closed loops, each with one call in flight, so while they wait there none is free to
+// make the call that would succeed on the endpoint, however soon the client switches back.
+// A call sent into the hold at the last instant the group's calls went there is released at
+// its deadline (heldDeadline), or at the hold's heal for a silent blackhole, whose heal cuts
+// its connections (a frontend hang's heal does not release the calls it holds). The way
+// back is measured from the latest such release against the same bound; a switch back
+// later than the bound, or none, is the client's: no hold moves it. (In the fourth emulator
+// hour a silent blackhole of e3 0.1 s after tiered switched back held all six of the tier's
+// workers.)
+func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, from time.Time, bound time.Duration) (time.Time, bool) {
+	// stints: where the group's calls went, from when to when.
+	type stint struct {
+		e       int
+		in, out time.Time
+	}
+	cur, curIn := initialGroups[ep.group][0], tl.start
+	var stints []stint
 	var backAt time.Time
 	for _, s := range sw {
 		if s.group != ep.group {
 			continue
 		}
-		if !s.at.After(ep.heal) {
-			on[0] = s.to
+		if !s.at.After(from) {
+			cur, curIn = s.to, s.at
 			continue
 		}
-		if s.at.Sub(ep.heal) > bound {
+		if s.at.Sub(from) > bound {
 			break
 		}
 		if s.to == ep.endpoint || (ep.tiered && sameTier(ep.group, s.to, ep.endpoint)) {
 			backAt = s.at
 			break
 		}
-		on = append(on, s.to)
+		stints = append(stints, stint{cur, curIn, s.at})
+		cur, curIn = s.to, s.at
 	}
 	if backAt.IsZero() {
 		return time.Time{}, false
 	}
-	until := backAt
+	last := backAt
 	if ep.tiered {
-		until = backAt.Add(tierSlowStart)
-		if b := ep.heal.Add(bound); b.Before(until) {
-			until = b
+		last = backAt.Add(tierSlowStart)
+		if b := from.Add(bound); b.Before(last) {
+			last = b
 		}
 	}
-	deadline := longestDeadline(groupNames[ep.group])
+	stints = append(stints, stint{cur, curIn, last})
+	deadline := heldDeadline(groupNames[ep.group], ep.tiered)
 	var end time.Time
-	for _, o := range on {
-		if o == ep.endpoint {
+	for _, st := range stints {
+		if st.e == ep.endpoint || (ep.tiered && sameTier(ep.group, st.e, ep.endpoint)) {
 			continue
 		}
-		held := func(s State) bool { return holds(s.TCP[o]) || holds(s.Frontend[o]) }
-		// The last instant within (heal, until] at which a hold was in force.
-		var lastHeld time.Time
-		for i := -1; i < len(tl.steps); i++ {
-			st, from := tl.initial, tl.start
-			if i >= 0 {
-				st, from = tl.steps[i].step.After, tl.steps[i].at
+		for _, h := range holdSpans(tl, st.e) {
+			lo, hi := st.in, st.out
+			if h.from.After(lo) {
+				lo = h.from
 			}
-			to := until
-			if i+1 < len(tl.steps) && tl.steps[i+1].at.Before(until) {
-				to = tl.steps[i+1].at
+			if !h.to.IsZero() && h.to.Before(hi) {
+				hi = h.to
 			}
-			if held(st) && to.After(ep.heal) && !from.After(until) {
-				lastHeld = to
+			if hi.Before(lo) {
+				continue // the group's calls did not go there during this hold
 			}
-		}
-		if lastHeld.IsZero() {
-			continue
-		}
-		healed := healedAfter(tl, lastHeld, held)
-		e := lastHeld.Add(deadline)
-		if !healed.IsZero() && healed.Before(e) {
-			e = healed
-		}
-		if e.After(end) {
-			end = e
+			rel := hi.Add(deadline)
+			if h.cuts && !h.to.IsZero() && h.to.Before(rel) {
+				rel = h.to
+			}
+			if rel.After(end) {
+				end = rel
+			}
 		}
 	}
 	return end, !end.IsZero()
 }
 
-// healedAfter returns the first step at or after t at which held(state) no longer holds; zero
-// when it holds to the end of the timeline.
-func healedAfter(tl *faultTimeline, t time.Time, held func(State) bool) time.Time {
-	for _, a := range tl.steps {
-		if !a.at.Before(t) && !held(a.step.After) {
-			return a.at
-		}
-	}
-	return time.Time{}
+// holdSpan is a span during which an endpoint held the calls sent to it (holds): from, to
+// (zero: to the run's end); cuts says whether its heal cuts the connections, and so ends
+// the calls it held (a silent blackhole's does; a frontend hang's does not).
+type holdSpan struct {
+	from, to time.Time
+	cuts     bool
 }
 
-// longestDeadline returns the longest call deadline of the load's workers on group.
-func longestDeadline(group string) time.Duration {
-	var d time.Duration
-	for _, w := range workers {
-		if w.group == group {
-			d = max(d, w.deadline)
+// holdSpans returns endpoint e's hold spans in tl, those of the frontend (a hang) and those
+// of the TCP layer (a silent blackhole) apart.
+func holdSpans(tl *faultTimeline, e int) []holdSpan {
+	var out []holdSpan
+	for _, tcp := range []bool{false, true} {
+		held := func(s State) bool {
+			if tcp {
+				return holds(s.TCP[e])
+			}
+			return holds(s.Frontend[e])
+		}
+		open, start := held(tl.initial), tl.start
+		for _, a := range tl.steps {
+			switch h := held(a.step.After); {
+			case h && !open:
+				open, start = true, a.at
+			case !h && open:
+				out = append(out, holdSpan{start, a.at, tcp})
+				open = false
+			}
+		}
+		if open {
+			out = append(out, holdSpan{start, time.Time{}, tcp})
 		}
 	}
-	return d
+	return out
+}
+
+// heldDeadline is how long a call of group's workers held at an endpoint takes to be
+// released, for the way back to go on: the shortest deadline of its workers for a group
+// without tiers (one free worker makes the first success back), the shareMin-th shortest
+// for a tier (a share is judged on shareMin of the tier's calls).
+func heldDeadline(group string, tiered bool) time.Duration {
+	var ds []time.Duration
+	for _, w := range workers {
+		if w.group == group {
+			ds = append(ds, w.deadline)
+		}
+	}
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	if tiered && len(ds) >= shareMin {
+		return ds[shareMin-1]
+	}
+	return ds[0]
 }
 
 // sameTier reports whether endpoints a and b are in one tier of group g (groupTiers).

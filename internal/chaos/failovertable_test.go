@@ -339,10 +339,11 @@ func TestWorstBackNamesTheGroupsSwitches(t *testing.T) {
 // TestWayBackOverItsBoundMeasuredFromTheHoldsEnd: e1 is down from +10s to +20s and the
 // default group's first success back on it comes after the heal. The group had failed over to
 // e3, or to e2 (its switches, sw), and switched back to e1 at +21.2s. A hang on the endpoint
-// the group was on, before that switch, held the workers' calls there: a time over the bound
-// is measured from the hold's end (its heal, or the group's longest worker deadline after the
-// switch), and not timed when it came before. A switch back after the bound, a hang elsewhere
-// or after the switch, and a way back within the bound are timed from the heal.
+// the group was on, before that switch, held the workers' calls there (a hang's heal does not
+// release them): a time over the bound is measured from the release of the last call sent
+// into it (heldDeadline after the hang's end or the switch), and not timed when it came
+// before. A switch back after the bound, a hang elsewhere or after the switch, and a way back
+// within the bound are timed from the heal.
 func TestWayBackOverItsBoundMeasuredFromTheHoldsEnd(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	heal := t0.Add(20 * time.Second)
@@ -390,9 +391,10 @@ func TestWayBackOverItsBoundMeasuredFromTheHoldsEnd(t *testing.T) {
 		want             time.Duration // 0: not timed
 	}{
 		{"no hang", 2500 * ms, switches(2, 21200*ms), 2, 0, 0, 2500 * ms},
-		{"a hang on e3, where the group was, before the switch back: from its heal", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 1500 * ms},
+		{"a hang on e3, where the group was, before the switch back: its calls held to their deadline", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 0},
+		{"a hang on e3 that healed before the heal: measured from its calls' deadline", 2500 * ms, switches(2, 21200*ms), 2, 17 * s, 18 * s, 20*s + 2500*ms - 18*s - heldDeadline(GroupDefault, false)},
 		{"a hang on e3 in force after the switch: held until the longest deadline", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 0},
-		{"a way back long after that hold's end: from it", 24 * s, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 24*s - 21200*ms - longestDeadline(GroupDefault) + 20*s},
+		{"a way back long after that hold's end: from it", 24 * s, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 20*s + 24*s - 21200*ms - heldDeadline(GroupDefault, false)},
 		{"the same within the bound", 2 * s, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 2 * s},
 		{"a hang on e3 while the group was on e2", 2500 * ms, switches(1, 21200*ms), 2, 20500 * ms, 21 * s, 2500 * ms},
 		{"a hang on e3 that began after the switch back", 2500 * ms, switches(2, 21200*ms), 2, 21500 * ms, 22 * s, 2500 * ms},
@@ -424,10 +426,13 @@ func TestTierWayBackHeldDuringTheRamp(t *testing.T) {
 	heal := t0.Add(20 * time.Second)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	const s, ms = time.Second, time.Millisecond
-	hold := func(on int, from, to time.Duration) *faultTimeline {
+	hold := func(on int, from, to time.Duration, hang bool) *faultTimeline {
 		down, up, held := State{Groups: initialGroups}, State{Groups: initialGroups}, State{Groups: initialGroups}
 		down.TCP[1] = Fault{Kind: KindDown}
 		held.TCP[on] = Fault{Kind: KindSilentBlackhole}
+		if hang {
+			held.TCP[on], held.Frontend[on] = Fault{}, Fault{Kind: KindFrontendHang}
+		}
 		steps := []applied{
 			{at: at(10 * s), step: Step{Kind: KindDown, Endpoint: 1, After: down}},
 			{at: heal, step: Step{Kind: KindUp, Endpoint: 1, After: up}},
@@ -445,18 +450,20 @@ func TestTierWayBackHeldDuringTheRamp(t *testing.T) {
 		name     string
 		on       int
 		from, to time.Duration
+		hang     bool
 		sw       []groupSwitch
 		want     time.Time // zero: no hold
 	}{
-		{"a silent blackhole of e3 0.1s into the ramp, to the end", 2, 21300 * ms, 0, back, rampEnd.Add(longestDeadline(GroupTiered))},
-		{"the same, healed 1s later", 2, 21300 * ms, 22300 * ms, back, at(22300 * ms)},
-		{"one after the ramp", 2, 23500 * ms, 0, back, time.Time{}},
-		{"one of e1, the tier switched back to", 0, 21300 * ms, 0, back, time.Time{}},
-		{"no switch back to the tier", 2, 21300 * ms, 0, back[:1], time.Time{}},
+		{"a silent blackhole of e3 0.1s into the ramp, to the end", 2, 21300 * ms, 0, false, back, rampEnd.Add(heldDeadline(GroupTiered, true))},
+		{"the same, healed 1s later: its heal cuts the calls", 2, 21300 * ms, 22300 * ms, false, back, at(22300 * ms)},
+		{"a frontend hang of e3 healed 1s later: its calls held to their deadline", 2, 21300 * ms, 22300 * ms, true, back, at(22300 * ms).Add(heldDeadline(GroupTiered, true))},
+		{"one after the ramp", 2, 23500 * ms, 0, false, back, time.Time{}},
+		{"one of e1, the tier switched back to", 0, 21300 * ms, 0, false, back, time.Time{}},
+		{"no switch back to the tier", 2, 21300 * ms, 0, false, back[:1], time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 1, group: tieredGroup, tiered: true, start: at(10 * s), heal: heal, backWatched: true}
-			got, ok := heldUntil(ep, hold(tc.on, tc.from, tc.to), tc.sw, bound)
+			got, ok := heldUntil(ep, hold(tc.on, tc.from, tc.to, tc.hang), tc.sw, heal, bound)
 			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
 				t.Errorf("heldUntil = %v, %v; want %v", got.Sub(t0), ok, tc.want.Sub(t0))
 			}
