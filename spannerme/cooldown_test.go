@@ -211,6 +211,47 @@ func TestOverloadWhereNoOtherEndpointAnswersKeepsTheGroup(t *testing.T) {
 	eventually(t, 5*time.Second, "g switched to E3", func() bool { return groupOf(gme, "g").Current == e3.Addr() })
 }
 
+// A call sent elsewhere (a retry, a hedge, a resend: Steerer.Other) from E1 goes to E3, not
+// to E2, which cools with no answer yet from the endpoint g would move to and so stays
+// available to g; with E3 gone too, to E2 rather than nowhere.
+func TestCallSentElsewhereAvoidsACoolingEndpoint(t *testing.T) {
+	backend := startServer(t, "B")
+	e1 := spannermetest.NewFrontendTB(t, backend)
+	e2 := spannermetest.NewFrontendTB(t, backend)
+	e3 := spannermetest.NewFrontendTB(t, backend)
+	clk := clock.NewFake(time.Time{})
+	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
+		"g": group(time.Second, time.Second, e1.Addr(), e2.Addr(), e3.Addr()),
+	}), fastSettings(nil), plumbing{clock: clk})
+	for _, fe := range []*spannermetest.Frontend{e1, e2, e3} {
+		waitConnected(t, gme, fe.Addr())
+	}
+	eventually(t, 5*time.Second, "E1 current", func() bool { return groupOf(gme, "g").Current == e1.Addr() })
+	gme.steering.NoteOverload(e2.Addr(), overloadErr(t, 10*time.Second))
+	if v := verdictIn(gme, "g", e2.Addr()); v != "usable" {
+		t.Fatalf("E2 verdict %q, want usable (its cooldown unconfirmed)", v)
+	}
+	me := gme.snap.Load().Group("g")
+	other := func() string {
+		p, ok := gme.steering.Other(me, e1.Addr())
+		if !ok {
+			return "none"
+		}
+		p.Release()
+		return p.Endpoint()
+	}
+	if got := other(); got != e3.Addr() {
+		t.Fatalf("sent elsewhere from E1 to %s, want E3 %s", got, e3.Addr())
+	}
+	if err := e3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "E3 unavailable", func() bool { return verdictIn(gme, "g", e3.Addr()) == "not connected" })
+	if got := other(); got != e2.Addr() {
+		t.Fatalf("with E3 gone, sent elsewhere to %s, want E2 %s", got, e2.Addr())
+	}
+}
+
 // overloadErr is a RESOURCE_EXHAUSTED status, with a RetryInfo of d when d > 0.
 func overloadErr(t *testing.T, d time.Duration) error {
 	st := status.New(codes.ResourceExhausted, "overloaded")

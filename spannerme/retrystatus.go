@@ -39,8 +39,8 @@ type CooldownStatus struct {
 	Cooling bool `json:"cooling"`
 	// AnsweredBy lists the endpoints that have answered a call since the cooldown in
 	// progress began, in the order heard. A group moves away from the cooling endpoint (its
-	// verdict becomes "cooling down after RESOURCE_EXHAUSTED") only once one it would use
-	// instead is among them; until then only new calls are sent elsewhere, and the group
+	// verdict becomes "cooling down after RESOURCE_EXHAUSTED") only once the endpoint it would
+	// move to is among them; until then only new calls are sent elsewhere, and the group
 	// stays (docs/health.md, "Overload cooldown"). Nil when not cooling.
 	AnsweredBy []string `json:"answeredBy,omitempty"`
 	// Until is when the current (or the last) cooldown ends.

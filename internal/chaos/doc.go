@@ -222,15 +222,16 @@
 //     whole bound passed so. A reset or a frontend restart of the endpoint within that span
 //     (instant: no fault in force) starts the time again at the cut, against the same bound:
 //     the client reconnects and its way back starts again (cutAfter). A way
-//     back over its bound is measured from the end of a hold, against the same bound, when
-//     the group switched back within the bound (a tier member: to its tier) but an endpoint
-//     its calls were on until then (a tier: or during the ramp after that switch, which still
-//     sends part of them there) had a fault that holds calls (a frontend hang, a silent
-//     blackhole): the load's workers, one call in flight each, waited there, none free to
-//     call the healed endpoint. The hold ends when the last call sent into it is released:
-//     heldDeadline after the last instant the group's calls went there, or sooner at a
-//     silent blackhole's heal (a hang's heal does not release its calls; heldUntil); a way
-//     back that came before that is not timed. A failover is censored when the group's next
+//     back over its bound has the part of it during which every worker was still held taken
+//     off, when the group switched back within the bound (a tier member: to its tier) but an
+//     endpoint its calls were on until then (a tier: or during the ramp after that switch,
+//     which still sends part of them there) had a fault that holds calls (a frontend hang, a
+//     silent blackhole): the load's workers, one call in flight each, waited there, none free
+//     to call the healed endpoint. The last call sent into the hold is released at
+//     heldDeadline, or sooner when that endpoint's connections are cut (heldUntil, release);
+//     the time from the switch back to that release is taken off, a release before the
+//     switch back excuses nothing, and a way back that came before it is not timed. A
+//     failover is censored when the group's next
 //     endpoint had a fault of its own meanwhile;
 //   - lost: of the group's calls that ended from the start to the heal, the share that failed
 //     while the group had another usable endpoint (the database's refusals left out).

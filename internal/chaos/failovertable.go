@@ -362,8 +362,12 @@ func backTimeFrom(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, 
 	// The endpoint must stay where the group's calls belong to the time's end or, for a time
 	// over its bound, to the bound: a fault after the bound does not excuse a late way back.
 	from := ep.heal
+	// excused: the part of the time after the group switched back during which a hold
+	// elsewhere kept every worker busy (heldUntil); it extends the span judged and is taken
+	// off the time.
+	var excused time.Duration
 	span := func() time.Time {
-		if u := from.Add(bound); back.IsZero() || u.Before(back) {
+		if u := from.Add(bound + excused); back.IsZero() || u.Before(back) {
 			return u
 		}
 		return back
@@ -371,17 +375,17 @@ func backTimeFrom(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, 
 	until, heldChecked := span(), false
 	for {
 		if c, ok := cutAfter(ep, tl, from, until); ok {
-			from = c
+			from, excused, heldChecked = c, 0, false
 			until = span()
 			continue
 		}
 		if !back.IsZero() && back.Sub(from) > bound && !heldChecked {
 			heldChecked = true
-			if h, ok := heldUntil(ep, tl, sw, from, bound); ok && h.After(from) {
+			if h, backAt, ok := heldUntil(ep, tl, sw, from, bound); ok {
 				if !back.After(h) {
 					return 0, time.Time{}, false // the group's calls were held until it came
 				}
-				from = h
+				excused = h.Sub(backAt)
 				until = span()
 				continue
 			}
@@ -399,7 +403,7 @@ func backTimeFrom(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, 
 	if back.IsZero() {
 		return never, from, true
 	}
-	return back.Sub(from), from, true
+	return back.Sub(from) - excused, from, true
 }
 
 // cutAfter returns the first reset or frontend restart of the healed endpoint in (from,
@@ -429,23 +433,24 @@ type groupSwitch struct {
 	at        time.Time
 }
 
-// heldUntil returns when a hold of the group's calls ended, for a way back over its bound
-// that the load, not the client, made late: the group switched back to the endpoint within
-// the bound from from (the heal, or the last cut; a tier member: to its tier), and while
-// the group's calls went to another endpoint (before that switch or, for a tier, during the
-// ramp after it: for tierSlowStart the ramp still sends part of them to the tier it left; a
-// member of the endpoint's own tier does not count) that endpoint had a fault that holds
-// the calls sent to it (holds: a frontend hang, a silent blackhole). The load's workers are
-// closed loops, each with one call in flight, so while they wait there none is free to
-// make the call that would succeed on the endpoint, however soon the client switches back.
-// A call sent into the hold at the last instant the group's calls went there is released at
-// its deadline (heldDeadline), or at the hold's heal for a silent blackhole, whose heal cuts
-// its connections (a frontend hang's heal does not release the calls it holds). The way
-// back is measured from the latest such release against the same bound; a switch back
-// later than the bound, or none, is the client's: no hold moves it. (In the fourth emulator
-// hour a silent blackhole of e3 0.1 s after tiered switched back held all six of the tier's
-// workers.)
-func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, from time.Time, bound time.Duration) (time.Time, bool) {
+// heldUntil returns when a hold of the group's calls ended, and when the group switched back,
+// for a way back over its bound that the load, not the client, made late: the group switched
+// back to the endpoint within the bound from from (the heal, or the last cut; a tier member:
+// to its tier), and while the group's calls went to another endpoint (before that switch
+// or, for a tier, during the ramp after it: for tierSlowStart the ramp still sends part of
+// them to the tier it left; a member of the endpoint's own tier does not count) that
+// endpoint had a fault that holds the calls sent to it (holds: a frontend hang, a silent
+// blackhole). The load's workers are closed loops, each with one call in flight, so while
+// they wait there none is free to make the call that would succeed on the endpoint,
+// however soon the client switches back. A call sent into the hold at the last instant the
+// group's calls went there is released at its deadline (heldDeadline), or sooner when the
+// holding endpoint's connections are cut (release). Only a release after the switch back
+// counts: before it, a worker was free when the client switched, and the rest is the
+// client's time. The caller takes the time from the switch back to the release off the way
+// back; a switch back later than the bound, or none, is the client's: no hold excuses it.
+// (In the fourth emulator hour a silent blackhole of e3 0.1 s after tiered switched back
+// held all six of the tier's workers.)
+func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, from time.Time, bound time.Duration) (end, backAt time.Time, ok bool) {
 	// stints: where the group's calls went, from when to when.
 	type stint struct {
 		e       int
@@ -453,27 +458,24 @@ func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, from time.Time, 
 	}
 	cur, curIn := initialGroups[ep.group][0], tl.start
 	var stints []stint
-	var backAt time.Time
 	for _, s := range sw {
 		if s.group != ep.group {
 			continue
 		}
-		if !s.at.After(from) {
-			cur, curIn = s.to, s.at
-			continue
-		}
-		if s.at.Sub(from) > bound {
-			break
-		}
-		if s.to == ep.endpoint || (ep.tiered && sameTier(ep.group, s.to, ep.endpoint)) {
-			backAt = s.at
-			break
+		if s.at.After(from) {
+			if s.at.Sub(from) > bound {
+				break
+			}
+			if s.to == ep.endpoint || (ep.tiered && sameTier(ep.group, s.to, ep.endpoint)) {
+				backAt = s.at
+				break
+			}
 		}
 		stints = append(stints, stint{cur, curIn, s.at})
 		cur, curIn = s.to, s.at
 	}
 	if backAt.IsZero() {
-		return time.Time{}, false
+		return time.Time{}, time.Time{}, false
 	}
 	last := backAt
 	if ep.tiered {
@@ -484,7 +486,6 @@ func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, from time.Time, 
 	}
 	stints = append(stints, stint{cur, curIn, last})
 	deadline := heldDeadline(groupNames[ep.group], ep.tiered)
-	var end time.Time
 	for _, st := range stints {
 		if st.e == ep.endpoint || (ep.tiered && sameTier(ep.group, st.e, ep.endpoint)) {
 			continue
@@ -500,16 +501,42 @@ func heldUntil(ep episode, tl *faultTimeline, sw []groupSwitch, from time.Time, 
 			if hi.Before(lo) {
 				continue // the group's calls did not go there during this hold
 			}
-			rel := hi.Add(deadline)
-			if h.cuts && !h.to.IsZero() && h.to.Before(rel) {
-				rel = h.to
-			}
-			if rel.After(end) {
+			rel := release(tl, st.e, h, hi, hi.Add(deadline))
+			if rel.After(backAt) && rel.After(end) {
 				end = rel
 			}
 		}
 	}
-	return end, !end.IsZero()
+	return end, backAt, !end.IsZero()
+}
+
+// release returns when the calls sent into hold h on endpoint e up to sent are released: at
+// latest (their deadline), or sooner at the first cut of e's connections after sent: a
+// silent blackhole's heal, or a step that drops e's connections (a reset, a frontend
+// restart or partial reset, a down or flap, a blackhole, die-young). A frontend hang's heal
+// alone releases nothing.
+func release(tl *faultTimeline, e int, h holdSpan, sent, latest time.Time) time.Time {
+	if h.cuts && !h.to.IsZero() && h.to.Before(latest) {
+		latest = h.to
+	}
+	for _, a := range tl.steps {
+		if !a.at.After(sent) || !a.at.Before(latest) {
+			continue
+		}
+		if a.step.Endpoint == e && cutsConnections(a.step.Kind) {
+			return a.at
+		}
+	}
+	return latest
+}
+
+// cutsConnections reports whether a step of kind k drops its endpoint's live connections.
+func cutsConnections(k Kind) bool {
+	switch k {
+	case KindDown, KindReset, KindBlackhole, KindFlapDown, KindDieYoung, KindFrontendRestart, KindFrontendPartialReset:
+		return true
+	}
+	return false
 }
 
 // holdSpan is a span during which an endpoint held the calls sent to it (holds): from, to

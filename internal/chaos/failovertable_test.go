@@ -340,10 +340,11 @@ func TestWorstBackNamesTheGroupsSwitches(t *testing.T) {
 // default group's first success back on it comes after the heal. The group had failed over to
 // e3, or to e2 (its switches, sw), and switched back to e1 at +21.2s. A hang on the endpoint
 // the group was on, before that switch, held the workers' calls there (a hang's heal does not
-// release them): a time over the bound is measured from the release of the last call sent
-// into it (heldDeadline after the hang's end or the switch), and not timed when it came
-// before. A switch back after the bound, a hang elsewhere or after the switch, and a way back
-// within the bound are timed from the heal.
+// release them) until heldDeadline after the hang's end or the switch: a time over the bound
+// that came before that release is not timed, and one after it has the part of the release
+// after the switch back taken off. A release before the switch back, a switch back after the
+// bound, a hang elsewhere or after the switch, and a way back within the bound are timed from
+// the heal.
 func TestWayBackOverItsBoundMeasuredFromTheHoldsEnd(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	heal := t0.Add(20 * time.Second)
@@ -392,9 +393,10 @@ func TestWayBackOverItsBoundMeasuredFromTheHoldsEnd(t *testing.T) {
 	}{
 		{"no hang", 2500 * ms, switches(2, 21200*ms), 2, 0, 0, 2500 * ms},
 		{"a hang on e3, where the group was, before the switch back: its calls held to their deadline", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 0},
-		{"a hang on e3 that healed before the heal: measured from its calls' deadline", 2500 * ms, switches(2, 21200*ms), 2, 17 * s, 18 * s, 20*s + 2500*ms - 18*s - heldDeadline(GroupDefault, false)},
-		{"a hang on e3 in force after the switch: held until the longest deadline", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 0},
-		{"a way back long after that hold's end: from it", 24 * s, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 20*s + 24*s - 21200*ms - heldDeadline(GroupDefault, false)},
+		{"a hang on e3 whose calls were released before the switch back: the client's time", 2500 * ms, switches(2, 21200*ms), 2, 17 * s, 18 * s, 2500 * ms},
+		{"one whose calls were released 0.3s after the switch back: that part is taken off", 2500 * ms, switches(2, 21200*ms), 2, 17 * s, 18500 * ms, 2200 * ms},
+		{"a hang on e3 in force at the switch: held to the deadline after it", 2500 * ms, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 0},
+		{"a way back long after that hold's end: from it", 24 * s, switches(2, 21200*ms), 2, 20500 * ms, 50 * s, 24*s - heldDeadline(GroupDefault, false)},
 		{"the same within the bound", 2 * s, switches(2, 21200*ms), 2, 20500 * ms, 21 * s, 2 * s},
 		{"a hang on e3 while the group was on e2", 2500 * ms, switches(1, 21200*ms), 2, 20500 * ms, 21 * s, 2500 * ms},
 		{"a hang on e3 that began after the switch back", 2500 * ms, switches(2, 21200*ms), 2, 21500 * ms, 22 * s, 2500 * ms},
@@ -463,7 +465,7 @@ func TestTierWayBackHeldDuringTheRamp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ep := episode{kind: "down", fault: Fault{Kind: KindDown}, endpoint: 1, group: tieredGroup, tiered: true, start: at(10 * s), heal: heal, backWatched: true}
-			got, ok := heldUntil(ep, hold(tc.on, tc.from, tc.to, tc.hang), tc.sw, heal, bound)
+			got, _, ok := heldUntil(ep, hold(tc.on, tc.from, tc.to, tc.hang), tc.sw, heal, bound)
 			if ok != !tc.want.IsZero() || !got.Equal(tc.want) {
 				t.Errorf("heldUntil = %v, %v; want %v", got.Sub(t0), ok, tc.want.Sub(t0))
 			}
@@ -493,5 +495,47 @@ func TestFailoverInvariantListsEveryWayBackOverItsBound(t *testing.T) {
 	inv = failoverInvariant(failoverTable(append(eps[:7:7], eps[9]), tl, nil, [NumEndpoints][]int32{}, t0, stop, nil), true)
 	if inv.Status != Fail || len(inv.Details) != 1 {
 		t.Fatalf("one way back over the bound: %v %v", inv.Status, inv.Details)
+	}
+}
+
+// heldDeadline is the release of a held call: the shortest deadline of a group's workers
+// without tiers (one free worker makes the first success back), the fifth shortest for the
+// tier (a share is judged on five calls).
+func TestHeldDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		group  string
+		tiered bool
+		want   time.Duration
+	}{{GroupDefault, false, 3 * time.Second}, {GroupWest, false, 4 * time.Second}, {GroupTiered, true, 5 * time.Second}} {
+		if got := heldDeadline(tc.group, tc.tiered); got != tc.want {
+			t.Errorf("heldDeadline(%s, %v) = %v, want %v", tc.group, tc.tiered, got, tc.want)
+		}
+	}
+}
+
+// A hang's calls are released at their deadline, or sooner by a cut of the holding endpoint's
+// connections after they were sent (a reset here); a silent blackhole's also by its heal; a
+// cut before they were sent, or another endpoint's, releases nothing.
+func TestHeldCallsReleasedByACut(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	tl := &faultTimeline{start: t0, steps: []applied{
+		{at: at(5 * time.Second), step: Step{Kind: KindReset, Endpoint: 2}},
+		{at: at(12 * time.Second), step: Step{Kind: KindReset, Endpoint: 1}},
+		{at: at(13 * time.Second), step: Step{Kind: KindReset, Endpoint: 2}},
+	}}
+	hang := holdSpan{from: at(4 * time.Second)}
+	if got := release(tl, 2, hang, at(10*time.Second), at(15*time.Second)); !got.Equal(at(13 * time.Second)) {
+		t.Errorf("a hang's calls released at %v, want at the reset of e3 (+13s)", got.Sub(t0))
+	}
+	if got := release(tl, 2, hang, at(13*time.Second), at(16*time.Second)); !got.Equal(at(16 * time.Second)) {
+		t.Errorf("calls sent at the reset released at %v, want their deadline (+16s)", got.Sub(t0))
+	}
+	if got := release(tl, 1, hang, at(13*time.Second), at(16*time.Second)); !got.Equal(at(16 * time.Second)) {
+		t.Errorf("e2's calls released at %v, want their deadline (+16s)", got.Sub(t0))
+	}
+	silent := holdSpan{from: at(4 * time.Second), to: at(11 * time.Second), cuts: true}
+	if got := release(tl, 2, silent, at(10*time.Second), at(15*time.Second)); !got.Equal(at(11 * time.Second)) {
+		t.Errorf("a silent blackhole's calls released at %v, want at its heal (+11s)", got.Sub(t0))
 	}
 }

@@ -1,6 +1,6 @@
 // Package cooldown keeps each endpoint's overload cooldown: after a RESOURCE_EXHAUSTED, an
 // endpoint is skipped for new calls for a while when another endpoint of its group is
-// available, and a group moves away from it once an endpoint the group would use instead
+// available, and a group moves away from it once the endpoint the group would move to
 // has answered a call since it began (Served, ConfirmedBy; spannerme's docs/health.md,
 // "Overload cooldown"). It is not an ejection: no
 // probe ends it, only its time. The Spanner client's location-aware routing keeps such an

@@ -264,25 +264,28 @@ func lists(eps []multiendpoint.EndpointStatus, endpoint string) bool {
 }
 
 // confirmCooling keeps an endpoint's cooldown as its verdict input only once the cooldown has
-// heard an answer from an endpoint the group would use instead (usable on every other input,
-// and not cooling itself): until then the calls Steer sends elsewhere are the test, and a
-// group whose other endpoints do not answer (a restart, a path that hangs) stays. A group
-// with no such endpoint keeps every cooldown as its input: each is then a last resort
-// (verdict.CoolingLastResort), available as it would be without. in is rewritten in place.
+// heard an answer from the endpoint the group would move to: the first of its endpoints, in
+// priority order, usable on every other input and not cooling (for a tiered group, a member
+// of its best tier with one). Until then the calls Steer sends elsewhere (to that same
+// endpoint first) are the test, and a group whose next endpoint does not answer (a restart,
+// a path that hangs) stays; an answer to another group by some other endpoint does not
+// count. A group with no such endpoint keeps every cooldown as its input: each is then a
+// last resort (verdict.CoolingLastResort), available as it would be without. in is
+// rewritten in place; it allocates only while an endpoint of the group cools.
 func confirmCooling(eps []multiendpoint.EndpointStatus, in []verdict.Input, confirmedBy func(string, []string) bool) {
-	var by []string
-	cooling := false
+	next, cooling := -1, false
 	for i, x := range in {
 		switch {
 		case x.Cooling:
 			cooling = true
-		case x.Connected && !x.Ejected && !x.Degraded:
-			by = append(by, eps[i].Endpoint)
+		case next < 0 && x.Connected && !x.Ejected && !x.Degraded:
+			next = i
 		}
 	}
-	if !cooling || len(by) == 0 {
-		return // with no endpoint to use instead, a cooldown is a last resort's reason only
+	if !cooling || next < 0 {
+		return // with no endpoint to move to, a cooldown is a last resort's reason only
 	}
+	by := []string{eps[next].Endpoint}
 	for i := range in {
 		if in[i].Cooling {
 			in[i].Cooling = confirmedBy(eps[i].Endpoint, by)

@@ -125,7 +125,7 @@ func (s *Steerer) Close() { s.cool.Close() }
 func (s *Steerer) Cooling(endpoint string) bool { return s.cool.Cooling(endpoint) }
 
 // ConfirmedBy reports whether endpoint cools and one of by (the endpoints a group of it
-// would use instead) has answered a call since its cooldown began (cooldown.Set.ConfirmedBy):
+// would move to) has answered a call since its cooldown began (cooldown.Set.ConfirmedBy):
 // only then does the cooldown take it out of that group's choice. Until then Steer sends its
 // new calls elsewhere, and their answers tell whether moving helps: an answer confirms the
 // cooldown, a RESOURCE_EXHAUSTED with RetryInfo there shows the overload is the database's
@@ -201,7 +201,6 @@ func (s *Steerer) CallEnded(p *pool.Pool, id string, c health.Class, method stri
 	if spannerreq.Overloaded(err) && !s.noteOverload(p.Endpoint(), p, c, err) {
 		if _, fromInfo := spannerreq.RetryDelay(err); !fromInfo {
 			s.budget.Success() // the backend answered: the query's limit
-			s.served(p.Endpoint())
 		}
 		return // the query's or the database's overload: retried where the group sends it
 	}

@@ -351,9 +351,9 @@ func endpointReason(st spannerme.Status, e spannerme.EndpointStatus, p spannerme
 	}
 	switch {
 	case e.Verdict == "usable" && p.Cooldown != nil && p.Cooldown.Cooling:
-		// A cooldown the group does not count yet: no endpoint it would use instead has
+		// A cooldown the group does not count yet: the endpoint it would move to has not
 		// answered since it began (docs/health.md, "Overload cooldown").
-		return "usable: " + detail + "; the group stays until an endpoint it would use instead answers"
+		return "usable: " + detail + "; the group stays until the endpoint it would move to answers"
 	case e.Verdict == "" && e.State == spannerme.Available, e.Verdict == "usable":
 		return ""
 	case e.Verdict == "":

@@ -496,7 +496,7 @@ func TestStatusPageCooldownText(t *testing.T) {
 	}
 	// A cooldown the group does not count yet (no endpoint it would use instead answered).
 	st.Groups[0].Endpoints[0].Verdict, st.Groups[0].Endpoints[0].State = "usable", spannerme.Available
-	want = "usable: " + want + "; the group stays until an endpoint it would use instead answers"
+	want = "usable: " + want + "; the group stays until the endpoint it would move to answers"
 	if got := newPageView(st).Groups[0].Endpoints[0].Reason; got != want {
 		t.Errorf("reason shown for a cooling endpoint its group still uses = %q, want %q", got, want)
 	}
