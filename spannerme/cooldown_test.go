@@ -33,6 +33,13 @@ func twoFrontends(t *testing.T) (e1, e2 *spannermetest.Frontend) {
 	return e1, e2
 }
 
+// threeFrontends starts ONE TestService backend with three fake frontends in front of it.
+func threeFrontends(t *testing.T) (e1, e2, e3 *spannermetest.Frontend) {
+	t.Helper()
+	backend := startServer(t, "B")
+	return spannermetest.NewFrontendTB(t, backend), spannermetest.NewFrontendTB(t, backend), spannermetest.NewFrontendTB(t, backend)
+}
+
 func received(fe *spannermetest.Frontend) int64 { return fe.Stats().Received }
 
 // unary makes one unary call in group g.
@@ -158,15 +165,12 @@ func TestOverloadCooldown_RetryInfo(t *testing.T) {
 
 // E1 answers RESOURCE_EXHAUSTED with a 10 s RetryInfo, and the call then sent to E3, g's
 // other endpoint, fails there with UNAVAILABLE (as on a frontend that restarts); E2 serves
-// group h, which g does not list. No endpoint g would use instead has answered since the
-// cooldown began (E2's answers to h do not count for g), and g stays on E1 past its
+// group h, which g does not list. E3, the endpoint g would move to, has not answered since
+// the cooldown began (E2's answers to h do not count for g), and g stays on E1 past its
 // RecoveryTimeout (fake clock), since moving it would serve nothing better. Once E3 answers
 // a call, the cooldown is confirmed for g, which switches to E3 after its RecoveryTimeout.
 func TestOverloadWhereNoOtherEndpointAnswersKeepsTheGroup(t *testing.T) {
-	backend := startServer(t, "B")
-	e1 := spannermetest.NewFrontendTB(t, backend)
-	e2 := spannermetest.NewFrontendTB(t, backend)
-	e3 := spannermetest.NewFrontendTB(t, backend)
+	e1, e2, e3 := threeFrontends(t)
 	clk := clock.NewFake(time.Time{})
 	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
 		"g": group(time.Second, time.Second, e1.Addr(), e3.Addr()),
@@ -215,10 +219,7 @@ func TestOverloadWhereNoOtherEndpointAnswersKeepsTheGroup(t *testing.T) {
 // to E2, which cools with no answer yet from the endpoint g would move to and so stays
 // available to g; with E3 gone too, to E2 rather than nowhere.
 func TestCallSentElsewhereAvoidsACoolingEndpoint(t *testing.T) {
-	backend := startServer(t, "B")
-	e1 := spannermetest.NewFrontendTB(t, backend)
-	e2 := spannermetest.NewFrontendTB(t, backend)
-	e3 := spannermetest.NewFrontendTB(t, backend)
+	e1, e2, e3 := threeFrontends(t)
 	clk := clock.NewFake(time.Time{})
 	gme := newGMEWith(t, options("g", map[string]*multiendpoint.MultiEndpointOptions{
 		"g": group(time.Second, time.Second, e1.Addr(), e2.Addr(), e3.Addr()),
