@@ -39,8 +39,8 @@ type Env interface {
 	// Cooling is told when endpoint's overload cooldown starts (or is extended into a new one)
 	// for length; fromInfo says whether the length is the server's RetryInfo delay, repeats
 	// how many cooldowns in a row the endpoint has had. Called with no lock held. The
-	// connection must evaluate its groups' verdicts again (they read Steerer.Cooling and Steerer.ConfirmedBy) and wake
-	// the calls waiting for a change; so must Cooled.
+	// connection must evaluate its groups' verdicts again (they read Steerer.Cooling and
+	// Steerer.ConfirmedBy) and wake the calls waiting for a change; so must Cooled.
 	Cooling(endpoint string, length time.Duration, fromInfo bool, repeats int)
 	// Cooled is told when endpoint's cooldown of length ends, on the cooldown's timer.
 	Cooled(endpoint string, length time.Duration)
@@ -121,7 +121,8 @@ func (s *Steerer) Init(env Env, txns *spannerreq.ReadOnlyTxns, tiers *route.Tier
 // Close stops the cooldowns' timers.
 func (s *Steerer) Close() { s.cool.Close() }
 
-// Cooling reports whether endpoint is cooling down after RESOURCE_EXHAUSTED (a verdict input).
+// Cooling reports whether endpoint is cooling down after RESOURCE_EXHAUSTED: Steer sends its
+// new calls elsewhere; its groups' verdicts count it only once confirmed (ConfirmedBy).
 func (s *Steerer) Cooling(endpoint string) bool { return s.cool.Cooling(endpoint) }
 
 // ConfirmedBy reports whether endpoint cools and one of by (the endpoints a group of it
