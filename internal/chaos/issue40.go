@@ -442,10 +442,19 @@ func nextStart(runs []overloadRun, r overloadRun) time.Time {
 
 // cutDuring reports whether a connection to an endpoint of the default group (the heavy
 // query's) was cut while overload r was in force, its end included: a down (an outage of
-// every endpoint among them), a member flap's down, a reset or a frontend restart.
+// every endpoint among them), a member flap's down, a reset or a frontend restart. The end
+// is the instant the overload's heal was due: steps due then are applied one after another,
+// so an outage of every endpoint that ends the overload is applied just after its heal, and
+// counts (the hour of 2026-12-06, seed 1643101801, at +238.2 s).
 func cutDuring(r overloadRun, tl *faultTimeline) bool {
+	endDue := time.Duration(-1)
 	for _, a := range tl.steps {
-		if a.at.Before(r.start) || a.at.After(r.end) {
+		if a.at.Equal(r.end) && a.step.Kind == KindOverloadPass {
+			endDue = a.step.At
+		}
+	}
+	for _, a := range tl.steps {
+		if a.at.Before(r.start) || (a.at.After(r.end) && a.step.At != endDue) {
 			continue
 		}
 		switch a.step.Kind {

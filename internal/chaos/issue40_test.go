@@ -318,6 +318,14 @@ func TestQueryOverloadCutsAndWindows(t *testing.T) {
 	run := func(frontend int64) overloadRun {
 		return overloadRun{kind: KindQueryOverload, start: start, end: end, refusedHeavy: frontend}
 	}
+	// healThen is the overload's heal, due at 12 s and applied at end, then a down of e1
+	// applied after it (the steps of one instant are applied one after another), due at due.
+	healThen := func(due time.Duration, after time.Duration) *faultTimeline {
+		return &faultTimeline{start: t0, initial: State{Groups: groups}, steps: []applied{
+			{at: end, step: Step{At: 12 * time.Second, Kind: KindOverloadPass, Endpoint: -1, After: State{Groups: groups}}},
+			{at: end.Add(after), step: Step{At: due, Kind: KindDown, Endpoint: 0, After: State{Groups: groups}}},
+		}}
+	}
 	cases := []struct {
 		name     string
 		tl       *faultTimeline
@@ -330,6 +338,8 @@ func TestQueryOverloadCutsAndWindows(t *testing.T) {
 		{"a frontend restart of a default endpoint", cut(KindFrontendRestart, 0, start.Add(time.Second)), 2, 1, Pass},
 		{"a cut of another group's endpoint", cut(KindDown, 2, start.Add(time.Second)), 2, 1, Fail},
 		{"a cut after the heal", cut(KindDown, 0, end.Add(time.Millisecond)), 2, 1, Fail},
+		{"an outage due with the heal, applied after it", healThen(12*time.Second, 50*time.Microsecond), 2, 1, Pass},
+		{"an outage due after the heal", healThen(12*time.Second+time.Millisecond, time.Millisecond), 2, 1, Fail},
 		{"every refused query resent, with a cut", cut(KindDown, 0, end), 6, 3, Fail},
 	}
 	for _, tc := range cases {
