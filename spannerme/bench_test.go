@@ -26,6 +26,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -262,7 +263,7 @@ func BenchmarkPick(b *testing.B) {
 	for _, c := range cases {
 		want := gme.snap.Load().Group(c.group).Current()
 		b.Run("spannerme"+c.name, func(b *testing.B) {
-			p, _, err := gme.pickConnected(c.ctx, health.Reads, nil)
+			p, _, err := gme.pickConnected(c.ctx, health.Reads, spannerreq.MethodStreamingRead, nil)
 			if err != nil || p.Endpoint() != want {
 				b.Fatalf("picked %v, %v; want %s", p, err, want)
 			}
@@ -271,7 +272,7 @@ func BenchmarkPick(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pp *testing.PB) {
 				for pp.Next() {
-					p, _, err := gme.pickConnected(c.ctx, health.Reads, nil)
+					p, _, err := gme.pickConnected(c.ctx, health.Reads, spannerreq.MethodStreamingRead, nil)
 					if err != nil {
 						b.Error(err)
 						return
@@ -292,7 +293,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	bg := context.Background()
 	for _, ctx := range []context.Context{bg, NewMEContext(bg, "routed"), NewMEContext(bg, "default")} {
 		if n := testing.AllocsPerRun(1000, func() {
-			p, _, err := gme.pickConnected(ctx, health.Reads, nil)
+			p, _, err := gme.pickConnected(ctx, health.Reads, spannerreq.MethodStreamingRead, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/GoogleCloudPlatform/grpc-gcp-go/grpcgcp/multiendpoint"
 
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 )
 
 // tieredGME returns a GCPMultiEndpoint whose default group's top tier has members endpoints
@@ -49,7 +50,7 @@ func BenchmarkPickTiered(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pp *testing.PB) {
 				for pp.Next() {
-					p, _, err := gme.pick(context.Background(), health.Reads, false)
+					p, _, err := gme.pick(context.Background(), health.Reads, spannerreq.MethodStreamingRead, false)
 					if err != nil {
 						b.Error(err)
 						return
@@ -62,12 +63,12 @@ func BenchmarkPickTiered(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pp *testing.PB) {
 				for pp.Next() {
-					p, _, err := gme.pick(context.Background(), health.Reads, false)
+					p, _, err := gme.pick(context.Background(), health.Reads, spannerreq.MethodStreamingRead, false)
 					if err != nil {
 						b.Error(err)
 						return
 					}
-					tc := gme.tiers.Begin(me, p)
+					tc := gme.tiers.Begin(me, p, spannerreq.MethodStreamingRead)
 					tc.Done(nil)
 					p.Release()
 				}
@@ -82,11 +83,11 @@ func TestTieredPickDoesNotAllocate(t *testing.T) {
 	gme := tieredGME(t, 2)
 	me := gme.snap.Load().Default.ME
 	if n := testing.AllocsPerRun(1000, func() {
-		p, _, err := gme.pickConnected(context.Background(), health.Reads, nil)
+		p, _, err := gme.pickConnected(context.Background(), health.Reads, spannerreq.MethodStreamingRead, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc := gme.tiers.Begin(me, p)
+		tc := gme.tiers.Begin(me, p, spannerreq.MethodStreamingRead)
 		tc.Done(nil)
 		p.Release()
 	}); n != 0 {

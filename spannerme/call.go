@@ -44,7 +44,7 @@ func (gme *GCPMultiEndpoint) Invoke(ctx context.Context, method string, args, re
 // previous attempt failed on the picked endpoint goes to another one (internal/steer).
 func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, reply any, id string, opts []grpc.CallOption) error {
 	class := gme.callClass(method, args)
-	p, me, err := gme.pickConnected(ctx, class, opts)
+	p, me, err := gme.pickConnected(ctx, class, method, opts)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (gme *GCPMultiEndpoint) invoke(ctx context.Context, method string, args, re
 		args = gme.roTxns.WithDirectedReads(args, dro)
 	}
 	start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-	tc := gme.tiers.Begin(me, p)
+	tc := gme.tiers.Begin(me, p, method)
 	err = p.Conn().Invoke(ctx, method, args, reply, opts...)
 	h.End(err)
 	tc.Done(err)
@@ -99,14 +99,14 @@ func (gme *GCPMultiEndpoint) callClass(method string, args any) health.Class {
 // retrying does not fix (route.CannotConnect). It also returns the group that picked the pool.
 // Errors: those of pick and route.CannotConnect, and, when ctx ends while the call waits, the
 // context's code with the endpoint and its last connection error (route.WaitEnded).
-func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Class, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
+func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Class, method string, opts []grpc.CallOption) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	if gme.zero() {
 		return nil, nil, errClosedCall
 	}
 	count := true
 	for {
 		changed := gme.changed.Wait() // before the pick: no news between them is lost
-		p, me, err := gme.pick(ctx, class, count)
+		p, me, err := gme.pick(ctx, class, method, count)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -144,12 +144,13 @@ func (gme *GCPMultiEndpoint) pickConnected(ctx context.Context, class health.Cla
 	}
 }
 
-// pick returns the acquired pool of the current endpoint of ctx's group, and the group. A
+// pick returns the acquired pool of the current endpoint of ctx's group (for a group with
+// tiers, the member picked for a call to method: route.Route.Pool), and the group. A
 // pool retired between the snapshot load and the acquire makes it retry on the newer
 // snapshot. count says whether a call naming an unknown group is counted. The name "" is
 // the default group's, as no name is. A session call (class health.Sessions) that names no
 // group follows availability (route.Table.SessionGroup).
-func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count bool) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
+func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, method string, count bool) (*pool.Pool, *multiendpoint.MultiEndpoint, error) {
 	name, named := FromMEContext(ctx)
 	named = named && name != ""
 	for range 4 {
@@ -174,7 +175,7 @@ func (gme *GCPMultiEndpoint) pick(ctx context.Context, class health.Class, count
 		case !named && class == health.Sessions:
 			r = s.SessionGroup()
 		}
-		if p := r.Pool(s); p != nil && p.Acquire() {
+		if p := r.Pool(s, method); p != nil && p.Acquire() {
 			return p, r.ME, nil
 		}
 	}
@@ -219,7 +220,7 @@ func (gme *GCPMultiEndpoint) NewStream(ctx context.Context, desc *grpc.StreamDes
 // none; the header is already in ctx), which is added to the stream's errors.
 func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDesc, method, id string, opts []grpc.CallOption) (grpc.ClientStream, error) {
 	class := spannerreq.Class(method, nil)
-	p, me, err := gme.pickConnected(ctx, class, opts)
+	p, me, err := gme.pickConnected(ctx, class, method, opts)
 	if err != nil {
 		return nil, spannerreq.WithError(err, id)
 	}
@@ -231,7 +232,7 @@ func (gme *GCPMultiEndpoint) newStream(ctx context.Context, desc *grpc.StreamDes
 		cs, err = gme.hedger.NewStream(callinfo.Attach(ctx, h), hg, p, me, desc, method, id, opts)
 	} else {
 		start := gme.obs.CallBegin(ctx, p.Endpoint(), poolName(p), me.Name())
-		tc := gme.tiers.Begin(me, p)
+		tc := gme.tiers.Begin(me, p, method)
 		cs, err = p.NewStream(ctx, desc, method, opts, pool.CallInfo{Group: me.Name(), Tag: id, Start: start, Class: class, First: tc.First(), Resend: gme.steering.Resend, Rec: h})
 	}
 	if err != nil {

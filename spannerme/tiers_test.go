@@ -22,6 +22,7 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/clock"
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/observe"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/spannerme/spannermetest"
 )
 
@@ -346,7 +347,7 @@ func TestTiersSlowStartAfterSwitchBack(t *testing.T) {
 	for range 5 {
 		onA := 0
 		for range picks {
-			p, _, err := gme.pick(context.Background(), health.Reads, false)
+			p, _, err := gme.pick(context.Background(), health.Reads, spannerreq.MethodStreamingRead, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,16 +56,17 @@ type TierMemberStatus struct {
 	Endpoint string `json:"endpoint"`
 	// Tier is the endpoint's tier, 0 the top tier.
 	Tier int `json:"tier"`
-	// Latency is the endpoint's latency score (the moving average that spreading compares,
-	// fed by answered calls and latency probes); zero when not measured yet. In JSON, a Go
-	// duration string ("" when zero).
+	// Latency is the endpoint's latency score for its commonest kind of call (spreading keeps
+	// a moving average per kind of call, a Spanner method, and compares members on the kind
+	// of the call it picks for; fed by answered calls and latency probes); zero when not
+	// measured yet. In JSON, a Go duration string ("" when zero).
 	Latency time.Duration `json:"-"`
 	// InFlight is the endpoint's calls in flight now, from every group that lists it.
 	InFlight int64 `json:"inFlight"`
 	// Waiting is the endpoint's wait: how long the calls begun on it lately have gone
 	// without one of them ending (the age of the first of them); zero when none waits.
-	// Spreading counts it in place of Latency when it is longer (docs/tiers.md, "How a call
-	// picks its member"). In JSON, a Go duration string ("" when zero).
+	// Spreading counts the part of it beyond what its first call usually takes, in place of
+	// the score when it is longer (docs/tiers.md, "How a call picks its member"). In JSON, a Go duration string ("" when zero).
 	Waiting time.Duration `json:"-"`
 	// Share is the endpoint's part, in [0, 1], of the calls started on the endpoints of its
 	// tier during ShareWindow (every group that lists them); zero without a window.

@@ -20,11 +20,11 @@ func TestTiersStatusMembersCarryTheirFigures(t *testing.T) {
 	tr.Update([]route.Group{{Name: "g", Endpoints: []string{"a:1", "b:1", "c:1"}, Tiers: tiers}},
 		map[string]*multiendpoint.MultiEndpoint{}, slog.New(slog.DiscardHandler))
 	eps := tr.Endpoints()
-	eps["b:1"].Begin()
-	eps["b:1"].Done(7*time.Millisecond, false)
+	eps["b:1"].Begin(0)
+	eps["b:1"].Done(0, 7*time.Millisecond, false)
 	clk.Advance(time.Second)
-	eps["a:1"].Begin()
-	eps["a:1"].Begin()
+	eps["a:1"].Begin(0)
+	eps["a:1"].Begin(0)
 	clk.Advance(1500 * time.Millisecond)
 	ts := tiersStatus(&tr, multiendpoint.Status{Tiers: tiers})
 	if ts == nil || len(ts.Members) != 3 {

@@ -74,14 +74,14 @@ func (s *Table) Group(name string) *multiendpoint.MultiEndpoint {
 	return nil
 }
 
-// Pool returns the pool that a call of r's group goes to, or nil when its endpoint has none
-// in s (a reconfiguration moved on: the caller loads the newer table). A group with tiers
-// spreads its calls: its Picker's choice in its current tier view. Safe for concurrent use;
-// it takes no lock and allocates nothing.
-func (r *Route) Pool(s *Table) *pool.Pool {
+// Pool returns the pool that a call to method of r's group goes to, or nil when its endpoint
+// has none in s (a reconfiguration moved on: the caller loads the newer table). A group with
+// tiers spreads its calls: its Picker's choice in its current tier view, for the method's
+// kind of call (KindOf). Safe for concurrent use; it takes no lock and allocates nothing.
+func (r *Route) Pool(s *Table, method string) *pool.Pool {
 	if r.picker != nil {
 		if v := r.ME.Tier(); v != nil {
-			ep := r.picker.Pick(v)
+			ep := r.picker.Pick(v, KindOf(method))
 			// Every member is compared, and the match is a conditional move: the member picked
 			// is random, and leaving the loop at it would mispredict a branch on most picks.
 			var p *pool.Pool

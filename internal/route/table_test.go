@@ -58,7 +58,7 @@ func TestGroupRoute_Pool(t *testing.T) {
 			members: paired[:1]}, pools[a2]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.r.Pool(s); got != tc.want {
+			if got := tc.r.Pool(s, ""); got != tc.want {
 				t.Fatalf("pool %p, want %p (pools by address: %v)", got, tc.want, pools)
 			}
 		})

@@ -3,6 +3,7 @@ package route
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,8 +12,39 @@ import (
 	"github.com/spannerme/spanner-multiendpoint/internal/health"
 	"github.com/spannerme/spanner-multiendpoint/internal/multiendpoint"
 	"github.com/spannerme/spanner-multiendpoint/internal/pool"
+	"github.com/spannerme/spanner-multiendpoint/internal/spannerreq"
 	"github.com/spannerme/spanner-multiendpoint/internal/spread"
 )
+
+// KindOf returns the spread.Kind of a call to method (a full gRPC method name): one per
+// Spanner RPC method whose calls take a time of their own (a streaming query, counted to its
+// first response, takes 0.1-0.5 s on the Cloud Spanner emulator where a point read takes
+// 1-30 ms), 0 for the rest (sessions, rollbacks, partitions, other services). A tier member
+// is compared with its peer on calls of the same kind (spread, "Kinds of call"). It
+// allocates nothing.
+func KindOf(method string) spread.Kind {
+	name, ok := strings.CutPrefix(method, spannerreq.Service)
+	if !ok {
+		return 0
+	}
+	switch name {
+	case "ExecuteStreamingSql":
+		return 1
+	case "StreamingRead":
+		return 2
+	case "ExecuteSql":
+		return 3
+	case "Read":
+		return 4
+	case "Commit":
+		return 5
+	case "BeginTransaction":
+		return 6
+	case "ExecuteBatchDml":
+		return 7
+	}
+	return 0
+}
 
 // Tiering is a GCPMultiEndpoint's spreading state: one spread.Registry (an endpoint's calls
 // in flight and latency are the endpoint's, whatever group sends them), one spread.Picker per
@@ -142,10 +174,12 @@ type Call struct {
 	ep    *spread.Endpoint
 	clk   clock.Clock
 	start time.Time
+	kind  spread.Kind
 }
 
-// Begin counts a call that the group me sends to p's endpoint, when me has tiers.
-func (t *Tiering) Begin(me *multiendpoint.MultiEndpoint, p *pool.Pool) Call {
+// Begin counts a call to method (KindOf) that the group me sends to p's endpoint, when me has
+// tiers.
+func (t *Tiering) Begin(me *multiendpoint.MultiEndpoint, p *pool.Pool, method string) Call {
 	if me.Tier() == nil {
 		return Call{}
 	}
@@ -157,8 +191,9 @@ func (t *Tiering) Begin(me *multiendpoint.MultiEndpoint, p *pool.Pool) Call {
 	if ep == nil {
 		return Call{}
 	}
-	ep.Begin()
-	return Call{ep: ep, clk: t.clk, start: t.clk.Now()}
+	k := KindOf(method)
+	ep.Begin(k)
+	return Call{ep: ep, clk: t.clk, start: t.clk.Now(), kind: k}
 }
 
 // Done ends the call: err is its outcome. Only a failure of the path to the endpoint
@@ -174,7 +209,7 @@ func (c Call) Done(err error) {
 		o := health.Classify(err, false, false)
 		failed = o == health.Failure || o == health.Timeout
 	}
-	c.ep.Done(c.clk.Now().Sub(c.start), failed)
+	c.ep.Done(c.kind, c.clk.Now().Sub(c.start), failed)
 }
 
 // FirstResponse ends a tiered stream's call at its first response (pool.FirstResponder).

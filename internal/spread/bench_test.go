@@ -52,23 +52,23 @@ func BenchmarkPick(b *testing.B) {
 				reg := NewRegistry(EndpointOptions{})
 				for i, a := range append(tier[0], "b:443") {
 					e := reg.Endpoint(a)
-					e.Begin()
-					e.Done(time.Duration(1+i)*time.Millisecond, false)
+					e.Begin(0)
+					e.Done(0, time.Duration(1+i)*time.Millisecond, false)
 					if mode == "busy" {
-						e.Begin()
+						e.Begin(0)
 					}
 				}
 				p, err := New(Options{Resolve: reg.Endpoint, SlowStart: opts.SlowStart})
 				if err != nil {
 					b.Fatal(err)
 				}
-				p.Pick(m.Tier())
+				p.Pick(m.Tier(), 0)
 				b.ReportAllocs()
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
 					n := 0
 					for pb.Next() {
-						n += len(p.Pick(m.Tier()).name)
+						n += len(p.Pick(m.Tier(), 0).name)
 					}
 					benchSink.Add(int64(n))
 				})
@@ -85,8 +85,8 @@ func BenchmarkEndpoint_BeginDone(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			e.Begin()
-			e.Done(time.Millisecond, false)
+			e.Begin(0)
+			e.Done(0, time.Millisecond, false)
 		}
 	})
 }

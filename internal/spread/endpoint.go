@@ -19,7 +19,8 @@
 //
 // # Cost
 //
-// An endpoint's cost is its latency score times (calls in flight + 1), the cost of the Spanner
+// An endpoint's cost for a call of one kind (below) is its latency score for the kind times
+// (calls of the kind in flight + 1), the cost of the Spanner
 // client's own replica choice (cloud.google.com/go/spanner v1.96.1,
 // endpoint_latency_registry.go selectionCost, and power_of_two_replica_selector.go). The
 // latency score is an exponentially weighted moving average whose weight decays with the time
@@ -30,8 +31,25 @@
 // is fast again; with hundreds of calls a second the average still spans hundreds of samples.
 // An endpoint with no score yet costs Options.InitialLatency (10 ms, that client's
 // endpointLatencyDefaultRTT) per call. Ours adds one term: an endpoint whose calls sent lately
-// have waited longer than its score with none of them ending costs that wait per call instead
-// (Endpoint.waiting): calls that hang count before they end.
+// have gone unanswered for longer than the first of them usually takes (Endpoint.overdue)
+// costs the time beyond, per call, when that is more than its score: calls that hang count
+// before they end.
+//
+// # Kinds of call
+//
+// An endpoint has one score per kind of call (Kind: the caller's choice, one per Spanner RPC
+// method in internal/route), and a pick compares the two candidates on the kind of the call
+// being picked for. The Spanner client keeps one score per endpoint, for the calls its
+// replica choice routes, which are alike; a tier's members serve every call of the
+// application, and its calls differ more than its members do: a stream counts to its first
+// response, which a query needs 0.1-0.5 s for on the Cloud Spanner emulator, against 1-30 ms for
+// a point read. With one score, one query on a member whose peer served none made the member
+// look 50 to 100 times slower, and, with few calls of its own under light load, it stayed
+// there for seconds (issue 43: a member healed from connections that die young went from a
+// 1.9 ms score to 94-174 ms beside a peer at 1.4-29 ms, and took 5.2 s to get its share back).
+// For the same reason the wait counts only beyond what the first call of the wait takes (the
+// member's score for that call's kind, or, when it has none, its peer's), and only the calls
+// of the picked kind in flight multiply its cost (Endpoint.busyCost).
 //
 // The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
 // latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
@@ -74,12 +92,20 @@ import (
 type Endpoint struct {
 	name     string
 	inflight atomic.Int64
-	started  atomic.Uint64
-	// score is the latency score in microseconds, as float64 bits; 0: no score yet.
-	score atomic.Uint64
-	// last is when the latest sample was taken, in nanoseconds since base plus 1 (0: never).
-	// A sample claims the interval since last by moving last forward (compare-and-swap), so
-	// concurrent samples weigh the time between them once, not twice.
+	// kindFlight is the calls in flight of each kind (inflight is their sum); started the
+	// calls begun of each kind.
+	kindFlight [Kinds]atomic.Int64
+	started    [Kinds]atomic.Uint64
+	// score is the latency score of each kind in microseconds, as float64 bits; 0: no score
+	// yet.
+	score [Kinds]atomic.Uint64
+	// sampled is when each kind's latest sample was taken, as last counts time (0: none since
+	// the score was dropped). A sample claims the interval since its kind's previous one by
+	// moving sampled forward (compare-and-swap), so concurrent samples weigh the time between
+	// them once, not twice.
+	sampled [Kinds]atomic.Int64
+	// last is when the latest sample of any kind was taken, in nanoseconds since base plus 1
+	// (0: never, or dropped since).
 	last    atomic.Int64
 	probeOK atomic.Bool // no call answered since the last probe: a probe may feed the score
 	// failedLast says the latest sample was a failed call (Done with failed true); forgot is
@@ -93,6 +119,7 @@ type Endpoint struct {
 	// The first Begin with no wait starts one; it ends when a call begun at or after it ends,
 	// when nothing is left in flight, and when the score is dropped.
 	waitFrom atomic.Int64
+	waitKind atomic.Uint32 // the Kind of the call that started the wait
 	base     time.Time
 	clock    clock.Clock
 	tau      float64 // DecayTime in nanoseconds
@@ -116,6 +143,18 @@ type EndpointOptions struct {
 	// wait (Endpoint.waiting). Nil means the real clock. A Picker's Options.Clock must be the same.
 	Clock clock.Clock
 }
+
+// Kind names the calls an Endpoint scores together: a member is compared with its peer on
+// calls of the same kind (the package comment says why). The caller chooses what a kind is
+// (internal/route: one per Spanner RPC method); a value is taken modulo Kinds, and 0 suits
+// calls of no particular kind.
+type Kind uint8
+
+// Kinds is the number of kinds an Endpoint scores apart.
+const Kinds = 8
+
+// index is k's slot in an Endpoint's arrays.
+func (k Kind) index() int { return int(k & (Kinds - 1)) }
 
 // NewEndpoint returns the Endpoint named name (an address, for Status) with no score yet.
 func NewEndpoint(name string, opts EndpointOptions) *Endpoint {
@@ -142,23 +181,28 @@ func NewEndpoint(name string, opts EndpointOptions) *Endpoint {
 // Name returns the name given to NewEndpoint.
 func (e *Endpoint) Name() string { return e.name }
 
-// Begin counts a call started on the endpoint; Done must follow.
-func (e *Endpoint) Begin() {
+// Begin counts a call of kind k started on the endpoint; Done must follow, with the same k.
+func (e *Endpoint) Begin(k Kind) {
 	if e.waitFrom.Load() == 0 { // no wait: this call starts one, and the clock is read
-		e.waitFrom.CompareAndSwap(0, e.now())
+		if e.waitFrom.CompareAndSwap(0, e.now()) {
+			// Stored after the start: a pick between the two reads the previous wait's kind,
+			// for nanoseconds.
+			e.waitKind.Store(uint32(k.index()))
+		}
 	}
 	e.inflight.Add(1)
-	e.started.Add(1)
+	e.kindFlight[k.index()].Add(1)
+	e.started[k.index()].Add(1)
 }
 
-// Done ends a call counted by Begin. latency is how long it took; failed says the endpoint
+// Done ends a call of kind k counted by Begin. latency is how long it took; failed says the endpoint
 // did not answer it (a transport error, a timeout): it then counts for at least
 // ErrorPenalty. A call the endpoint answered with an error of the application's (NOT_FOUND,
 // ABORTED...) is answered: failed false. A call that started before the score was last
 // dropped (forgetBefore, PathRecovered) is not counted: held by the fault, it measured the
 // fault. (A call that passed this check as the score was dropped may still set the new
 // score alone: a window of nanoseconds, left open rather than locking every call.)
-func (e *Endpoint) Done(latency time.Duration, failed bool) {
+func (e *Endpoint) Done(k Kind, latency time.Duration, failed bool) {
 	now := e.now()
 	// A call of the wait ended: the next Begin starts one. Cleared before the call leaves the
 	// count, so that a Begin that finds the wait still set has this call in flight beside it
@@ -166,6 +210,7 @@ func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	if w := e.waitFrom.Load(); w != 0 && now-int64(latency) >= w {
 		e.waitFrom.CompareAndSwap(w, 0)
 	}
+	e.kindFlight[k.index()].Add(-1)
 	if e.inflight.Add(-1) <= 0 {
 		if w := e.waitFrom.Load(); w != 0 { // nothing in flight: no wait, whatever latency said
 			e.waitFrom.CompareAndSwap(w, 0)
@@ -180,51 +225,61 @@ func (e *Endpoint) Done(latency time.Duration, failed bool) {
 	if e.failedLast.Load() != failed {
 		e.failedLast.Store(failed) // stored on a change only: the line is shared by every caller
 	}
-	e.observe(latency, now)
+	e.observe(k.index(), latency, now)
 	e.probeOK.Store(false)
 }
 
-// Probe feeds a latency probe's round trip to the score, unless a call has been answered
-// since the previous Probe: calls measure an endpoint that has some, probes one that has
-// none. It reports whether the sample was used.
+// Probe feeds a latency probe's round trip to the score of every kind, unless a call has
+// been answered since the previous Probe: calls measure an endpoint that has some, probes one
+// that has none. It reports whether the sample was used.
 func (e *Endpoint) Probe(rtt time.Duration) bool {
 	if !e.probeOK.Swap(true) {
 		return false
 	}
 	e.failedLast.Store(false)
-	e.observe(rtt, e.now())
+	now := e.now()
+	for k := range Kinds {
+		e.observe(k, rtt, now)
+	}
 	return true
 }
 
 // now is the time on the Endpoint's clock as last counts it: nanoseconds since base, plus 1.
 func (e *Endpoint) now() int64 { return int64(e.clock.Now().Sub(e.base)) + 1 }
 
-// observe folds one latency sample, taken at now (Endpoint.now), into the score.
-func (e *Endpoint) observe(latency time.Duration, now int64) {
+// observe folds one latency sample of kind k (an index), taken at now (Endpoint.now), into
+// the kind's score.
+func (e *Endpoint) observe(k int, latency time.Duration, now int64) {
 	if latency < 0 {
 		latency = 0
 	}
 	sample := max(float64(latency)/float64(time.Microsecond), math.SmallestNonzeroFloat64) // 0 bits mean "no score"
-	var dt int64                                                                           // the time this sample claims since the previous one; 0 for a sample out of order
-	first := false
 	for {
 		last := e.last.Load()
+		if now <= last || e.last.CompareAndSwap(last, now) {
+			break
+		}
+	}
+	var dt int64 // the time this sample claims since the kind's previous one; 0 for a sample out of order
+	first := false
+	for {
+		last := e.sampled[k].Load()
 		if now <= last {
 			break
 		}
-		if e.last.CompareAndSwap(last, now) {
+		if e.sampled[k].CompareAndSwap(last, now) {
 			dt, first = now-last, last == 0
 			break
 		}
 	}
 	alpha := 1 - math.Exp(-float64(dt)/e.tau)
 	for {
-		old := e.score.Load()
+		old := e.score[k].Load()
 		next := sample
 		if old != 0 && !first {
 			next = alpha*sample + (1-alpha)*math.Float64frombits(old)
 		}
-		if e.score.CompareAndSwap(old, math.Float64bits(next)) {
+		if e.score[k].CompareAndSwap(old, math.Float64bits(next)) {
 			return
 		}
 	}
@@ -257,22 +312,30 @@ func (e *Endpoint) forgetBefore(joined time.Time) {
 	e.forget(last)
 }
 
-// forget drops the score, unless a sample taken since last moved it on.
+// forget drops the score of every kind, unless a sample taken since last moved it on.
 func (e *Endpoint) forget(last int64) {
 	if e.last.CompareAndSwap(last, 0) {
 		e.forgot.Store(e.now())
-		e.score.Store(0)
+		e.clearScores()
 		e.waitFrom.Store(0)
 	}
 }
 
-// drop drops the score whatever was sampled last: the calls that end from now on and
-// started before now are not counted (Done), forgot being stored first.
+// drop drops the score of every kind whatever was sampled last: the calls that end from now
+// on and started before now are not counted (Done), forgot being stored first.
 func (e *Endpoint) drop() {
 	e.forgot.Store(e.now())
 	e.last.Store(0)
-	e.score.Store(0)
+	e.clearScores()
 	e.waitFrom.Store(0) // the calls held by the fault do not count as waiting either
+}
+
+// clearScores drops every kind's score and its latest sample's time.
+func (e *Endpoint) clearScores() {
+	for k := range Kinds {
+		e.sampled[k].Store(0)
+		e.score[k].Store(0)
+	}
 }
 
 // PathFailed says that the path to the endpoint failed now: its pool lost every connection,
@@ -301,30 +364,52 @@ func (e *Endpoint) PathRecovered() {
 	}
 }
 
-// latency returns the score in microseconds, or InitialLatency's when there is none.
-func (e *Endpoint) latency() float64 {
-	s := e.score.Load()
+// latency returns the score of kind k (an index) in microseconds, or InitialLatency's when
+// there is none.
+func (e *Endpoint) latency(k int) float64 {
+	s := e.score[k].Load()
 	if s == 0 {
 		return e.initial
 	}
 	return math.Float64frombits(s)
 }
 
-// cost is latency × (calls in flight + 1), where latency is the score, or, when calls are in
-// flight and one has waited longer than the score with no call ending on the endpoint
-// meanwhile, that wait (Endpoint.waiting).
-func (e *Endpoint) cost() float64 {
-	n := e.inflight.Load()
-	if n <= 0 {
-		return e.latency()
+// cost is the cost of a call of kind k (an index): latency × (calls of kind k in flight +
+// 1), where latency is the kind's score, or, when calls are in flight and the wait is overdue
+// by more than that score (Endpoint.overdue, with no peer), the time overdue.
+func (e *Endpoint) cost(k int) float64 {
+	if e.inflight.Load() <= 0 {
+		return e.latency(k)
 	}
-	return e.busyCost(n, e.clock.Now())
+	return e.busyCost(k, e.clock.Now(), nil)
 }
 
-// busyCost is cost with n (> 0) calls in flight at now, a reading of the Endpoint's clock (a
-// pick reads it once for both candidates: Options.Clock).
-func (e *Endpoint) busyCost(n int64, now time.Time) float64 {
-	return max(e.latency(), float64(e.waiting(now))/float64(time.Microsecond)) * float64(n+1)
+// busyCost is cost when calls are in flight, at now, a reading of the Endpoint's clock (a
+// pick reads it once for both candidates: Options.Clock); peer is the other candidate, nil
+// for none (Endpoint.overdue). Calls of other kinds do not multiply it: the calls of one
+// endpoint do not queue behind each other (gRPC multiplexes them over its connections), and
+// a 300 ms query in flight says nothing of when a 2 ms read will be answered; the count is
+// there to spread each kind's calls, as the Spanner client spreads its own.
+func (e *Endpoint) busyCost(k int, now time.Time, peer *Endpoint) float64 {
+	return max(e.latency(k), e.overdue(now, peer)) * float64(e.kindFlight[k].Load()+1)
+}
+
+// overdue returns, in microseconds, how much longer the wait has lasted at now than the
+// first call of the wait takes: the endpoint's score for that call's kind, or, when it has
+// none, peer's (nil: none), or nothing (the whole wait is overdue). Zero when there is no
+// wait or it is not overdue. A query that takes 300 ms on either member costs nothing while
+// it runs its usual time; one that hangs costs the time it has hung beyond it.
+func (e *Endpoint) overdue(now time.Time, peer *Endpoint) float64 {
+	w := e.waiting(now)
+	if w == 0 {
+		return 0
+	}
+	k := e.waitKind.Load() & (Kinds - 1)
+	usual := e.score[k].Load()
+	if usual == 0 && peer != nil {
+		usual = peer.score[k].Load()
+	}
+	return max(float64(w)/float64(time.Microsecond)-math.Float64frombits(usual), 0)
 }
 
 // waiting returns the endpoint's wait at now: how long the calls begun on it lately have gone
@@ -352,12 +437,14 @@ func (e *Endpoint) waiting(now time.Time) time.Duration {
 
 // Stats is a point-in-time view of an Endpoint, for Status and metrics.
 type Stats struct {
-	// Latency is the score (zero: not measured yet); InFlight the calls begun and not done;
-	// Waiting the endpoint's wait (Endpoint.waiting; zero when none); Started the calls
-	// begun since NewEndpoint (a share over an interval is the difference of two
-	// readings); Cost is the larger of Latency (or InitialLatency) and
-	// Waiting, × (InFlight + 1), in microseconds.
+	// Latency is the score of the endpoint's commonest kind of call (the most begun since
+	// NewEndpoint; kind 0 before any), zero when that kind is not measured yet; Scores is every
+	// kind's score (zero: not measured). InFlight is the calls begun and not done; Waiting the
+	// endpoint's wait (Endpoint.waiting; zero when none); Started the calls begun since
+	// NewEndpoint, of every kind (a share over an interval is the difference of two
+	// readings); Cost is a call of the commonest kind's cost (Endpoint.cost), in microseconds.
 	Latency  time.Duration
+	Scores   [Kinds]time.Duration
 	InFlight int64
 	Waiting  time.Duration
 	Started  uint64
@@ -366,12 +453,21 @@ type Stats struct {
 
 // Stats returns the endpoint's current figures.
 func (e *Endpoint) Stats() Stats {
-	s := Stats{InFlight: e.inflight.Load(), Started: e.started.Load(), Cost: e.cost()}
+	s := Stats{InFlight: e.inflight.Load()}
+	common, most := 0, uint64(0)
+	for k := range Kinds {
+		n := e.started[k].Load()
+		s.Started += n
+		if n > most {
+			common, most = k, n
+		}
+		if sc := e.score[k].Load(); sc != 0 {
+			s.Scores[k] = time.Duration(math.Float64frombits(sc) * float64(time.Microsecond))
+		}
+	}
+	s.Latency, s.Cost = s.Scores[common], e.cost(common)
 	if s.InFlight > 0 {
 		s.Waiting = e.waiting(e.clock.Now())
-	}
-	if sc := e.score.Load(); sc != 0 {
-		s.Latency = time.Duration(math.Float64frombits(sc) * float64(time.Microsecond))
 	}
 	return s
 }

@@ -38,13 +38,13 @@ func TestEndpoint_ScoreIsATimeDecayedAverage(t *testing.T) {
 			e := NewEndpoint("a", EndpointOptions{Clock: clk, DecayTime: tau})
 			for _, s := range tc.samples {
 				clk.Advance(s.after)
-				e.Begin()
-				e.Done(s.latency, false)
+				e.Begin(0)
+				e.Done(0, s.latency, false)
 			}
-			if got := e.latency(); math.Abs(got-tc.want) > 1e-6*tc.want {
+			if got := e.latency(0); math.Abs(got-tc.want) > 1e-6*tc.want {
 				t.Fatalf("score = %v µs, want %v", got, tc.want)
 			}
-			if got := e.cost(); math.Abs(got-tc.want) > 1e-6*tc.want {
+			if got := e.cost(0); math.Abs(got-tc.want) > 1e-6*tc.want {
 				t.Fatalf("cost with nothing in flight = %v, want the score %v", got, tc.want)
 			}
 		})
@@ -53,12 +53,12 @@ func TestEndpoint_ScoreIsATimeDecayedAverage(t *testing.T) {
 
 func TestEndpoint_CostCountsCallsInFlight(t *testing.T) {
 	e := NewEndpoint("a", EndpointOptions{Clock: clock.NewFake(time.Time{})})
-	e.Begin()
-	e.Done(2*ms, false)
+	e.Begin(0)
+	e.Done(0, 2*ms, false)
 	for range 3 {
-		e.Begin()
+		e.Begin(0)
 	}
-	if got, want := e.cost(), 2000.0*4; got != want {
+	if got, want := e.cost(0), 2000.0*4; got != want {
 		t.Fatalf("cost with 3 in flight = %v, want %v", got, want)
 	}
 	s := e.Stats()
@@ -72,14 +72,14 @@ func TestEndpoint_CostCountsCallsInFlight(t *testing.T) {
 func TestEndpoint_FailedCallCountsForThePenalty(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	e := NewEndpoint("a", EndpointOptions{Clock: clk, ErrorPenalty: 500 * ms})
-	e.Begin()
-	e.Done(1*ms, true)
+	e.Begin(0)
+	e.Done(0, 1*ms, true)
 	if got := e.Stats().Latency; got != 500*ms {
 		t.Fatalf("score after a fast failure = %v, want the 500ms penalty", got)
 	}
 	clk.Advance(time.Hour)
-	e.Begin()
-	e.Done(2*time.Second, true)
+	e.Begin(0)
+	e.Done(0, 2*time.Second, true)
 	if got := e.Stats().Latency; got != 2*time.Second {
 		t.Fatalf("score after a slow failure = %v, want its own 2s", got)
 	}
@@ -97,8 +97,8 @@ func TestEndpoint_ProbesFeedOnlyAnEndpointWithoutCalls(t *testing.T) {
 		t.Fatalf("score = %v, want the probe's 7ms", got)
 	}
 	clk.Advance(time.Hour)
-	e.Begin()
-	e.Done(3*ms, false)
+	e.Begin(0)
+	e.Done(0, 3*ms, false)
 	clk.Advance(time.Hour)
 	if e.Probe(50 * ms) {
 		t.Fatal("a probe right after an answered call was used")
@@ -122,8 +122,8 @@ func TestEndpoint_ConcurrentCalls(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 2000 {
-				e.Begin()
-				e.Done(time.Duration(1+(g+i)%5)*ms, false)
+				e.Begin(0)
+				e.Done(0, time.Duration(1+(g+i)%5)*ms, false)
 			}
 		})
 	}
@@ -146,8 +146,9 @@ func TestRegistry_SharesEndpointsByAddress(t *testing.T) {
 	}
 }
 
-// While calls are in flight and none has been answered for longer than the score, the
-// endpoint costs that time per call: calls that hang count before they end.
+// While calls are in flight and none has been answered for longer than the score and the
+// usual time of the wait's first call together, the endpoint costs that excess per call:
+// calls that hang count before they end, what they take as usual does not.
 func TestEndpoint_CostCountsCallsWaitingLongerThanTheScore(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -159,22 +160,22 @@ func TestEndpoint_CostCountsCallsWaitingLongerThanTheScore(t *testing.T) {
 	}{
 		{"nothing in flight: the score", 20 * ms, 0, time.Second, 20000, 0},
 		{"waiting less than the score: the score", 20 * ms, 2, 15 * ms, 20000 * 3, 15 * ms},
-		{"waiting longer than the score: the wait", 20 * ms, 2, 500 * ms, 500000 * 3, 500 * ms},
+		{"waiting longer than the score: the time beyond it", 20 * ms, 2, 500 * ms, 480000 * 3, 500 * ms},
 		{"no score yet, waiting 2s", 0, 7, 2 * time.Second, 2e6 * 8, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clock.NewFake(time.Time{})
 			e := NewEndpoint("a", EndpointOptions{Clock: clk})
 			if tc.score != 0 {
-				e.Begin()
-				e.Done(tc.score, false)
+				e.Begin(0)
+				e.Done(0, tc.score, false)
 			}
 			clk.Advance(time.Minute)
 			for range tc.inFlight {
-				e.Begin()
+				e.Begin(0)
 			}
 			clk.Advance(tc.after)
-			if got := e.cost(); math.Abs(got-tc.want) > 1e-6*tc.want {
+			if got := e.cost(0); math.Abs(got-tc.want) > 1e-6*tc.want {
 				t.Fatalf("cost = %v µs, want %v", got, tc.want)
 			}
 			if s := e.Stats(); s.Waiting != tc.waiting || math.Abs(s.Cost-tc.want) > 1e-6*tc.want {
@@ -190,34 +191,34 @@ func TestEndpoint_CostCountsCallsWaitingLongerThanTheScore(t *testing.T) {
 func TestEndpoint_WaitStartsWithTheFirstCallSinceAnEnd(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	e := NewEndpoint("a", EndpointOptions{Clock: clk})
-	e.Begin()
-	e.Done(20*ms, false)
+	e.Begin(0)
+	e.Done(0, 20*ms, false)
 	clk.Advance(time.Minute)
-	e.Begin() // a long call
+	e.Begin(0) // a long call
 	clk.Advance(300 * ms)
 	if w := e.Stats().Waiting; w != 300*ms {
 		t.Fatalf("Waiting = %v with one call 300ms in flight and none ended since, want 300ms", w)
 	}
 	for range 10 {
-		e.Begin()
+		e.Begin(0)
 		clk.Advance(10 * ms)
-		e.Done(10*ms, false)
+		e.Done(0, 10*ms, false)
 		clk.Advance(100 * ms)
 	}
-	if s := e.Stats(); s.Waiting != 0 || s.InFlight != 1 || math.Abs(s.Cost-2*e.latency()) > 1e-6*s.Cost {
+	if s := e.Stats(); s.Waiting != 0 || s.InFlight != 1 || math.Abs(s.Cost-2*e.latency(0)) > 1e-6*s.Cost {
 		t.Fatalf("Stats = %+v: the long call in flight, others ended since; want Waiting 0 and Cost the score × 2", s)
 	}
-	e.Begin()
+	e.Begin(0)
 	clk.Advance(30 * ms)
 	if w := e.Stats().Waiting; w != 30*ms {
 		t.Fatalf("Waiting = %v for a call begun 30ms ago with none ended since, want 30ms", w)
 	}
-	e.Done(30*ms, true) // a failed call ends too
+	e.Done(0, 30*ms, true) // a failed call ends too
 	if w := e.Stats().Waiting; w != 0 {
 		t.Fatalf("Waiting = %v after a call ended, want 0", w)
 	}
 	// Calls held by a fault: the score and the wait are dropped when the path recovers.
-	e.Begin()
+	e.Begin(0)
 	clk.Advance(2 * time.Second)
 	e.PathFailed()
 	if w := e.Stats().Waiting; w != 2*time.Second {
@@ -228,21 +229,21 @@ func TestEndpoint_WaitStartsWithTheFirstCallSinceAnEnd(t *testing.T) {
 	if s := e.Stats(); s.Waiting != 0 || s.InFlight != 2 {
 		t.Fatalf("Stats = %+v after the path recovered, want Waiting 0 with the 2 held calls in flight", s)
 	}
-	e.Begin()
+	e.Begin(0)
 	clk.Advance(40 * ms)
 	if w := e.Stats().Waiting; w != 40*ms {
 		t.Fatalf("Waiting = %v for a call begun after the recovery, want its 40ms", w)
 	}
 	// Calls begun before the wait end: the held call, failed, and the long call. Neither
 	// says anything of the call sent since.
-	e.Done(3*time.Second+40*ms, true)
-	e.Done(time.Minute, false)
+	e.Done(0, 3*time.Second+40*ms, true)
+	e.Done(0, time.Minute, false)
 	if s := e.Stats(); s.Waiting != 40*ms || s.InFlight != 1 {
 		t.Fatalf("Stats = %+v after calls older than the wait ended, want Waiting 40ms, 1 in flight", s)
 	}
 	clk.Advance(10 * ms)
-	e.Done(50*ms, false) // the wait's own call
-	e.Begin()
+	e.Done(0, 50*ms, false) // the wait's own call
+	e.Begin(0)
 	clk.Advance(5 * ms)
 	if w := e.Stats().Waiting; w != 5*ms {
 		t.Fatalf("Waiting = %v for a call begun after the wait ended, want its 5ms", w)
@@ -268,8 +269,8 @@ func TestEndpoint_ConcurrentWaitNeverExceedsACallsAge(t *testing.T) {
 		for range 3 {
 			wg.Go(func() {
 				for range 5 {
-					e.Begin()
-					e.Done(0, false)
+					e.Begin(0)
+					e.Done(0, 0, false)
 				}
 			})
 		}
@@ -285,10 +286,56 @@ func TestEndpoint_ConcurrentWaitNeverExceedsACallsAge(t *testing.T) {
 				<-done
 				t.Fatalf("round %d: Waiting = %v on a clock that has not moved", round, w)
 			}
-			p.Pick(v)
+			p.Pick(v, 0)
 		}
 	}
 	if s := e.Stats(); s.InFlight != 0 || s.Waiting != 0 {
 		t.Fatalf("Stats = %+v after every call ended", s)
+	}
+}
+
+// Each kind has its own score; Stats reports every kind's and, as Latency, the commonest
+// kind's; a probe measures every kind; a drop forgets every kind.
+func TestEndpoint_ScoresEachKindApart(t *testing.T) {
+	clk := clock.NewFake(time.Time{})
+	e := NewEndpoint("a", EndpointOptions{Clock: clk})
+	for range 3 {
+		e.Begin(1)
+		e.Done(1, 2*ms, false)
+	}
+	e.Begin(2)
+	e.Done(2, 400*ms, false)
+	clk.Advance(10 * ms)
+	e.Begin(1)
+	e.Done(1, 2*ms, false) // 10 ms after the query: a single score would still hold most of it
+	if got := e.latency(1); got != 2000 {
+		t.Fatalf("kind 1's score = %v µs, want 2000 (its own samples only)", got)
+	}
+	if got := e.latency(2); got != 400000 {
+		t.Fatalf("kind 2's score = %v µs, want 400000", got)
+	}
+	if got := e.latency(3); got != 10000 {
+		t.Fatalf("kind 3's score = %v µs, want InitialLatency (10000): never measured", got)
+	}
+	s := e.Stats()
+	if s.Latency != 2*ms || s.Scores[1] != 2*ms || s.Scores[2] != 400*ms || s.Scores[3] != 0 || s.Started != 5 {
+		t.Fatalf("Stats = %+v, want Latency 2ms (kind 1, the commonest), Scores[1] 2ms, [2] 400ms, [3] 0, Started 5", s)
+	}
+	if Kind(1+Kinds).index() != 1 {
+		t.Fatal("a kind is not taken modulo Kinds")
+	}
+	e.PathFailed()
+	e.PathRecovered()
+	if s := e.Stats(); s.Scores != [Kinds]time.Duration{} {
+		t.Fatalf("Scores after a path failure and its recovery = %v, want none", s.Scores)
+	}
+	e.Probe(5 * ms) // calls were answered since the last probe: unused, and the next is used
+	if !e.Probe(5 * ms) {
+		t.Fatal("Probe unused with no call answered since the previous one")
+	}
+	for k := range Kinds {
+		if got := e.latency(k); got != 5000 {
+			t.Fatalf("kind %d's score after a 5ms probe = %v µs, want 5000", k, got)
+		}
 	}
 }

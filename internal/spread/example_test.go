@@ -27,15 +27,15 @@ func Example() {
 	}
 	picked := map[string]int{}
 	for range 1000 {
-		e := p.Pick(m.Tier())
-		e.Begin()
+		e := p.Pick(m.Tier(), 0)
+		e.Begin(0)
 		picked[e.Name()]++
-		e.Done(0, false) // the call's latency and whether the endpoint failed to answer it
+		e.Done(0, 0, false) // the call's latency and whether the endpoint failed to answer it
 	}
 	fmt.Println("tier 0, both members up: east4-a", picked["psc-east4-a:443"] > 300, "east4-b", picked["psc-east4-b:443"] > 300, "west2", picked["psc-west2:443"])
 
 	m.SetEndpointAvailability("psc-east4-a:443", false) // no group switch: its peer takes its calls
-	fmt.Println("east4-a down:", p.Pick(m.Tier()).Name(), "current", m.Current())
+	fmt.Println("east4-a down:", p.Pick(m.Tier(), 0).Name(), "current", m.Current())
 	// Output:
 	// tier 0, both members up: east4-a true east4-b true west2 0
 	// east4-a down: psc-east4-b:443 current psc-east4-b:443

@@ -127,34 +127,36 @@ func Weight(elapsed, window time.Duration, invAggression, minWeight float64) flo
 	return math.Max(minWeight, math.Pow(f, invAggression))
 }
 
-// Pick returns the endpoint for one call of the MultiEndpoint whose current tier is v
-// (multiendpoint.MultiEndpoint.Tier). v must not be nil. The caller calls Begin on the
-// endpoint when it starts the call and Done when it ends.
+// Pick returns the endpoint for one call of kind k of the MultiEndpoint whose current tier is
+// v (multiendpoint.MultiEndpoint.Tier). v must not be nil. The caller calls Begin on the
+// endpoint when it starts the call and Done when it ends, with the same k.
 //
 // A tier of one member, with no ramp, is that member (no random number drawn). Otherwise:
 // while a switch back ramps (v.Previous), the tier's share is its slow start weight and the
 // rest goes to v.Previous; inside the chosen tier, a fraction MinShare×n of the picks is
 // uniform and the rest power of two choices by cost: of the two candidates drawn, each wins
-// with a probability proportional to 1/(cost + 1 ms)^3 (an even draw on equal costs), and a
+// with a probability proportional to 1/(cost + 1 ms)^3 (an even draw on equal costs; the cost
+// of a call of kind k, Endpoint.cost, the wait's usual time being the peer's when the
+// member has no score for it), and a
 // winner that ramps more than the other candidate is taken with the ratio of their slow
 // start weights (else the other).
-func (p *Picker) Pick(v *multiendpoint.Tier) *Endpoint {
+func (p *Picker) Pick(v *multiendpoint.Tier, k Kind) *Endpoint {
 	s := p.set.Load()
 	if s == nil || s.view != v {
 		s = p.rebuild(s, v)
 	}
 	members := s.members
 	if s.rampUntil != 0 && !s.rampOver.Load() {
-		return p.pickRamping(s)
+		return p.pickRamping(s, k.index())
 	}
 	if len(members) == 1 {
 		return members[0]
 	}
-	return p.choose(s, members, nil, time.Time{})
+	return p.choose(s, members, nil, time.Time{}, k.index())
 }
 
 // pickRamping is Pick while a ramp of s may last.
-func (p *Picker) pickRamping(s *set) *Endpoint {
+func (p *Picker) pickRamping(s *set, k int) *Endpoint {
 	t := p.clock.Now()
 	now := t.UnixNano()
 	if now >= s.rampUntil {
@@ -162,7 +164,7 @@ func (p *Picker) pickRamping(s *set) *Endpoint {
 		if len(s.members) == 1 {
 			return s.members[0]
 		}
-		return p.choose(s, s.members, nil, t)
+		return p.choose(s, s.members, nil, t, k)
 	}
 	if len(s.previous) > 0 {
 		w := Weight(time.Duration(now-s.start), p.window, p.invAggr, p.minWeight)
@@ -170,13 +172,13 @@ func (p *Picker) pickRamping(s *set) *Endpoint {
 			if len(s.previous) == 1 {
 				return s.previous[0]
 			}
-			return p.choose(s, s.previous, nil, t)
+			return p.choose(s, s.previous, nil, t, k)
 		}
 	}
 	if len(s.members) == 1 {
 		return s.members[0]
 	}
-	return p.choose(s, s.members, s.joined, t)
+	return p.choose(s, s.members, s.joined, t, k)
 }
 
 // tolerance is added to both costs (in microseconds) before they are compared: costs that
@@ -188,8 +190,8 @@ const tolerance = 1000
 // soft comparison of the two candidates' costs. joined, if not nil, gives each member's join
 // time for its slow start weight at t. t is the time if the pick has read it already (a
 // ramp), else zero: read here only when a candidate has calls in flight. It draws one random
-// number, two with a ramp.
-func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, t time.Time) *Endpoint {
+// number, two with a ramp. k is the kind of the call (an index).
+func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, t time.Time, k int) *Endpoint {
 	// One draw: the top 24 bits decide the minimum share (and the comparison below), the
 	// next 20 bits pick i and the low 20 bits j (multiply and shift: no division; the bias,
 	// under 2^-20 × n, is nil for a tier of a few members).
@@ -210,16 +212,16 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, t time.Time
 	// bits, known here to be at least uniform, are uniform above it: u is uniform in [0, 1)
 	// (2^24 × (1 - MinShare × n) steps), and independent of i and j.
 	u := float64(r>>40-s.uniform) * s.rest
-	ci, cj := members[i].latency(), members[j].latency()
+	ci, cj := members[i].latency(k), members[j].latency(k)
 	if ni, nj := members[i].inflight.Load(), members[j].inflight.Load(); ni > 0 || nj > 0 {
 		if t.IsZero() {
 			t = p.clock.Now() // one read for both (Endpoint.busyCost)
 		}
 		if ni > 0 {
-			ci = members[i].busyCost(ni, t)
+			ci = members[i].busyCost(k, t, members[j])
 		}
 		if nj > 0 {
-			cj = members[j].busyCost(nj, t)
+			cj = members[j].busyCost(k, t, members[i])
 		}
 	}
 	ci, cj = ci+tolerance, cj+tolerance

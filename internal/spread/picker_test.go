@@ -53,15 +53,15 @@ func (c *countingClock) Now() time.Time {
 // score gives address a latency score by one answered call.
 func (f *fixture) score(address string, latency time.Duration) {
 	e := f.reg.Endpoint(address)
-	e.Begin()
-	e.Done(latency, false)
+	e.Begin(0)
+	e.Done(0, latency, false)
 }
 
 // shares picks n times from v and returns each address's share.
 func (f *fixture) shares(v *multiendpoint.Tier, n int) map[string]float64 {
 	counts := map[string]int{}
 	for range n {
-		counts[f.p.Pick(v).Name()]++
+		counts[f.p.Pick(v, 0).Name()]++
 	}
 	out := map[string]float64{}
 	for a, c := range counts {
@@ -116,7 +116,7 @@ func TestPick_ShareFollowsCost(t *testing.T) {
 			}
 			for a, n := range tc.inflight {
 				for range n {
-					f.reg.Endpoint(a).Begin()
+					f.reg.Endpoint(a).Begin(0)
 				}
 			}
 			got := f.shares(view(tc.members...), 100000)
@@ -163,7 +163,7 @@ func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
 						j++
 					}
 					ei, ej := f.reg.Endpoint(members[i]), f.reg.Endpoint(members[j])
-					want := weight(ei.cost()) / (weight(ei.cost()) + weight(ej.cost()))
+					want := weight(ei.cost(0)) / (weight(ei.cost(0)) + weight(ej.cost(0)))
 					const picks = 1000
 					wins := 0
 					for k := range picks {
@@ -171,7 +171,7 @@ func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
 						// uniform pick); then i's 20 bits, then j's.
 						top := uniform + uint64(k)*(1<<24-uniform)/picks
 						r = top<<40 | ceilDiv(i<<20, uint64(n))<<20 | ceilDiv(jj<<20, uint64(n-1))
-						switch got := f.p.Pick(v); got {
+						switch got := f.p.Pick(v, 0); got {
 						case ei:
 							wins++
 						case ej:
@@ -181,7 +181,7 @@ func TestPick_TwoChoicesWeighByInverseCostCubed(t *testing.T) {
 					}
 					if got := float64(wins) / picks; math.Abs(got-want) > 1.5/picks {
 						t.Errorf("n=%d tie=%v, candidates %s (cost %v) and %s (cost %v): %s won %.3f of the draws, want %.3f",
-							n, tie, ei.Name(), ei.cost(), ej.Name(), ej.cost(), ei.Name(), got, want)
+							n, tie, ei.Name(), ei.cost(0), ej.Name(), ej.cost(0), ei.Name(), got, want)
 					}
 				}
 			}
@@ -195,7 +195,7 @@ func TestPick_OneMemberDrawsNothing(t *testing.T) {
 	f := newFixture(t, Options{Rand: func() uint64 { draws++; return 0 }})
 	v := view("a")
 	for range 100 {
-		if got := f.p.Pick(v).Name(); got != "a" {
+		if got := f.p.Pick(v, 0).Name(); got != "a" {
 			t.Fatalf("Pick = %q", got)
 		}
 	}
@@ -258,7 +258,7 @@ func TestPick_SwitchBackRampsTheTierShare(t *testing.T) {
 		const picks = 5000
 		for i := range picks {
 			clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(w)*5*time.Second + time.Duration(i)*5*time.Second/picks))
-			if a := f.p.Pick(m.Tier()).Name(); a != "b" {
+			if a := f.p.Pick(m.Tier(), 0).Name(); a != "b" {
 				tier++
 			}
 		}
@@ -328,11 +328,11 @@ func TestPick_JoiningMemberRamps(t *testing.T) {
 		// Keep three calls in flight on a: b wins nearly every comparison (97.7 %), and is
 		// taken with its weight.
 		for range 3 {
-			f.reg.Endpoint("a").Begin()
+			f.reg.Endpoint("a").Begin(0)
 		}
 		shares = append(shares, f.shares(v, 20000)["b"])
 		for range 3 {
-			f.reg.Endpoint("a").Done(5*ms, false)
+			f.reg.Endpoint("a").Done(0, 5*ms, false)
 		}
 	}
 	t.Logf("the joining member's share by 5s window: %.3f", shares)
@@ -401,7 +401,7 @@ func TestProperty_PickIsInTheView(t *testing.T) {
 				f.score(a, time.Duration(rapid.IntRange(0, 1000).Draw(t, "latency"))*ms)
 			}
 			for range rapid.IntRange(0, 3).Draw(t, "inflight") {
-				f.reg.Endpoint(a).Begin()
+				f.reg.Endpoint(a).Begin(0)
 			}
 		}
 		for range rapid.IntRange(1, 20).Draw(t, "views") {
@@ -418,7 +418,7 @@ func TestProperty_PickIsInTheView(t *testing.T) {
 			f.clk.Set(start.Add(time.Duration(rapid.IntRange(0, 120).Draw(t, "now")) * time.Second))
 			ramping := v.Previous != nil && f.p.window > 0 && f.clk.Now().Before(v.RampStart.Add(f.p.window))
 			for range 50 {
-				got := f.p.Pick(v).Name()
+				got := f.p.Pick(v, 0).Name()
 				if !slices.Contains(v.Members, got) && !(ramping && slices.Contains(v.Previous, got)) {
 					t.Fatalf("Pick = %q, view %+v at %v (ramping %v)", got, v, f.clk.Now().Sub(start), ramping)
 				}
@@ -456,12 +456,12 @@ func TestPick_ConcurrentWithViewChanges(t *testing.T) {
 	for range 2 {
 		pickers.Go(func() {
 			for range 20000 {
-				e := p.Pick(m.Tier())
-				e.Begin()
+				e := p.Pick(m.Tier(), 0)
+				e.Begin(0)
 				if n := e.Name(); n != "a" && n != "b" && n != "c" && n != "d" {
 					t.Errorf("Pick = %q", n)
 				}
-				e.Done(time.Millisecond, false)
+				e.Done(0, time.Millisecond, false)
 			}
 		})
 	}
@@ -481,8 +481,8 @@ func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 	f.clk.Advance(time.Second)
 	f.score("a", 5*ms)
 	b := f.reg.Endpoint("b")
-	b.Begin()
-	b.Done(0, true) // its path went: a failed call counts ErrorPenalty
+	b.Begin(0)
+	b.Done(0, 0, true) // its path went: a failed call counts ErrorPenalty
 	before := f.shares(&multiendpoint.Tier{Members: []string{"a", "b"}, Joined: []time.Time{start, start}}, 20000)["b"]
 	f.clk.Advance(5 * time.Second)
 	back := f.clk.Now()
@@ -496,14 +496,14 @@ func TestPick_MemberBackForgetsItsFault(t *testing.T) {
 		t.Fatalf("b's share: %.3f with its fault's score, %.3f back in the tier; want the minimum share (0.05), then at least 0.12 (10 ms unmeasured against a's 5 ms)", before, after)
 	}
 	// A call held by the fault that fails now, after b came back, counts nothing.
-	b.Begin()
-	b.Done(6*time.Second, true)
+	b.Begin(0)
+	b.Done(0, 6*time.Second, true)
 	if b.Stats().Latency != 0 {
 		t.Fatalf("a call that started before b came back and failed after set its score to %v", b.Stats().Latency)
 	}
 	// Nor does one held by the fault that is answered now, seconds late.
-	b.Begin()
-	b.Done(6*time.Second, false)
+	b.Begin(0)
+	b.Done(0, 6*time.Second, false)
 	if b.Stats().Latency != 0 {
 		t.Fatalf("a call that started before b came back and was answered after set its score to %v", b.Stats().Latency)
 	}
@@ -536,8 +536,8 @@ func TestPick_MemberBackAfterItsPathFailedForgetsItsScore(t *testing.T) {
 	a.PathFailed()
 	// The calls the fault held are answered as it ends.
 	f.clk.Advance(4 * time.Second)
-	b.Begin()
-	b.Done(3*time.Second, false)
+	b.Begin(0)
+	b.Done(0, 3*time.Second, false)
 	if got := b.Stats().Latency; got <= time.Second {
 		t.Fatalf("b's score after a 3s answer: %v (the test's premise: the answer is counted while b is out)", got)
 	}
@@ -588,11 +588,11 @@ func TestPick_PathRecoveredDropsTheFaultsScore(t *testing.T) {
 	// meanwhile, one is held.
 	a.PathFailed()
 	b.PathFailed()
-	b.Begin()
+	b.Begin(0)
 	for range 3 {
 		f.clk.Advance(time.Second)
-		b.Begin()
-		b.Done(0, true)
+		b.Begin(0)
+		b.Done(0, 0, true)
 	}
 	if got := b.Stats().Latency; got < 500*ms {
 		t.Fatalf("b's score after 3 failed calls: %v (the test's premise: the failures count ErrorPenalty)", got)
@@ -605,7 +605,7 @@ func TestPick_PathRecoveredDropsTheFaultsScore(t *testing.T) {
 	if got := b.Stats().Latency; got != 0 {
 		t.Fatalf("b's score after its path recovered: %v, want none", got)
 	}
-	b.Done(2*time.Second, false) // the held call, answered late
+	b.Done(0, 2*time.Second, false) // the held call, answered late
 	if got := b.Stats().Latency; got != 0 {
 		t.Fatalf("a call held by the fault and answered after the recovery set b's score to %v", got)
 	}
@@ -626,8 +626,8 @@ func TestPick_PathRecoveredDropsTheFaultsScore(t *testing.T) {
 		t.Fatalf("a back in its tier during the fault: score %v, want none", got)
 	}
 	f.clk.Advance(time.Second)
-	a.Begin()
-	a.Done(0, true)
+	a.Begin(0)
+	a.Done(0, 0, true)
 	f.clk.Advance(time.Second)
 	a.PathRecovered()
 	if got := a.Stats().Latency; got != 0 {
@@ -652,13 +652,13 @@ func TestPick_MemberWhoseCallsHangLosesItsShare(t *testing.T) {
 	f.score("b", 594*ms)
 	f.clk.Advance(time.Minute)
 	a := f.reg.Endpoint("a")
-	a.Begin() // two calls held by a fault of a's path
-	a.Begin()
+	a.Begin(0) // two calls held by a fault of a's path
+	a.Begin(0)
 	a.PathFailed()
 	f.clk.Advance(time.Second)
 	a.PathRecovered() // a's path is back: no score, and the held calls do not wait
 	for range 3 {
-		a.Begin()
+		a.Begin(0)
 	}
 	v := view("a", "b")
 	f.clk.Advance(5 * ms) // within InitialLatency: a's calls weigh 10 ms each
@@ -666,15 +666,15 @@ func TestPick_MemberWhoseCallsHangLosesItsShare(t *testing.T) {
 		t.Fatalf("a's share with 5 calls in flight, 3 of them 5ms old (cost 60ms against b's 594ms) = %.3f, want at least 0.9", got)
 	}
 	f.clk.Advance(995 * ms)
-	a.Done(2*time.Second, true) // a held call ends: it says nothing of the calls sent since
-	f.clk.Advance(time.Second)  // 2s unanswered: 2s × 5 against 594 ms
+	a.Done(0, 2*time.Second, true) // a held call ends: it says nothing of the calls sent since
+	f.clk.Advance(time.Second)     // 2s unanswered: 2s × 5 against 594 ms
 	if got := f.shares(v, 20000)["a"]; got > 0.07 {
 		t.Fatalf("a's share with 3 calls unanswered for 2s = %.3f, want about the minimum share (0.05)", got)
 	}
-	a.Done(3*time.Second, true)  // the other held call
-	a.Done(2*time.Second, false) // one is answered: a waits no longer, its score is 2s
-	a.Done(2*time.Second, false)
-	a.Done(2*time.Second, false)
+	a.Done(0, 3*time.Second, true)  // the other held call
+	a.Done(0, 2*time.Second, false) // one is answered: a waits no longer, its score is 2s
+	a.Done(0, 2*time.Second, false)
+	a.Done(0, 2*time.Second, false)
 	if got := f.shares(v, 20000)["a"]; got > 0.09 {
 		t.Fatalf("a's share with a 2s score = %.3f, want at most 0.09 (the minimum share and 1 in 40 of the rest)", got)
 	}
@@ -690,8 +690,8 @@ func TestPick_SlownessBehindEveryMemberMovesNothing(t *testing.T) {
 	f.clk.Advance(time.Minute)
 	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
 	for range 3 {
-		a.Begin()
-		b.Begin()
+		a.Begin(0)
+		b.Begin(0)
 	}
 	f.clk.Advance(2 * time.Second) // every call unanswered for 2s, on both members
 	if wa, wb := a.Stats().Waiting, b.Stats().Waiting; wa != 2*time.Second || wb != 2*time.Second {
@@ -699,5 +699,102 @@ func TestPick_SlownessBehindEveryMemberMovesNothing(t *testing.T) {
 	}
 	if got := f.shares(view("a", "b"), 20000)["a"]; got < 0.45 || got > 0.55 {
 		t.Fatalf("a's share with both members waiting alike = %.3f, want an even split", got)
+	}
+}
+
+// Kinds of call in the tests: point reads and queries.
+const (
+	pointRead Kind = 1
+	query     Kind = 2
+)
+
+// A member is compared with its peer on calls of the kind being picked for: one slow query
+// on a member says nothing of its point reads (issue 43: a member that had served one query,
+// 0.1-0.5 s to its first response on the emulator, looked 50 to 100 times slower than its
+// peer on one score, and stayed near its minimum share for seconds).
+func TestPick_ComparesMembersOnTheCallsKind(t *testing.T) {
+	f := newFixture(t, Options{})
+	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
+	for _, e := range []*Endpoint{a, b} {
+		e.Begin(pointRead)
+		e.Done(pointRead, 2*ms, false)
+	}
+	f.clk.Advance(time.Second) // a long gap: a's next sample would weigh 39 % on one score
+	a.Begin(query)
+	a.Done(query, 400*ms, false) // a served the tier's only query
+	v := view("a", "b")
+	count := func(k Kind) float64 {
+		n := 0
+		for range 20000 {
+			if f.p.Pick(v, k) == a {
+				n++
+			}
+		}
+		return float64(n) / 20000
+	}
+	if got := count(pointRead); got < 0.45 || got > 0.55 {
+		t.Fatalf("a's share of point reads after one 400ms query on a = %.3f, want an even split (both read in 2ms)", got)
+	}
+	// Queries: a's is measured at 400 ms, b's not (InitialLatency, 10 ms): b is preferred until
+	// one of its queries is measured.
+	if got := count(query); got > 0.07 {
+		t.Fatalf("a's share of queries (a 400ms, b not measured) = %.3f, want about the minimum share", got)
+	}
+	b.Begin(query)
+	b.Done(query, 390*ms, false)
+	if got := count(query); got < 0.45 || got > 0.55 {
+		t.Fatalf("a's share of queries, both measured near 400ms = %.3f, want an even split", got)
+	}
+	// A member slow at every kind still loses its share of each.
+	f.clk.Advance(time.Minute)
+	for _, k := range []Kind{pointRead, query} {
+		a.Begin(k)
+		a.Done(k, 2*time.Second, false)
+	}
+	if got := count(pointRead); got > 0.07 {
+		t.Fatalf("a's share of point reads once a reads in 2s = %.3f, want about the minimum share", got)
+	}
+}
+
+// A call in flight counts only beyond what its kind usually takes: a query running its usual
+// time on a member costs its point reads nothing more than the call in flight, while one
+// that hangs costs the time beyond it. A member with no score for the query's kind (back
+// from a fault) is given its peer's.
+func TestPick_WaitCountsBeyondWhatItsKindTakes(t *testing.T) {
+	f := newFixture(t, Options{})
+	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
+	for _, e := range []*Endpoint{a, b} {
+		e.Begin(pointRead)
+		e.Done(pointRead, 2*ms, false)
+	}
+	b.Begin(query)
+	b.Done(query, 300*ms, false) // a has no query score
+	f.clk.Advance(time.Minute)
+	a.Begin(query) // a query on a, and one on b: the same load
+	b.Begin(query)
+	f.clk.Advance(250 * ms)
+	v := view("a", "b")
+	share := func() float64 {
+		n := 0
+		for range 20000 {
+			if f.p.Pick(v, pointRead) == a {
+				n++
+			}
+		}
+		return float64(n) / 20000
+	}
+	if got := share(); got < 0.45 || got > 0.55 {
+		t.Fatalf("a's share of point reads, a query 250ms in flight on a (b's queries take 300ms) = %.3f, want an even split", got)
+	}
+	if o := a.overdue(f.clk.Now(), nil); o != 250000 {
+		t.Fatalf("overdue with no score of the query's kind and no peer = %v µs, want the whole wait (250000)", o)
+	}
+	b.Done(query, 300*ms, false) // b's query is answered; a's runs on
+	f.clk.Advance(time.Second)   // 1.25 s: 950 ms beyond what b's queries take
+	if o := a.overdue(f.clk.Now(), b); math.Abs(o-950000) > 1 {
+		t.Fatalf("overdue = %v µs, want 950000 (1.25 s less b's 300 ms)", o)
+	}
+	if got := share(); got > 0.07 {
+		t.Fatalf("a's share of point reads with a query hung 950ms beyond its kind's time = %.3f, want about the minimum share", got)
 	}
 }

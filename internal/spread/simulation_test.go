@@ -44,8 +44,8 @@ func (f *fixture) simulate(v *multiendpoint.Tier, workers int, d, bucket, think 
 	}
 	var q events
 	begin := func(now time.Time) {
-		e := f.p.Pick(v)
-		e.Begin()
+		e := f.p.Pick(v, 0)
+		e.Begin(0)
 		if b := int(now.Sub(start) / bucket); b < len(buckets) {
 			buckets[b][e.Name()]++
 		}
@@ -59,7 +59,7 @@ func (f *fixture) simulate(v *multiendpoint.Tier, workers int, d, bucket, think 
 		ev := heap.Pop(&q).(event)
 		if ev.at.Sub(start) >= d {
 			if ev.e != nil {
-				ev.e.Done(ev.d, false)
+				ev.e.Done(0, ev.d, false)
 			}
 			continue
 		}
@@ -68,7 +68,7 @@ func (f *fixture) simulate(v *multiendpoint.Tier, workers int, d, bucket, think 
 			begin(ev.at)
 			continue
 		}
-		ev.e.Done(ev.d, false)
+		ev.e.Done(0, ev.d, false)
 		if think == 0 {
 			begin(ev.at)
 		} else {
@@ -141,17 +141,17 @@ func (f *fixture) simulateSteady(v *multiendpoint.Tier, rate float64, d, bucket 
 		ev := heap.Pop(&q).(event)
 		if ev.at.Sub(start) >= d {
 			if ev.e != nil {
-				ev.e.Done(ev.d, false)
+				ev.e.Done(0, ev.d, false)
 			}
 			continue
 		}
 		f.clk.Set(ev.at)
 		if ev.e != nil {
-			ev.e.Done(ev.d, false)
+			ev.e.Done(0, ev.d, false)
 			continue
 		}
-		e := f.p.Pick(v)
-		e.Begin()
+		e := f.p.Pick(v, 0)
+		e.Begin(0)
 		since := ev.at.Sub(start)
 		buckets[since/bucket][e.Name()]++
 		l := latency(e.Name(), since)
@@ -252,6 +252,105 @@ func TestPick_SteadyRateEqualMembersShare(t *testing.T) {
 			}
 			if s := shareOf(healed, "a", "b", len(healed)-20, len(healed)); s < 0.35 {
 				t.Errorf("healed: A's share over the last 5 s = %.3f, want at least 35 %%", s)
+			}
+		})
+	}
+}
+
+// simulateMixed is simulateSteady with two kinds of call: point reads (kind read) arrive at
+// rate a second, and one query (kind q) every queryEvery; latency(query) gives each call's
+// latency. It returns each bucket's point reads started per endpoint.
+func (f *fixture) simulateMixed(v *multiendpoint.Tier, rate float64, queryEvery, d, bucket time.Duration, read, q Kind,
+	latency func(query bool) time.Duration) []map[string]int {
+	start := f.clk.Now()
+	buckets := make([]map[string]int, d/bucket)
+	for i := range buckets {
+		buckets[i] = map[string]int{}
+	}
+	type step struct {
+		at    time.Time
+		e     *Endpoint // a call that ends at at; nil: a call of the kind query says arrives
+		k     Kind
+		d     time.Duration
+		query bool
+	}
+	every := time.Duration(float64(time.Second) / rate)
+	pending := []step{{at: start}, {at: start.Add(queryEvery / 2), query: true}}
+	for len(pending) > 0 {
+		i := 0
+		for j := range pending {
+			if pending[j].at.Before(pending[i].at) {
+				i = j
+			}
+		}
+		ev := pending[i]
+		pending = append(pending[:i], pending[i+1:]...)
+		if ev.at.Sub(start) >= d {
+			if ev.e != nil {
+				ev.e.Done(ev.k, ev.d, false)
+			}
+			continue
+		}
+		f.clk.Set(ev.at)
+		if ev.e != nil {
+			ev.e.Done(ev.k, ev.d, false)
+			continue
+		}
+		k, next := read, every
+		if ev.query {
+			k, next = q, queryEvery
+		}
+		e := f.p.Pick(v, k)
+		e.Begin(k)
+		if !ev.query {
+			buckets[ev.at.Sub(start)/bucket][e.Name()]++
+		}
+		l := latency(ev.query)
+		pending = append(pending, step{at: ev.at.Add(l), e: e, k: k, d: l}, step{at: ev.at.Add(next), query: ev.query})
+	}
+	return buckets
+}
+
+// Two equally fast members under light load, serving 20 point reads a second (2 ms ± 50 %)
+// and a query a second (300 ms ± 50 % to its first response, as on the Cloud Spanner
+// emulator): the point reads stay split, each member's share in every 5 s window 35-65 %. On
+// one score per member (every call of one kind) each query made its member look tens of
+// times slower for its next point reads (issue 43's way back after die-young, 5.2 s against a
+// bound of 4.8 s), and the split fails.
+func TestPick_LightLoadOfMixedKindsSplitsEvenly(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		read, q Kind
+		seed    uint64
+		even    bool
+	}{
+		{"a kind each", 2, 1, 5, true},
+		{"a kind each, another seed", 2, 1, 1, true},
+		{"a kind each, a third seed", 2, 1, 4, true},
+		{"one score for both kinds", 0, 0, 5, false},
+		{"one score for both kinds, another seed", 0, 0, 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Options{Rand: rand.New(rand.NewPCG(tc.seed, 7)).Uint64})
+			jitter := rand.New(rand.NewPCG(tc.seed, 11))
+			latency := func(query bool) time.Duration {
+				base := 2 * time.Millisecond
+				if query {
+					base = 300 * time.Millisecond
+				}
+				return time.Duration(float64(base) * (0.5 + jitter.Float64()))
+			}
+			b := f.simulateMixed(view("a", "b"), 20, time.Second, 40*time.Second, 5*time.Second, tc.read, tc.q, latency)
+			var shares []float64
+			even := true
+			for w := range b {
+				s := shareOf(b, "a", "b", w, w+1)
+				shares = append(shares, s)
+				even = even && s >= 0.35 && s <= 0.65
+			}
+			t.Logf("a's share of point reads per 5 s window: %.3f", shares)
+			if even != tc.even {
+				t.Fatalf("a's share per 5 s window %.3f: every one 35-65 %% is %v, want %v", shares, even, tc.even)
 			}
 		})
 	}

@@ -479,7 +479,7 @@ func (s *Steerer) resendStream(r pool.ResendRequest) (*pool.Pool, pool.CallInfo,
 	s.resent.Add(1)
 	s.env.Resent(me.Name(), from, q.Endpoint())
 	start := s.env.Begin(r.Ctx, q, me.Name())
-	tc := s.tiers.Begin(me, q)
+	tc := s.tiers.Begin(me, q, r.Method)
 	return q, pool.CallInfo{Group: me.Name(), Tag: r.Call.Tag, Start: start, Class: r.Call.Class, First: tc.First()}, true
 }
 
