@@ -47,14 +47,20 @@
 // look 50 to 100 times slower, and, with few calls of its own under light load, it stayed
 // there for seconds (issue 43: a member healed from connections that die young went from a
 // 1.9 ms score to 94-174 ms beside a peer at 1.4-29 ms, and took 5.2 s to get its share back).
-// For the same reason the wait counts only beyond what the first call of the wait takes (the
-// member's score for that call's kind, or, when it has none, its peer's), and only the calls
-// of the picked kind in flight multiply its cost (Endpoint.busyCost).
+// For the same reason the wait counts only beyond what the first call of the wait usually
+// takes (the shorter of the two candidates' scores for that call's kind), only the calls of
+// the picked kind in flight multiply its cost (Endpoint.busyCost), and a kind one candidate
+// has not measured yet costs it what it costs its peer, at most InitialLatency (Picker.Pick).
+// A failed call counts against its own kind only: one query that runs out of its deadline says
+// nothing of the endpoint's reads, and a path that fails fails the calls of every kind sent to
+// it (or its pool loses its connections: PathFailed, below).
 //
-// The score is fed by answered calls (Endpoint.Done) and, for an endpoint without calls, by
-// latency probes (Endpoint.Probe): an endpoint penalised once is measured again, and keeps a
-// minimum share of the calls (Options.MinShare) in any case, so that it is never starved of
-// the samples that would clear it. An endpoint whose path failed (its pool lost every
+// The score is fed by answered calls (Endpoint.Done). A latency probe measures a path's round
+// trip, not a call of any kind: it feeds no score, but an endpoint without calls whose latest
+// sample was a failed call is measured again once a probe answers, its scores dropped
+// (Endpoint.Probe). An endpoint keeps a minimum share of the calls of each kind
+// (Options.MinShare) in any case, so that it is never starved of the samples that would clear
+// its scores. An endpoint whose path failed (its pool lost every
 // connection or health ejected it: Endpoint.PathFailed) starts again with no score when the
 // path recovers (a connection again, or a readmission: Endpoint.PathRecovered) or when it
 // comes back to its tier, whichever comes first; so does a member whose latest sample was a
@@ -107,7 +113,7 @@ type Endpoint struct {
 	// last is when the latest sample of any kind was taken, in nanoseconds since base plus 1
 	// (0: never, or dropped since).
 	last    atomic.Int64
-	probeOK atomic.Bool // no call answered since the last probe: a probe may feed the score
+	probeOK atomic.Bool // no call answered since the last probe: a probe may drop a failed score
 	// failedLast says the latest sample was a failed call (Done with failed true); forgot is
 	// when the score was last dropped (forget, drop), as last counts time (0: never).
 	failedLast atomic.Bool
@@ -115,11 +121,12 @@ type Endpoint struct {
 	// pathFailed is when PathFailed was last called, or when a join dropped the score since
 	// (forgetBefore), as last counts time; 0 when PathRecovered came after it (or none).
 	pathFailed atomic.Int64
-	// waitFrom is when the wait began (Endpoint.waiting), as last counts time; 0: no wait.
-	// The first Begin with no wait starts one; it ends when a call begun at or after it ends,
-	// when nothing is left in flight, and when the score is dropped.
+	// waitFrom is when the wait began (Endpoint.waiting), as last counts time, shifted left by
+	// kindBits, with the kind (an index) of the call that began it in the low bits: one
+	// compare-and-swap sets both (waitOf); 0: no wait. The first Begin with no wait starts
+	// one; it ends when a call begun at or after it ends, when nothing is left in flight, and
+	// when the score is dropped.
 	waitFrom atomic.Int64
-	waitKind atomic.Uint32 // the Kind of the call that started the wait
 	base     time.Time
 	clock    clock.Clock
 	tau      float64 // DecayTime in nanoseconds
@@ -151,10 +158,17 @@ type EndpointOptions struct {
 type Kind uint8
 
 // Kinds is the number of kinds an Endpoint scores apart.
-const Kinds = 8
+const Kinds = 1 << kindBits
+
+// kindBits is the bits of a kind's index (Kind.index, waitFrom).
+const kindBits = 3
 
 // index is k's slot in an Endpoint's arrays.
 func (k Kind) index() int { return int(k & (Kinds - 1)) }
+
+// waitOf splits a waitFrom value into the wait's start (as last counts time; 0: no wait) and
+// the kind (an index) of the call that began it.
+func waitOf(w int64) (start int64, k int) { return w >> kindBits, int(w & (Kinds - 1)) }
 
 // NewEndpoint returns the Endpoint named name (an address, for Status) with no score yet.
 func NewEndpoint(name string, opts EndpointOptions) *Endpoint {
@@ -184,11 +198,7 @@ func (e *Endpoint) Name() string { return e.name }
 // Begin counts a call of kind k started on the endpoint; Done must follow, with the same k.
 func (e *Endpoint) Begin(k Kind) {
 	if e.waitFrom.Load() == 0 { // no wait: this call starts one, and the clock is read
-		if e.waitFrom.CompareAndSwap(0, e.now()) {
-			// Stored after the start: a pick between the two reads the previous wait's kind,
-			// for nanoseconds.
-			e.waitKind.Store(uint32(k.index()))
-		}
+		e.waitFrom.CompareAndSwap(0, e.now()<<kindBits|int64(k.index()))
 	}
 	e.inflight.Add(1)
 	e.kindFlight[k.index()].Add(1)
@@ -207,8 +217,10 @@ func (e *Endpoint) Done(k Kind, latency time.Duration, failed bool) {
 	// A call of the wait ended: the next Begin starts one. Cleared before the call leaves the
 	// count, so that a Begin that finds the wait still set has this call in flight beside it
 	// (its age bounds the wait) and, once cleared, starts its own.
-	if w := e.waitFrom.Load(); w != 0 && now-int64(latency) >= w {
-		e.waitFrom.CompareAndSwap(w, 0)
+	if w := e.waitFrom.Load(); w != 0 {
+		if start, _ := waitOf(w); now-int64(latency) >= start {
+			e.waitFrom.CompareAndSwap(w, 0)
+		}
 	}
 	e.kindFlight[k.index()].Add(-1)
 	if e.inflight.Add(-1) <= 0 {
@@ -229,17 +241,23 @@ func (e *Endpoint) Done(k Kind, latency time.Duration, failed bool) {
 	e.probeOK.Store(false)
 }
 
-// Probe feeds a latency probe's round trip to the score of every kind, unless a call has
-// been answered since the previous Probe: calls measure an endpoint that has some, probes one
-// that has none. It reports whether the sample was used.
+// Probe tells the endpoint that a latency probe answered (rtt is its round trip, which no
+// score takes: a probe is no call of any kind, and a 1 ms round trip taken as a query's score
+// would draw a tier's queries to an endpoint whose queries take 300 ms like its peer's). When
+// no call has been answered since the previous Probe and the latest sample was a failed call,
+// the scores are dropped: they measured a failure, and the path answers again; the endpoint
+// then costs what its peer costs until its calls measure it. It reports whether the probe was
+// taken (no call answered since the previous one): calls measure an endpoint that has some,
+// probes one that has none.
 func (e *Endpoint) Probe(rtt time.Duration) bool {
 	if !e.probeOK.Swap(true) {
 		return false
 	}
-	e.failedLast.Store(false)
-	now := e.now()
-	for k := range Kinds {
-		e.observe(k, rtt, now)
+	if e.failedLast.Load() {
+		if last := e.last.Load(); last != 0 {
+			e.forget(last)
+		}
+		e.failedLast.Store(false)
 	}
 	return true
 }
@@ -374,6 +392,25 @@ func (e *Endpoint) latency(k int) float64 {
 	return math.Float64frombits(s)
 }
 
+// latencies returns a's and b's latencies for a call of kind k (an index), in microseconds:
+// each one's score, or, for one that has none, its peer's, at most its InitialLatency (an
+// endpoint not measured at a kind is taken to be as fast as its peer, not slower: each kind
+// is measured apart, and a member back from a fault with every score dropped would otherwise
+// cost InitialLatency at each kind until a call of the kind is answered), or InitialLatency
+// when neither has one.
+func latencies(a, b *Endpoint, k int) (float64, float64) {
+	la, lb := math.Float64frombits(a.score[k].Load()), math.Float64frombits(b.score[k].Load())
+	switch {
+	case la == 0 && lb == 0:
+		return a.initial, b.initial
+	case la == 0:
+		return min(lb, a.initial), lb
+	case lb == 0:
+		return la, min(la, b.initial)
+	}
+	return la, lb
+}
+
 // cost is the cost of a call of kind k (an index): latency × (calls of kind k in flight +
 // 1), where latency is the kind's score, or, when calls are in flight and the wait is overdue
 // by more than that score (Endpoint.overdue, with no peer), the time overdue.
@@ -381,35 +418,42 @@ func (e *Endpoint) cost(k int) float64 {
 	if e.inflight.Load() <= 0 {
 		return e.latency(k)
 	}
-	return e.busyCost(k, e.clock.Now(), nil)
+	return e.busyCost(k, e.latency(k), e.clock.Now(), nil)
 }
 
 // busyCost is cost when calls are in flight, at now, a reading of the Endpoint's clock (a
-// pick reads it once for both candidates: Options.Clock); peer is the other candidate, nil
-// for none (Endpoint.overdue). Calls of other kinds do not multiply it: the calls of one
-// endpoint do not queue behind each other (gRPC multiplexes them over its connections), and
-// a 300 ms query in flight says nothing of when a 2 ms read will be answered; the count is
-// there to spread each kind's calls, as the Spanner client spreads its own.
-func (e *Endpoint) busyCost(k int, now time.Time, peer *Endpoint) float64 {
-	return max(e.latency(k), e.overdue(now, peer)) * float64(e.kindFlight[k].Load()+1)
+// pick reads it once for both candidates: Options.Clock), with l the kind's latency (the
+// score, or what stands for it: Picker.Pick); peer is the other candidate, nil for none
+// (Endpoint.overdue). Calls of other kinds do not multiply it: a 300 ms query in flight says
+// nothing of when a 2 ms read will be answered (gRPC multiplexes an endpoint's calls over its
+// connections, up to their limit of concurrent streams); the count is there to spread each
+// kind's calls, as the Spanner client spreads its own. An endpoint saturated by calls of
+// another kind shows it in the scores of every kind it answers late, and in its wait.
+func (e *Endpoint) busyCost(k int, l float64, now time.Time, peer *Endpoint) float64 {
+	return max(l, e.overdue(now, peer)) * float64(e.kindFlight[k].Load()+1)
 }
 
 // overdue returns, in microseconds, how much longer the wait has lasted at now than the
-// first call of the wait takes: the endpoint's score for that call's kind, or, when it has
-// none, peer's (nil: none), or nothing (the whole wait is overdue). Zero when there is no
-// wait or it is not overdue. A query that takes 300 ms on either member costs nothing while
-// it runs its usual time; one that hangs costs the time it has hung beyond it.
+// first call of the wait usually takes: the shorter of the endpoint's score and peer's (nil:
+// none) for that call's kind, either when only one has a score, or nothing when neither has
+// (the whole wait is overdue). The shorter: a member whose own score for the kind measured a
+// failure (ErrorPenalty, 1 s) is not given that second to hang. Zero when there is no wait or
+// it is not overdue. A query that takes 300 ms on either member costs nothing while it runs
+// its usual time; one hung for 2 s costs 1.7 s per call.
 func (e *Endpoint) overdue(now time.Time, peer *Endpoint) float64 {
-	w := e.waiting(now)
+	w := e.waitFrom.Load()
 	if w == 0 {
 		return 0
 	}
-	k := e.waitKind.Load() & (Kinds - 1)
-	usual := e.score[k].Load()
-	if usual == 0 && peer != nil {
-		usual = peer.score[k].Load()
+	start, k := waitOf(w)
+	wait := max(float64(int64(now.Sub(e.base))+1-start)/float64(time.Microsecond), 0)
+	usual := math.Float64frombits(e.score[k].Load())
+	if peer != nil {
+		if p := math.Float64frombits(peer.score[k].Load()); p != 0 && (usual == 0 || p < usual) {
+			usual = p
+		}
 	}
-	return max(float64(w)/float64(time.Microsecond)-math.Float64frombits(usual), 0)
+	return max(wait-usual, 0)
 }
 
 // waiting returns the endpoint's wait at now: how long the calls begun on it lately have gone
@@ -432,7 +476,8 @@ func (e *Endpoint) waiting(now time.Time) time.Duration {
 	if w == 0 {
 		return 0
 	}
-	return max(time.Duration(int64(now.Sub(e.base))+1-w), 0)
+	start, _ := waitOf(w)
+	return max(time.Duration(int64(now.Sub(e.base))+1-start), 0)
 }
 
 // Stats is a point-in-time view of an Endpoint, for Status and metrics.

@@ -85,33 +85,45 @@ func TestEndpoint_FailedCallCountsForThePenalty(t *testing.T) {
 	}
 }
 
-// Probes measure an endpoint without calls; once calls are answered they measure it and the
-// next probe is not used.
-func TestEndpoint_ProbesFeedOnlyAnEndpointWithoutCalls(t *testing.T) {
+// A probe measures a path's round trip, not a call: it feeds no score, but an endpoint
+// without calls whose latest sample was a failed call has its scores dropped once a probe
+// answers (the path answers again). Once calls are answered, the next probe is not taken.
+func TestEndpoint_ProbeDropsTheFailedScoresOfAnEndpointWithoutCalls(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	e := NewEndpoint("a", EndpointOptions{Clock: clk})
 	if !e.Probe(7 * ms) {
-		t.Fatal("a probe of an endpoint never called was not used")
+		t.Fatal("a probe of an endpoint never called was not taken")
 	}
-	if got := e.Stats().Latency; got != 7*ms {
-		t.Fatalf("score = %v, want the probe's 7ms", got)
+	if s := e.Stats(); s.Scores != [Kinds]time.Duration{} {
+		t.Fatalf("scores after a probe = %v, want none: a probe is no call", s.Scores)
 	}
 	clk.Advance(time.Hour)
-	e.Begin(0)
-	e.Done(0, 3*ms, false)
+	e.Begin(1)
+	e.Done(1, 3*ms, false)
 	clk.Advance(time.Hour)
 	if e.Probe(50 * ms) {
-		t.Fatal("a probe right after an answered call was used")
+		t.Fatal("a probe right after an answered call was taken")
 	}
-	if got := e.Stats().Latency; got != 3*ms {
-		t.Fatalf("score = %v, want the call's 3ms", got)
+	if !e.Probe(50 * ms) { // no call since the previous probe
+		t.Fatal("the second probe without calls was not taken")
+	}
+	if got := e.Stats().Scores[1]; got != 3*ms {
+		t.Fatalf("kind 1's score after probes = %v, want the call's 3ms: the latest sample was an answer", got)
 	}
 	clk.Advance(time.Hour)
-	if !e.Probe(9 * ms) { // no call since the previous probe
-		t.Fatal("the second probe without calls was not used")
+	e.Begin(2)
+	e.Done(2, 20*ms, true) // a failed call: 1 s at least
+	clk.Advance(time.Second)
+	e.Probe(1 * ms) // not taken: a call ended since the previous probe
+	if got := e.Stats().Scores[2]; got != time.Second {
+		t.Fatalf("kind 2's score after a failed call = %v, want the penalty (1s)", got)
 	}
-	if got := e.Stats().Latency; got != 9*ms {
-		t.Fatalf("score = %v, want 9ms", got)
+	clk.Advance(time.Second)
+	if !e.Probe(1 * ms) {
+		t.Fatal("a probe with no call since the previous one was not taken")
+	}
+	if s := e.Stats(); s.Scores != [Kinds]time.Duration{} {
+		t.Fatalf("scores once a probe answered after a failed call = %v, want none", s.Scores)
 	}
 }
 
@@ -122,8 +134,9 @@ func TestEndpoint_ConcurrentCalls(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 2000 {
-				e.Begin(0)
-				e.Done(0, time.Duration(1+(g+i)%5)*ms, false)
+				k := Kind(i % 3) // three kinds, each goroutine on all of them
+				e.Begin(k)
+				e.Done(k, time.Duration(1+(g+i)%5)*ms, false)
 			}
 		})
 	}
@@ -131,6 +144,17 @@ func TestEndpoint_ConcurrentCalls(t *testing.T) {
 	s := e.Stats()
 	if s.InFlight != 0 || s.Started != 16000 || s.Latency < 1*ms || s.Latency > 5*ms {
 		t.Fatalf("Stats = %+v", s)
+	}
+	for k := range Kinds {
+		if n := e.kindFlight[k].Load(); n != 0 {
+			t.Fatalf("kind %d: %d calls in flight once every call ended, want 0", k, n)
+		}
+		if sc := s.Scores[k]; k < 3 && (sc < 1*ms || sc > 5*ms) || k >= 3 && sc != 0 {
+			t.Fatalf("kind %d's score = %v, want within the samples (1-5ms) for kinds 0-2, none for others", k, sc)
+		}
+	}
+	if e.waitFrom.Load() != 0 {
+		t.Fatal("a wait is left once every call ended")
 	}
 }
 
@@ -295,7 +319,7 @@ func TestEndpoint_ConcurrentWaitNeverExceedsACallsAge(t *testing.T) {
 }
 
 // Each kind has its own score; Stats reports every kind's and, as Latency, the commonest
-// kind's; a probe measures every kind; a drop forgets every kind.
+// kind's; a drop forgets every kind.
 func TestEndpoint_ScoresEachKindApart(t *testing.T) {
 	clk := clock.NewFake(time.Time{})
 	e := NewEndpoint("a", EndpointOptions{Clock: clk})
@@ -328,14 +352,5 @@ func TestEndpoint_ScoresEachKindApart(t *testing.T) {
 	e.PathRecovered()
 	if s := e.Stats(); s.Scores != [Kinds]time.Duration{} {
 		t.Fatalf("Scores after a path failure and its recovery = %v, want none", s.Scores)
-	}
-	e.Probe(5 * ms) // calls were answered since the last probe: unused, and the next is used
-	if !e.Probe(5 * ms) {
-		t.Fatal("Probe unused with no call answered since the previous one")
-	}
-	for k := range Kinds {
-		if got := e.latency(k); got != 5000 {
-			t.Fatalf("kind %d's score after a 5ms probe = %v µs, want 5000", k, got)
-		}
 	}
 }

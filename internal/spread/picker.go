@@ -136,8 +136,9 @@ func Weight(elapsed, window time.Duration, invAggression, minWeight float64) flo
 // rest goes to v.Previous; inside the chosen tier, a fraction MinShare×n of the picks is
 // uniform and the rest power of two choices by cost: of the two candidates drawn, each wins
 // with a probability proportional to 1/(cost + 1 ms)^3 (an even draw on equal costs; the cost
-// of a call of kind k, Endpoint.cost, the wait's usual time being the peer's when the
-// member has no score for it), and a
+// of a call of kind k, Endpoint.cost, where a candidate that has not measured the kind is
+// taken to be as fast as the other, at most InitialLatency, and the wait counts beyond the
+// shorter of their scores for its first call's kind), and a
 // winner that ramps more than the other candidate is taken with the ratio of their slow
 // start weights (else the other).
 func (p *Picker) Pick(v *multiendpoint.Tier, k Kind) *Endpoint {
@@ -212,16 +213,16 @@ func (p *Picker) choose(s *set, members []*Endpoint, joined []int64, t time.Time
 	// bits, known here to be at least uniform, are uniform above it: u is uniform in [0, 1)
 	// (2^24 × (1 - MinShare × n) steps), and independent of i and j.
 	u := float64(r>>40-s.uniform) * s.rest
-	ci, cj := members[i].latency(k), members[j].latency(k)
+	ci, cj := latencies(members[i], members[j], k)
 	if ni, nj := members[i].inflight.Load(), members[j].inflight.Load(); ni > 0 || nj > 0 {
 		if t.IsZero() {
 			t = p.clock.Now() // one read for both (Endpoint.busyCost)
 		}
 		if ni > 0 {
-			ci = members[i].busyCost(k, t, members[j])
+			ci = members[i].busyCost(k, ci, t, members[j])
 		}
 		if nj > 0 {
-			cj = members[j].busyCost(k, t, members[i])
+			cj = members[j].busyCost(k, cj, t, members[i])
 		}
 	}
 	ci, cj = ci+tolerance, cj+tolerance

@@ -754,6 +754,16 @@ func TestPick_ComparesMembersOnTheCallsKind(t *testing.T) {
 	if got := count(pointRead); got > 0.07 {
 		t.Fatalf("a's share of point reads once a reads in 2s = %.3f, want about the minimum share", got)
 	}
+	if got := count(query); got > 0.07 {
+		t.Fatalf("a's share of queries once a queries in 2s = %.3f, want about the minimum share", got)
+	}
+	// A member back from a fault (every score dropped) is taken to be as fast as its peer at
+	// each kind until it is measured: an even split of point reads, not 10 ms against 2 ms.
+	a.PathFailed()
+	a.PathRecovered()
+	if got := count(pointRead); got < 0.45 || got > 0.55 {
+		t.Fatalf("a's share of point reads, a not measured since its fault, b at 2ms = %.3f, want an even split", got)
+	}
 }
 
 // A call in flight counts only beyond what its kind usually takes: a query running its usual
@@ -770,8 +780,7 @@ func TestPick_WaitCountsBeyondWhatItsKindTakes(t *testing.T) {
 	b.Begin(query)
 	b.Done(query, 300*ms, false) // a has no query score
 	f.clk.Advance(time.Minute)
-	a.Begin(query) // a query on a, and one on b: the same load
-	b.Begin(query)
+	a.Begin(query) // a query on a, none on b
 	f.clk.Advance(250 * ms)
 	v := view("a", "b")
 	share := func() float64 {
@@ -789,8 +798,7 @@ func TestPick_WaitCountsBeyondWhatItsKindTakes(t *testing.T) {
 	if o := a.overdue(f.clk.Now(), nil); o != 250000 {
 		t.Fatalf("overdue with no score of the query's kind and no peer = %v µs, want the whole wait (250000)", o)
 	}
-	b.Done(query, 300*ms, false) // b's query is answered; a's runs on
-	f.clk.Advance(time.Second)   // 1.25 s: 950 ms beyond what b's queries take
+	f.clk.Advance(time.Second) // 1.25 s: 950 ms beyond what b's queries take
 	if o := a.overdue(f.clk.Now(), b); math.Abs(o-950000) > 1 {
 		t.Fatalf("overdue = %v µs, want 950000 (1.25 s less b's 300 ms)", o)
 	}

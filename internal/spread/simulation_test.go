@@ -316,19 +316,16 @@ func (f *fixture) simulateMixed(v *multiendpoint.Tier, rate float64, queryEvery,
 // emulator): the point reads stay split, each member's share in every 5 s window 35-65 %. On
 // one score per member (every call of one kind) each query made its member look tens of
 // times slower for its next point reads (issue 43's way back after die-young, 5.2 s against a
-// bound of 4.8 s), and the split fails.
+// bound of 4.8 s), and this split failed (shares of 14-78 % per window on the first seed).
 func TestPick_LightLoadOfMixedKindsSplitsEvenly(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		read, q Kind
 		seed    uint64
-		even    bool
 	}{
-		{"a kind each", 2, 1, 5, true},
-		{"a kind each, another seed", 2, 1, 1, true},
-		{"a kind each, a third seed", 2, 1, 4, true},
-		{"one score for both kinds", 0, 0, 5, false},
-		{"one score for both kinds, another seed", 0, 0, 1, false},
+		{"seed 5", 2, 1, 5},
+		{"seed 1", 2, 1, 1},
+		{"seed 4", 2, 1, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, Options{Rand: rand.New(rand.NewPCG(tc.seed, 7)).Uint64})
@@ -342,15 +339,14 @@ func TestPick_LightLoadOfMixedKindsSplitsEvenly(t *testing.T) {
 			}
 			b := f.simulateMixed(view("a", "b"), 20, time.Second, 40*time.Second, 5*time.Second, tc.read, tc.q, latency)
 			var shares []float64
-			even := true
 			for w := range b {
-				s := shareOf(b, "a", "b", w, w+1)
-				shares = append(shares, s)
-				even = even && s >= 0.35 && s <= 0.65
+				shares = append(shares, shareOf(b, "a", "b", w, w+1))
 			}
 			t.Logf("a's share of point reads per 5 s window: %.3f", shares)
-			if even != tc.even {
-				t.Fatalf("a's share per 5 s window %.3f: every one 35-65 %% is %v, want %v", shares, even, tc.even)
+			for w, s := range shares {
+				if s < 0.35 || s > 0.65 {
+					t.Fatalf("a's share of point reads in 5 s window %d = %.3f, want 35-65 %% (all: %.3f)", w, s, shares)
+				}
 			}
 		})
 	}
