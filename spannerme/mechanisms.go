@@ -248,7 +248,7 @@ func (e *poolEvents) Health(p *pool.Pool, ev health.Event) {
 
 // Latency receives a latency sample of the pool (or the loss of its samples): the
 // brownout rule is evaluated for every group that lists the endpoint.
-// A tiered group's endpoint also takes it as a latency sample (route.Tiering.Probe).
+// A tiered group's endpoint is told of it too (route.Tiering.Probe).
 func (e *poolEvents) Latency(p *pool.Pool) {
 	e.m.judge.SampleBrownouts(p)
 	e.m.tiers.Probe(p, e.m.judge.Latency())

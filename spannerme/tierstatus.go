@@ -58,7 +58,7 @@ type TierMemberStatus struct {
 	Tier int `json:"tier"`
 	// Latency is the endpoint's latency score for its commonest kind of call (spreading keeps
 	// a moving average per kind of call, a Spanner method, and compares members on the kind
-	// of the call it picks for; fed by answered calls and latency probes); zero when not
+	// of the call it picks for; fed by answered calls); zero when not
 	// measured yet. In JSON, a Go duration string ("" when zero).
 	Latency time.Duration `json:"-"`
 	// InFlight is the endpoint's calls in flight now, from every group that lists it.

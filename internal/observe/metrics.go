@@ -92,7 +92,7 @@ var Docs = []MetricDoc{
 	{MetricTier, InstrumentGauge, "{tier}", []string{AttrMultiEndpoint, AttrEndpoint, AttrEndpointName},
 		"the tier of each endpoint of each group with tiers (0: the top tier); absent for groups without tiers"},
 	{MetricLatencyScore, InstrumentFloatGauge, "s", []string{AttrEndpoint, AttrEndpointName},
-		"the latency score that spreads a tier's calls (a moving average of answered calls and latency probes), for each endpoint of a group with tiers that has one"},
+		"the latency score that spreads a tier's calls (a moving average of answered calls) for the endpoint's commonest kind of call, for each endpoint of a group with tiers that has one"},
 }
 
 // DurationBuckets are the call duration histogram's bucket bounds, in seconds: those the

@@ -252,8 +252,9 @@ func (t *Tiering) endpoint(endpoint string) *spread.Endpoint {
 	return nil
 }
 
-// Probe feeds p's latency probe median to its spread.Endpoint, when a tiered group lists
-// it (pool latency probes run with brownout detection on: HealthSettings.Brownout).
+// Probe tells p's spread.Endpoint of its latency probe median, when a tiered group lists it
+// (spread.Endpoint.Probe: no score takes it, but it may drop the scores of a failure; pool
+// latency probes run with brownout detection on: HealthSettings.Brownout).
 func (t *Tiering) Probe(p *pool.Pool, latency func(*pool.Pool) (time.Duration, bool)) {
 	m := t.endpoints.Load()
 	if m == nil {

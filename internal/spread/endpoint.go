@@ -56,8 +56,9 @@
 // it (or its pool loses its connections: PathFailed, below).
 //
 // The score is fed by answered calls (Endpoint.Done). A latency probe measures a path's round
-// trip, not a call of any kind: it feeds no score, but an endpoint without calls whose latest
-// sample was a failed call is measured again once a probe answers, its scores dropped
+// trip, not a call of any kind: it feeds no score, but an endpoint with no call answered
+// since the previous probe and none in flight, whose latest sample was a failed call, is
+// measured again once a probe answers in less than ErrorPenalty, its scores dropped
 // (Endpoint.Probe). An endpoint keeps a minimum share of the calls of each kind
 // (Options.MinShare) in any case, so that it is never starved of the samples that would clear
 // its scores. An endpoint whose path failed (its pool lost every
@@ -241,23 +242,23 @@ func (e *Endpoint) Done(k Kind, latency time.Duration, failed bool) {
 	e.probeOK.Store(false)
 }
 
-// Probe tells the endpoint that a latency probe answered (rtt is its round trip, which no
-// score takes: a probe is no call of any kind, and a 1 ms round trip taken as a query's score
-// would draw a tier's queries to an endpoint whose queries take 300 ms like its peer's). When
-// no call has been answered since the previous Probe and the latest sample was a failed call,
-// the scores are dropped: they measured a failure, and the path answers again; the endpoint
-// then costs what its peer costs until its calls measure it. It reports whether the probe was
+// Probe tells the endpoint of a latency probe's round trip rtt, which no score takes: a probe
+// is no call of any kind, and a 1 ms round trip taken as a query's score would draw a tier's
+// queries to an endpoint whose queries take 300 ms like its peer's. When no call has been
+// answered since the previous Probe, none is in flight, the latest sample was a failed call
+// and rtt is shorter than ErrorPenalty (a probe that reached its deadline is no answer), the
+// scores are dropped: they measured a failure, and the path answers again; the endpoint then
+// costs what its peer costs until its calls measure it. It reports whether the probe was
 // taken (no call answered since the previous one): calls measure an endpoint that has some,
 // probes one that has none.
 func (e *Endpoint) Probe(rtt time.Duration) bool {
 	if !e.probeOK.Swap(true) {
 		return false
 	}
-	if e.failedLast.Load() {
+	if rtt < e.penalty && e.inflight.Load() == 0 && e.failedLast.Load() {
 		if last := e.last.Load(); last != 0 {
-			e.forget(last)
+			e.forget(last) // last 0 from then on: forgetBefore and Probe drop nothing more
 		}
-		e.failedLast.Store(false)
 	}
 	return true
 }

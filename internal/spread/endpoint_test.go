@@ -119,11 +119,22 @@ func TestEndpoint_ProbeDropsTheFailedScoresOfAnEndpointWithoutCalls(t *testing.T
 		t.Fatalf("kind 2's score after a failed call = %v, want the penalty (1s)", got)
 	}
 	clk.Advance(time.Second)
+	if !e.Probe(2 * time.Second) { // a probe that reached its deadline: no answer
+		t.Fatal("a probe with no call since the previous one was not taken")
+	}
+	e.Begin(1) // a call in flight (it may hang): no drop either
+	e.Probe(1 * ms)
+	if got := e.Stats().Scores[2]; got != time.Second {
+		t.Fatalf("kind 2's score after a probe at its deadline and one with a call in flight = %v, want the penalty kept (1s)", got)
+	}
+	e.Done(1, 3*time.Second, true) // it fails
+	clk.Advance(time.Second)
+	e.Probe(1 * ms) // not taken: a call ended since
 	if !e.Probe(1 * ms) {
 		t.Fatal("a probe with no call since the previous one was not taken")
 	}
 	if s := e.Stats(); s.Scores != [Kinds]time.Duration{} {
-		t.Fatalf("scores once a probe answered after a failed call = %v, want none", s.Scores)
+		t.Fatalf("scores once a probe answered after a failed call, nothing in flight = %v, want none", s.Scores)
 	}
 }
 

@@ -805,4 +805,21 @@ func TestPick_WaitCountsBeyondWhatItsKindTakes(t *testing.T) {
 	if got := share(); got > 0.07 {
 		t.Fatalf("a's share of point reads with a query hung 950ms beyond its kind's time = %.3f, want about the minimum share", got)
 	}
+
+	// A member whose own score for the kind measured a failure (1 s) is not given that second
+	// to hang: the shorter of the two scores is the kind's usual time.
+	c, d := f.reg.Endpoint("c"), f.reg.Endpoint("d")
+	c.Begin(query)
+	c.Done(query, 20*ms, true) // failed: the penalty, 1 s
+	d.Begin(query)
+	d.Done(query, 300*ms, false)
+	f.clk.Advance(time.Minute)
+	c.Begin(query)
+	f.clk.Advance(1250 * ms)
+	if o := c.overdue(f.clk.Now(), d); math.Abs(o-950000) > 1 {
+		t.Fatalf("overdue with c's own 1s query score, d's 300ms = %v µs, want 950000 (beyond d's 300 ms)", o)
+	}
+	if o := c.overdue(f.clk.Now(), nil); math.Abs(o-250000) > 1 {
+		t.Fatalf("overdue with c's own 1s query score, no peer = %v µs, want 250000", o)
+	}
 }
