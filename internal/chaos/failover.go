@@ -89,6 +89,47 @@ type episode struct {
 	backCensored bool
 	// callsAtStart and callsAtHeal are the group's calls ended by then (load.groupCalls).
 	callsAtStart, callsAtHeal int64
+	// ejectedUntil is when the ejection time of the endpoint ended, when health had ejected it
+	// before the fault began (for an earlier fault of its own) and had not readmitted it by
+	// the heal, and that time ended after the heal (ejectedAtHeal); zero otherwise.
+	ejectedUntil time.Time
+}
+
+// ejectedAtHeal sets each healed episode's ejectedUntil from the health events evs (in time
+// order): the end of the ejection time of its endpoint's latest ejection begun before the
+// fault, when no readmission came between it and the heal and it ends after the heal. Health
+// keeps an ejected endpoint out of service until its ejection time is over and a probe
+// readmits it (docs/health.md; the time grows with each ejection of the endpoint, up to
+// MaxEjectionTime), whatever the next fault: the way back from that fault cannot begin before.
+// The probe and the reconnection after it stay in the way back's bound. In the sixth emulator
+// hour (seed 827901653, +538.8 s) e1 was ejected for 4 s for a frontend's UNAVAILABLE, an
+// outage of every endpoint began 0.2 s later and healed at +540.5 s, and default came back
+// to e1 0.1 s after its readmission at +542.8 s: 2.45 s after the outage's heal. A false
+// ejection is the justified-ejection row's to count. Faults the client detects by ejection
+// are left out: their bound has the ejection time in it (ejectionReadmit).
+func ejectedAtHeal(eps []episode, evs []healthEvent) {
+	for i := range eps {
+		ep := &eps[i]
+		if ep.heal.IsZero() || detectionOf(ep.fault.Kind) == byEjection {
+			continue
+		}
+		name := endpointName(ep.endpoint)
+		var out *healthEvent // the latest ejection with no readmission since; nil: none
+		for k := range evs {
+			ev := &evs[k]
+			if ev.endpoint != name || ev.at.After(ep.heal) {
+				continue
+			}
+			if ev.ejected {
+				out = ev
+			} else {
+				out = nil
+			}
+		}
+		if out != nil && out.at.Before(ep.start) && out.until.After(ep.heal) {
+			ep.ejectedUntil = out.until
+		}
+	}
 }
 
 // failoverWatch follows the episodes: the executor opens them (after) and the frontends close

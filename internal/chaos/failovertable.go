@@ -244,7 +244,10 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 			if d, from, ok := backTimeFrom(ep, tl, buckets, t0, stop, r.BackBound, sw); ok {
 				if d > r.BackBound {
 					line := describe(ep, tl, ep.heal) + " " + fmtDur(d)
-					if from.After(ep.heal) {
+					switch {
+					case from.Equal(ep.ejectedUntil):
+						line += fmt.Sprintf(" from +%.1fs (the end of its ejection)", from.Sub(tl.start).Seconds())
+					case from.After(ep.heal):
 						line += fmt.Sprintf(" from +%.1fs (a cut, or a hold's end)", from.Sub(tl.start).Seconds())
 					}
 					r.BackOver = append(r.BackOver, line)
@@ -258,11 +261,11 @@ func failoverTable(eps []episode, tl *faultTimeline, failures []classified, buck
 					if d == never {
 						end = r.BackBound
 					}
-					r.worstBack, r.worstBackEnd = ep, ep.heal.Add(end)
+					r.worstBack, r.worstBackEnd = ep, from.Add(end)
 				}
 				r.Back = append(r.Back, d)
-				if !ep.tiered && d != never && d <= r.BackBound && ep.backFirst.Sub(ep.heal) > r.BackBound {
-					r.AnsweredLate = append(r.AnsweredLate, "way back of "+describe(ep, tl, ep.heal)+lateBy(d, ep.backFirst.Sub(ep.heal), r.BackBound))
+				if !ep.tiered && d != never && d <= r.BackBound && ep.backFirst.Sub(from) > r.BackBound {
+					r.AnsweredLate = append(r.AnsweredLate, "way back of "+describe(ep, tl, ep.heal)+lateBy(d, ep.backFirst.Sub(from), r.BackBound))
 				}
 			} else {
 				r.Censored++
@@ -361,7 +364,13 @@ func backTimeFrom(ep episode, tl *faultTimeline, buckets [NumEndpoints][]int32, 
 	}
 	// The endpoint must stay where the group's calls belong to the time's end or, for a time
 	// over its bound, to the bound: a fault after the bound does not excuse a late way back.
+	// An endpoint that health had ejected before the fault, for a fault of its own, is out of
+	// service to the end of its ejection time (ejectedAtHeal): the time is measured from
+	// there, unless the group came back to it before.
 	from := ep.heal
+	if ep.ejectedUntil.After(from) && (back.IsZero() || back.After(ep.ejectedUntil)) {
+		from = ep.ejectedUntil
+	}
 	// excused: the part of the time after the group switched back during which a hold
 	// elsewhere kept every worker busy (heldUntil); it extends the span judged and is taken
 	// off the time.

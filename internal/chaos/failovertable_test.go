@@ -539,3 +539,67 @@ func TestHeldCallsReleasedByACut(t *testing.T) {
 		t.Errorf("a silent blackhole's calls released at %v, want at its heal (+11s)", got.Sub(t0))
 	}
 }
+
+// An endpoint that health ejected before the fault, for a fault of its own, and had not
+// readmitted by the heal has its way back measured from the end of its ejection time
+// (ejectedAtHeal): the sixth emulator hour's e1, ejected for 4 s for a frontend's UNAVAILABLE
+// 0.2 s before an outage of every endpoint, back 0.1 s after its readmission, 2.45 s after the
+// outage's heal. The probe and the reconnection after the ejection's end stay in the bound;
+// an ejection that began during the fault, or ended before the heal, or another endpoint's,
+// leaves the time from the heal, and so does a way back that came before the ejection's end.
+func TestWayBackFromTheEndOfAnEjectionAfterTheHeal(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tl := downTimeline(t0)
+	start, heal := t0.Add(10*time.Second), t0.Add(20*time.Second)
+	eject := func(e int, at, until time.Time) healthEvent {
+		return healthEvent{endpoint: endpointName(e), ejected: true, at: at, until: until}
+	}
+	readmit := func(e int, at time.Time) healthEvent {
+		return healthEvent{endpoint: endpointName(e), at: at}
+	}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	for _, tc := range []struct {
+		name   string
+		kind   Kind
+		evs    []healthEvent
+		back   time.Duration // after the heal
+		want   time.Duration // the time measured
+		status Status
+	}{
+		{"ejected before the fault, to 2.3s after the heal", KindDown,
+			[]healthEvent{eject(0, start.Add(-ms(200)), heal.Add(ms(2300))), readmit(0, heal.Add(ms(2350)))}, ms(2450), ms(150), Pass},
+		{"no ejection", KindDown, nil, ms(2450), ms(2450), Fail},
+		{"ejected during the fault", KindDown,
+			[]healthEvent{eject(0, start.Add(time.Second), heal.Add(ms(2300)))}, ms(2450), ms(2450), Fail},
+		{"readmitted before the heal", KindDown,
+			[]healthEvent{eject(0, start.Add(-time.Second), heal.Add(ms(2300))), readmit(0, heal.Add(-time.Second))}, ms(2450), ms(2450), Fail},
+		{"its ejection time over before the heal", KindDown,
+			[]healthEvent{eject(0, start.Add(-time.Second), heal.Add(-ms(100)))}, ms(2450), ms(2450), Fail},
+		{"another endpoint's ejection", KindDown,
+			[]healthEvent{eject(1, start.Add(-time.Second), heal.Add(ms(2300)))}, ms(2450), ms(2450), Fail},
+		{"a later ejection before the fault is the one", KindDown,
+			[]healthEvent{eject(0, start.Add(-5*time.Second), heal.Add(ms(100))), eject(0, start.Add(-ms(200)), heal.Add(ms(2300)))}, ms(2450), ms(150), Pass},
+		{"an old ejection left open does not excuse one during the fault", KindDown,
+			[]healthEvent{eject(0, start.Add(-5*time.Second), heal.Add(-time.Second)), eject(0, start.Add(time.Second), heal.Add(ms(2300)))}, ms(2450), ms(2450), Fail},
+		{"slow after the ejection's end: over the bound from it", KindDown,
+			[]healthEvent{eject(0, start.Add(-time.Second), heal.Add(time.Second))}, ms(3500), ms(2500), Fail},
+		{"back before the ejection's end: from the heal", KindDown,
+			[]healthEvent{eject(0, start.Add(-time.Second), heal.Add(3*time.Second))}, ms(2000), ms(2000), Pass},
+		{"a fault detected by ejection: its own bound", KindFrontendUnavailable,
+			[]healthEvent{eject(0, start.Add(-ms(200)), heal.Add(ms(2300)))}, ms(2450), ms(2450), Pass},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eps := []episode{{kind: "k", fault: Fault{Kind: tc.kind}, endpoint: 0, group: 0, start: start, heal: heal,
+				elsewhere: start.Add(500 * time.Millisecond), elsewhereAnswered: start.Add(600 * time.Millisecond), elsewhereFirst: start.Add(600 * time.Millisecond),
+				backWatched: true, back: heal.Add(tc.back), backAnswered: heal.Add(tc.back), backFirst: heal.Add(tc.back)}}
+			ejectedAtHeal(eps, tc.evs)
+			rows := failoverTable(eps, tl, nil, [NumEndpoints][]int32{}, t0, t0.Add(time.Minute), nil)
+			if len(rows) != 1 || len(rows[0].Back) != 1 || rows[0].Back[0] != tc.want || len(rows[0].AnsweredLate) != 0 {
+				t.Fatalf("rows %+v, want one way back of %v (ejected until %v after the heal) and none answered late", rows, tc.want, eps[0].ejectedUntil.Sub(heal))
+			}
+			if inv := failoverInvariant(rows, true); inv.Status != tc.status {
+				t.Fatalf("failover invariant %v, want %v: %s %q", inv.Status, tc.status, inv.Result, inv.Details)
+			}
+		})
+	}
+}

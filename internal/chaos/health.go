@@ -55,6 +55,7 @@ type healthEvent struct {
 	ejected  bool   // false: readmitted
 	class    string // the class of calls that ejected it ("writes", ...)
 	at       time.Time
+	until    time.Time // an ejection's end of its ejection time (HealthEvent.Until)
 }
 
 // ejection is one ejection of an endpoint, for the justified-ejection invariant.
@@ -78,7 +79,7 @@ func (h *healthLog) add(ev spannerme.HealthEvent) {
 	if ev.Kind == spannerme.EndpointEjected {
 		h.ejections = append(h.ejections, ejection{endpoint: h.name(ev.Endpoint), at: ev.At, why: ev.Reason.String() + ": " + ev.Detail})
 	}
-	h.events = append(h.events, healthEvent{endpoint: h.name(ev.Endpoint), ejected: ev.Kind == spannerme.EndpointEjected, class: ev.Class, at: ev.At})
+	h.events = append(h.events, healthEvent{endpoint: h.name(ev.Endpoint), ejected: ev.Kind == spannerme.EndpointEjected, class: ev.Class, at: ev.At, until: ev.Until})
 	h.mu.Unlock()
 	line := fmt.Sprintf("%7.1fs >> %s %s", ev.At.Sub(start).Seconds(), h.name(ev.Endpoint), what)
 	if ev.Kind == spannerme.EndpointEjected {

@@ -346,6 +346,7 @@ func runSoak(ctx context.Context, cfg Config, plan *Plan, out io.Writer) (*Repor
 	r.Invariants = append(r.Invariants, commitInvariant(commitRuns(&x.timeline, time.Now()), refused, evs, rule4.spans(), &x.timeline, plan.Frontends))
 	r.Invariants = append(r.Invariants, flapInvariant(memberFlaps(&x.timeline), switches.Events(), evs, &x.timeline, topo.name))
 	eps, buckets, t0 := topo.fo.collect()
+	ejectedAtHeal(eps, evs)
 	var sw []groupSwitch
 	for _, ev := range switches.Events() {
 		if g, e := slices.Index(groupNames[:], ev.Name), topo.index(ev.To); g >= 0 && e >= 0 {
