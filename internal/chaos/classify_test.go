@@ -24,9 +24,15 @@ func TestClassify(t *testing.T) {
 	s5.Groups = Groups{{0, 1, 2}, {1}}
 	s6 := s5 // 6s: e1 silently blackholed, which west does not list but default does
 	s6.TCP[0] = Fault{Kind: KindSilentBlackhole, Step: 5}
+	s7 := s0 // 7s: default reconfigured to [e2] alone, e2 slowed to 66ms one way
+	s7.Groups = Groups{{1}, {2, 0}}
+	s7.TCP[1] = Fault{Kind: KindSlow, Latency: 66 * time.Millisecond, Step: 7}
+	s8 := s7 // 8s: and held to 187 KiB/s, below what the load's stream queries ask
+	s8.TCP[1] = Fault{Kind: KindSlow, Latency: 66 * time.Millisecond, Bandwidth: 187 << 10, Step: 8}
 	tl := &faultTimeline{start: t0, initial: s0, steps: []applied{
 		{at(1), Step{After: s1}}, {at(2), Step{After: s2}}, {at(3), Step{After: s3}},
 		{at(4), Step{After: s4}}, {at(5), Step{After: s5}}, {at(6), Step{After: s6}},
+		{at(7), Step{After: s7}}, {at(8), Step{After: s8}},
 	}}
 	for _, tc := range []struct {
 		name       string
@@ -45,6 +51,11 @@ func TestClassify(t *testing.T) {
 		{"starting as it ends", GroupWest, 5.0, 5.5, classUnexplained, "none"},
 		// west does not list e1, but its calls' sessions come from the default group.
 		{"silent fault on the default group only", GroupWest, 6.1, 6.5, classSilent, "e1:silent-blackhole"},
+		// Latency alone fails no call: the failover this project promises is owed.
+		{"a slow path without a bandwidth limit", GroupDefault, 7.1, 7.9, classUnexplained, "e2:slow(66ms)"},
+		// A bandwidth limit holds calls behind the load's bytes on READY connections.
+		{"a slow path with a bandwidth limit", GroupDefault, 8.1, 8.9, classSilent, "e2:slow(66ms, 187 KiB/s)"},
+		{"a bandwidth limit on the default group only", GroupWest, 8.1, 8.9, classSilent, "e2:slow(66ms, 187 KiB/s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := classify(outcome{group: tc.group, start: at(tc.start), end: at(tc.end), err: errors.New("x")}, tl)

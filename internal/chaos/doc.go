@@ -51,6 +51,7 @@
 //	blackhole          connections reset, reconnects accepted and never answered (hard)
 //	silent-blackhole   connections stop carrying bytes without a reset (hard, silent)
 //	slow               5-80ms one-way latency, half the time a 128 KiB/s-1 MiB/s limit
+//	                   (silent with the limit: calls wait behind the load's stream queries)
 //	fe-unavailable     the frontend answers every call UNAVAILABLE (hard, silent)
 //	fe-hang            the frontend holds every call unanswered (hard, silent)
 //	fe-partial         5%, 20%, 50% or 90% of calls UNAVAILABLE (silent; hard from 50%)
