@@ -48,7 +48,10 @@ const (
 	classNoHealthy failureClass = iota
 	// classSilent: every group had a healthy endpoint, but a silent fault (calls fail or hang
 	// on READY connections) was in force on an endpoint of those groups. Only outcome-based
-	// health detection (issue 8) fails a group over from such an endpoint.
+	// health detection (issue 8) fails a group over from such an endpoint. So is a call that
+	// ran out of its deadline while every healthy endpoint of one of those groups was on a
+	// slow path with a bandwidth limit (State.limitedOnly): it waited behind the load's bytes
+	// on a READY connection, and no failover could reach a path that carries them.
 	classSilent
 	// classUnexplained: every group had a healthy endpoint and no silent fault was in force
 	// on them: the failover this project promises should have saved the call. Must be zero.
@@ -97,6 +100,14 @@ func classify(o outcome, tl *faultTimeline) classified {
 					if f.silent() && !slices.Contains(c.silentSteps, f.Step) {
 						c.silentSteps = append(c.silentSteps, f.Step)
 					}
+				}
+			}
+			if o.code() != codes.DeadlineExceeded {
+				continue
+			}
+			for _, e := range s.limitedOnly(g) {
+				if f := s.TCP[e]; !slices.Contains(c.silentSteps, f.Step) {
+					c.silentSteps = append(c.silentSteps, f.Step)
 				}
 			}
 		}

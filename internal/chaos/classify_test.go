@@ -4,6 +4,9 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestClassify(t *testing.T) {
@@ -29,36 +32,49 @@ func TestClassify(t *testing.T) {
 	s7.TCP[1] = Fault{Kind: KindSlow, Latency: 66 * time.Millisecond, Step: 7}
 	s8 := s7 // 8s: and held to 187 KiB/s, below what the load's stream queries ask
 	s8.TCP[1] = Fault{Kind: KindSlow, Latency: 66 * time.Millisecond, Bandwidth: 187 << 10, Step: 8}
+	s9 := s8 // 9s: default reconfigured to [e2 e3]: a path without a limit to fail over to
+	s9.Groups = Groups{{1, 2}, {2, 0}}
 	tl := &faultTimeline{start: t0, initial: s0, steps: []applied{
 		{at(1), Step{After: s1}}, {at(2), Step{After: s2}}, {at(3), Step{After: s3}},
 		{at(4), Step{After: s4}}, {at(5), Step{After: s5}}, {at(6), Step{After: s6}},
-		{at(7), Step{After: s7}}, {at(8), Step{After: s8}},
+		{at(7), Step{After: s7}}, {at(8), Step{After: s8}}, {at(9), Step{After: s9}},
 	}}
+	deadline := status.Error(codes.DeadlineExceeded, "context deadline exceeded")
 	for _, tc := range []struct {
 		name       string
 		group      string
 		start, end float64
 		want       failureClass
 		faults     string
+		err        error // nil: an error of no gRPC code
 	}{
-		{"before any fault", GroupDefault, 0.1, 0.5, classUnexplained, "none"},
-		{"under a loud fault only", GroupDefault, 1.1, 1.9, classUnexplained, "e1:down"},
-		{"running into a silent fault", GroupDefault, 1.5, 2.5, classSilent, "e1:down e3:silent-blackhole"},
+		{"before any fault", GroupDefault, 0.1, 0.5, classUnexplained, "none", nil},
+		{"under a loud fault only", GroupDefault, 1.1, 1.9, classUnexplained, "e1:down", nil},
+		{"running into a silent fault", GroupDefault, 1.5, 2.5, classSilent, "e1:down e3:silent-blackhole", nil},
 		// west = [e3 e1]: both have hard faults from 2s.
-		{"a group left without a healthy endpoint", GroupWest, 1.5, 2.5, classNoHealthy, "e1:down e3:silent-blackhole"},
-		{"spanning an all-down phase", GroupDefault, 3.5, 4.2, classNoHealthy, "e1:down e2:down e3:down"},
-		{"ending as the all-down phase begins", GroupWest, 3.5, 4.0, classNoHealthy, "e1:down e2:down e3:down"},
-		{"starting as it ends", GroupWest, 5.0, 5.5, classUnexplained, "none"},
+		{"a group left without a healthy endpoint", GroupWest, 1.5, 2.5, classNoHealthy, "e1:down e3:silent-blackhole", nil},
+		{"spanning an all-down phase", GroupDefault, 3.5, 4.2, classNoHealthy, "e1:down e2:down e3:down", nil},
+		{"ending as the all-down phase begins", GroupWest, 3.5, 4.0, classNoHealthy, "e1:down e2:down e3:down", nil},
+		{"starting as it ends", GroupWest, 5.0, 5.5, classUnexplained, "none", nil},
 		// west does not list e1, but its calls' sessions come from the default group.
-		{"silent fault on the default group only", GroupWest, 6.1, 6.5, classSilent, "e1:silent-blackhole"},
-		// Latency alone fails no call: the failover this project promises is owed.
-		{"a slow path without a bandwidth limit", GroupDefault, 7.1, 7.9, classUnexplained, "e2:slow(66ms)"},
-		// A bandwidth limit holds calls behind the load's bytes on READY connections.
-		{"a slow path with a bandwidth limit", GroupDefault, 8.1, 8.9, classSilent, "e2:slow(66ms, 187 KiB/s)"},
-		{"a bandwidth limit on the default group only", GroupWest, 8.1, 8.9, classSilent, "e2:slow(66ms, 187 KiB/s)"},
+		{"silent fault on the default group only", GroupWest, 6.1, 6.5, classSilent, "e1:silent-blackhole", nil},
+		// 5-80 ms of latency fails no call: a call that fails there is not excused.
+		{"a slow path without a bandwidth limit", GroupDefault, 7.1, 7.9, classUnexplained, "e2:slow(66ms)", deadline},
+		// A bandwidth limit on every healthy endpoint of a group holds calls behind the load's
+		// bytes on READY connections, where no failover reaches a path that carries them.
+		{"a bandwidth limit on the group's only endpoint", GroupDefault, 8.1, 8.9, classSilent, "e2:slow(66ms, 187 KiB/s)", deadline},
+		{"a bandwidth limit on the default group's only endpoint", GroupWest, 8.1, 8.9, classSilent, "e2:slow(66ms, 187 KiB/s)", deadline},
+		// Waiting is what such a path does: a call that failed otherwise is not excused.
+		{"a bandwidth limit, a call failed by its answer", GroupDefault, 8.1, 8.9, classUnexplained, "e2:slow(66ms, 187 KiB/s)", status.Error(codes.Unavailable, "x")},
+		// A group that lists a path without a limit can fail over to it.
+		{"a bandwidth limit beside a fault-free endpoint", GroupDefault, 9.1, 9.9, classUnexplained, "e2:slow(66ms, 187 KiB/s)", deadline},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := classify(outcome{group: tc.group, start: at(tc.start), end: at(tc.end), err: errors.New("x")}, tl)
+			err := tc.err
+			if err == nil {
+				err = errors.New("x")
+			}
+			c := classify(outcome{group: tc.group, start: at(tc.start), end: at(tc.end), err: err}, tl)
 			if c.class != tc.want || c.faults != tc.faults {
 				t.Errorf("class %v, faults %q; want %v, %q", c.class, c.faults, tc.want, tc.faults)
 			}

@@ -51,7 +51,8 @@
 //	blackhole          connections reset, reconnects accepted and never answered (hard)
 //	silent-blackhole   connections stop carrying bytes without a reset (hard, silent)
 //	slow               5-80ms one-way latency, half the time a 128 KiB/s-1 MiB/s limit
-//	                   (silent with the limit: calls wait behind the load's stream queries)
+//	                   (with the limit, a call out of its deadline while every healthy
+//	                   endpoint of its group is so held counts as under a silent fault)
 //	fe-unavailable     the frontend answers every call UNAVAILABLE (hard, silent)
 //	fe-hang            the frontend holds every call unanswered (hard, silent)
 //	fe-partial         5%, 20%, 50% or 90% of calls UNAVAILABLE (silent; hard from 50%)
@@ -147,7 +148,11 @@
 //   - failed calls under silent faults: counted while the client has no outcome-based
 //     health; with it (HealthDetection), per worker and fault at most the call in flight
 //     when the fault began and the calls started before the group failed over, each held
-//     to the worker's deadline d: 1 + ceil(5.5s / d) (silentBound);
+//     to the worker's deadline d: 1 + ceil(5.5s / d) (silentBound). A call out of its deadline
+//     while every healthy endpoint of its group, or of the default group, was held to a
+//     bandwidth limit counts here too (State.limitedOnly: it waited behind the load's bytes,
+//     and no failover reaches a path that carries them); the bound holds for it because a
+//     slow fault lasts at most 5s;
 //   - failed calls while a group had no healthy endpoint: counted (nothing could serve them);
 //   - failed calls the database refused (RESOURCE_EXHAUSTED with the overloads' message,
 //     classOverload): counted, not lost, judged by the two overload rows below;

@@ -92,8 +92,8 @@ type kindInfo struct {
 	layer layer
 	// hard: while it holds, the endpoint is not healthy: calls through it cannot succeed.
 	hard bool
-	// silent: a hard fault that leaves the pool's connections READY, so connectivity alone
-	// never fails the group over; only outcome-based health (docs/health.md) or, for a
+	// silent: a fault that can fail calls on READY connections (hard or not), so connectivity
+	// alone never fails the group over; only outcome-based health (docs/health.md) or, for a
 	// silent blackhole, HTTP/2 keepalive can.
 	silent bool
 	// heal is the kind that ends it (0 for instant kinds and heals).
@@ -197,17 +197,15 @@ func (f Fault) slow() bool {
 	return f.Kind == KindFrontendBrownout || f.Kind == KindFrontendLatency || f.Kind == KindSlow
 }
 
-// silent reports whether f can fail calls on READY connections (see kindInfo.silent): a
-// silent kind, or a slow path with a bandwidth limit. The load asks more of a path than
-// such a limit carries (each stream query reads eventRows rows of eventPayload bytes, about
-// 200 KiB, and up to three stream workers may share an endpoint: several hundred KiB queued
-// behind 128 KiB/s to 1 MiB/s), so a call through it may wait seconds behind those bytes on
-// a READY connection, as a plain client's would. The memory hour on a1cbff4 failed a point
-// read so, on a group whose only endpoint was held to 187 KiB/s: no failover could have saved
-// it, and the silent row bounds such calls per worker and fault.
-func (f Fault) silent() bool {
-	return f.active() && (kinds[f.Kind].silent || f.Kind == KindSlow && f.Bandwidth > 0)
-}
+// silent reports whether f can fail calls on READY connections (see kindInfo.silent).
+func (f Fault) silent() bool { return f.active() && kinds[f.Kind].silent }
+
+// limited reports whether f is a slow path with a bandwidth limit. The load asks more of such
+// a path than it carries: each stream query reads eventRows rows of eventPayload bytes (about
+// 200 KiB) and three stream workers may share an endpoint, several hundred KiB queued behind
+// 128 KiB/s to 1 MiB/s, so a call through it may wait seconds behind those bytes on a READY
+// connection, as a plain client's would (State.limitedOnly says when the judge excuses it).
+func (f Fault) limited() bool { return f.Kind == KindSlow && f.Bandwidth > 0 }
 
 func (f Fault) String() string {
 	if !f.active() {

@@ -41,8 +41,8 @@ type Config struct {
 	// backend, and no frontend fault or GOAWAY storm is drawn.
 	NoFrontends bool
 	// HealthDetection says that the client under test ejects endpoints from call outcomes
-	// (issue 8), so failed calls under silent faults are bounded (one per worker per fault)
-	// instead of only counted.
+	// (issue 8), so failed calls under silent faults are bounded (silentBound per worker and
+	// fault) instead of only counted.
 	HealthDetection bool
 	// RaceReports, when set, returns how many data races the race detector has reported so
 	// far (the program counts them on its stderr). Nil: not checked by the run (a test under
@@ -162,6 +162,9 @@ const silentDetection = 3*time.Second + healthProbeTimeout + RecoveryTimeout
 // silentBound is the most calls of the named worker one silent fault may fail when the client
 // has outcome-based health: the call in flight when the fault began, and the calls it started
 // before the group failed over (each held to its deadline d): 1 + ceil(silentDetection / d).
+// A group held to a bandwidth limit with no path out (State.limitedOnly) never fails over; the
+// bound holds there because such a fault lasts at most faultMax (5s), shorter than
+// silentDetection: the calls it overlaps number at most 1 + floor((faultMax + d) / d).
 func silentBound(worker string) int {
 	for _, w := range workers {
 		if w.name == worker {

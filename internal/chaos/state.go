@@ -146,6 +146,23 @@ func (s *State) groupHealthy(g int) bool {
 	return slices.ContainsFunc(s.Groups[g], s.healthy)
 }
 
+// limitedOnly returns the endpoints of group g when it has healthy ones and each is on a
+// slow path with a bandwidth limit (Fault.limited): no failover from there reaches a path
+// that carries the load; nil otherwise.
+func (s *State) limitedOnly(g int) []int {
+	var out []int
+	for _, e := range s.Groups[g] {
+		if !s.healthy(e) {
+			continue
+		}
+		if !s.TCP[e].limited() {
+			return nil
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
 // allGroupsHealthy reports whether every group lists a healthy endpoint.
 func (s *State) allGroupsHealthy() bool {
 	for g := range numGroups {
