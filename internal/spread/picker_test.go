@@ -680,6 +680,57 @@ func TestPick_MemberWhoseCallsHangLosesItsShare(t *testing.T) {
 	}
 }
 
+// A misbehaving member that fails its calls at once (a peer that closes each connection as
+// it opens, or answers UNAVAILABLE) must not look fast: each failed call counts ErrorPenalty
+// (1 s), so it keeps only its minimum share. Its path failing and coming back drops its
+// scores (it splits evenly again, TestPick_MemberBackAfterItsPathFailedForgetsItsScore), and
+// one more failed call of a kind puts that kind back at the minimum: a cycle of the path
+// costs one call of each kind it is picked for, not a share.
+func TestPick_MemberThatFailsAtOnceKeepsOnlyItsMinimumShare(t *testing.T) {
+	f := newFixture(t, Options{})
+	a, b := f.reg.Endpoint("a"), f.reg.Endpoint("b")
+	for _, e := range []*Endpoint{a, b} {
+		e.Begin(pointRead)
+		e.Done(pointRead, 2*ms, false)
+	}
+	f.clk.Advance(time.Second)
+	v := view("a", "b")
+	share := func(k Kind) float64 {
+		n := 0
+		for range 20000 {
+			if f.p.Pick(v, k) == a {
+				n++
+			}
+		}
+		return float64(n) / 20000
+	}
+	if got := share(pointRead); got < 0.45 || got > 0.55 {
+		t.Fatalf("a's share, both reading in 2ms = %.3f, want an even split", got)
+	}
+	for range 3 { // a fails its point reads in 100µs each, 10ms apart
+		f.clk.Advance(10 * ms)
+		a.Begin(pointRead)
+		a.Done(pointRead, 100*time.Microsecond, true)
+	}
+	if got := share(pointRead); got > 0.07 {
+		t.Fatalf("a's share of point reads after 3 failed in 100µs = %.3f, want about the minimum share (0.05)", got)
+	}
+	for cycle := range 3 { // the connection closes at once, again and again
+		a.PathFailed()
+		f.clk.Advance(10 * ms)
+		a.PathRecovered()
+		if got := share(pointRead); got < 0.45 || got > 0.55 {
+			t.Fatalf("cycle %d: a's share of point reads with its path back = %.3f, want an even split (scores dropped)", cycle, got)
+		}
+		f.clk.Advance(ms) // a call sent on the new connection (one begun before the drop is not counted)
+		a.Begin(pointRead)
+		a.Done(pointRead, 100*time.Microsecond, true)
+		if got := share(pointRead); got > 0.07 {
+			t.Fatalf("cycle %d: a's share of point reads after one more failed read = %.3f, want about the minimum share", cycle, got)
+		}
+	}
+}
+
 // The same slowness behind every member (the database, not an endpoint) moves nothing: both
 // members' calls wait alike, their costs stay alike, and the tier's calls stay split. Only
 // the member whose own calls hang loses its share (TestPick_MemberWhoseCallsHangLosesItsShare).
