@@ -146,9 +146,9 @@ func (s *State) groupHealthy(g int) bool {
 	return slices.ContainsFunc(s.Groups[g], s.healthy)
 }
 
-// limitedOnly returns the endpoints of group g when it has healthy ones and each is on a
-// slow path with a bandwidth limit (Fault.limited): no failover from there reaches a path
-// that carries the load; nil otherwise.
+// limitedOnly returns group g's healthy endpoints when it has some and each is on a slow
+// path with a bandwidth limit (Fault.limited): no failover from there reaches a path that
+// carries the load; nil otherwise.
 func (s *State) limitedOnly(g int) []int {
 	var out []int
 	for _, e := range s.Groups[g] {
