@@ -70,6 +70,17 @@ func (f *fixture) shares(v *multiendpoint.Tier, n int) map[string]float64 {
 	return out
 }
 
+// shareOf picks n times from v for calls of kind k and returns e's share.
+func (f *fixture) shareOf(v *multiendpoint.Tier, e *Endpoint, k Kind, n int) float64 {
+	won := 0
+	for range n {
+		if f.p.Pick(v, k) == e {
+			won++
+		}
+	}
+	return float64(won) / float64(n)
+}
+
 func view(members ...string) *multiendpoint.Tier {
 	return &multiendpoint.Tier{Members: members, Joined: make([]time.Time, len(members))}
 }
@@ -695,15 +706,7 @@ func TestPick_MemberThatFailsAtOnceKeepsOnlyItsMinimumShare(t *testing.T) {
 	}
 	f.clk.Advance(time.Second)
 	v := view("a", "b")
-	share := func(k Kind) float64 {
-		n := 0
-		for range 20000 {
-			if f.p.Pick(v, k) == a {
-				n++
-			}
-		}
-		return float64(n) / 20000
-	}
+	share := func(k Kind) float64 { return f.shareOf(v, a, k, 20000) }
 	if got := share(pointRead); got < 0.45 || got > 0.55 {
 		t.Fatalf("a's share, both reading in 2ms = %.3f, want an even split", got)
 	}
@@ -774,15 +777,7 @@ func TestPick_ComparesMembersOnTheCallsKind(t *testing.T) {
 	a.Begin(query)
 	a.Done(query, 400*ms, false) // a served the tier's only query
 	v := view("a", "b")
-	count := func(k Kind) float64 {
-		n := 0
-		for range 20000 {
-			if f.p.Pick(v, k) == a {
-				n++
-			}
-		}
-		return float64(n) / 20000
-	}
+	count := func(k Kind) float64 { return f.shareOf(v, a, k, 20000) }
 	if got := count(pointRead); got < 0.45 || got > 0.55 {
 		t.Fatalf("a's share of point reads after one 400ms query on a = %.3f, want an even split (both read in 2ms)", got)
 	}
